@@ -1,0 +1,153 @@
+//! The one error type of the library.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in ctxlog.
+///
+/// Each message says what happened and what to do; the underlying cause, where
+/// there is one, is available through [`std::error::Error::source`] and is not
+/// repeated in the message.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file operation failed.
+    Io {
+        /// What the store was doing (for example `"sync segment"`).
+        op: &'static str,
+        /// The file or directory it was doing it to.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// Another process (or another `Store` in this one) holds the store open.
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The directory holds a segment of a format version this build cannot read.
+    UnsupportedFormat {
+        /// The segment file.
+        path: PathBuf,
+        /// The version found in its header.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// Bytes on disk fail their checksum or framing before the torn tail.
+    Corrupt {
+        /// The id of the damaged segment.
+        segment: u64,
+        /// The byte offset of the damaged record within the segment.
+        offset: u64,
+        /// What is wrong there.
+        reason: String,
+    },
+    /// An earlier sync failed, so the page cache can no longer be trusted.
+    Poisoned,
+    /// An argument is out of range.
+    InvalidParams {
+        /// The argument.
+        field: &'static str,
+        /// Why it is refused and what would be accepted.
+        reason: String,
+    },
+    /// The contextId cannot be honoured (empty, too long, expired or deleted).
+    ContextRejected {
+        /// Why, and what the caller can do instead.
+        reason: String,
+    },
+    /// No context of that id exists for this tenant.
+    ContextNotFound,
+}
+
+impl Error {
+    /// The error's kind as a stable name, used by the command line.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "Io",
+            Error::Locked { .. } => "Locked",
+            Error::UnsupportedFormat { .. } => "UnsupportedFormat",
+            Error::Corrupt { .. } => "Corrupt",
+            Error::Poisoned => "Poisoned",
+            Error::InvalidParams { .. } => "InvalidParams",
+            Error::ContextRejected { .. } => "ContextRejected",
+            Error::ContextNotFound => "ContextNotFound",
+        }
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(segment: u64, offset: u64, reason: impl Into<String>) -> Self {
+        Error::Corrupt {
+            segment,
+            offset,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { op, path, .. } => write!(
+                f,
+                "could not {op} at {}; check the disk and permissions, then retry",
+                path.display()
+            ),
+            Error::Locked { path } => write!(
+                f,
+                "the store is open elsewhere (lock held on {}); close the other user first",
+                path.display()
+            ),
+            Error::UnsupportedFormat {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{} has format version {found} but this build reads version {supported}; \
+                 open it with a matching ctxlog build",
+                path.display()
+            ),
+            Error::Corrupt {
+                segment,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "segment {segment} is damaged at offset {offset}: {reason}; restore it from a \
+                 backup, or open with RecoveryMode::SkipCorrupt to skip damaged records"
+            ),
+            Error::Poisoned => write!(
+                f,
+                "an earlier sync to disk failed, so this store refuses writes; reopen it"
+            ),
+            Error::InvalidParams { field, reason } => write!(f, "invalid {field}: {reason}"),
+            Error::ContextRejected { reason } => write!(f, "contextId rejected: {reason}"),
+            Error::ContextNotFound => write!(
+                f,
+                "no such context for this tenant; check the contextId and tenant"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! ctxlog: an embedded, log-structured storage engine for A2A agent
+//! conversation history.
+//!
+//! A [`Store`] is a directory of append-only segment files. Every context is
+//! keyed by a versioned SHA-256 namespace of (tenant, contextId) so distinct
+//! ids never collide and no tenant sees another's data; inbound messages are
+//! saved raw and durably before the agent processes them; an in-memory index
+//! makes reading the last N messages touch only those records.
+//!
+//! ```no_run
+//! use ctxlog::{Options, Store};
+//! let store = Store::open("ctxlog-data", Options::default())?;
+//! store.append_message("acme", "case-42", br#"{"messageId":"m1"}"#)?;
+//! let last = store.last_messages("acme", "case-42", 20)?;
+//! assert_eq!(last[0].raw, br#"{"messageId":"m1"}"#);
+//! # Ok::<(), ctxlog::Error>(())
+//! ```
+//!
+//! Layers, top down: [`store`] (the public API) → [`index`] (context key to
+//! records) → [`log`] (segments, frames, the writer, recovery) → `mmap` (the
+//! one module with `unsafe`).
+
+#![deny(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod error;
+pub mod index;
+pub mod log;
+mod mmap;
+pub mod namespace;
+pub mod options;
+pub mod record;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use log::recovery::{OpenReport, Skipped, TornTail};
+pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
+pub use options::{Durability, Options, RecoveryMode};
+pub use store::{Appended, ContextInfo, ContextPage, Store, StoredMessage};
+
+/// The largest record payload the format allows (16 MiB).
+pub const MAX_RECORD_BYTES: u32 = 16 << 20;

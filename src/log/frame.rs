@@ -1,0 +1,261 @@
+//! Where a record is framed: the segment header and the record frame.
+//!
+//! All integers are little-endian. See DESIGN.md, "On-disk format".
+
+/// Magic bytes at the start of every segment.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"CTXLSEG\0";
+/// The segment format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size of the segment header.
+pub const HEADER_LEN: u64 = 32;
+/// Size of a record frame's header (length and CRC).
+pub const FRAME_HEADER_LEN: u64 = 8;
+
+/// Why a frame or header does not validate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Fewer bytes remain than the frame needs.
+    Short,
+    /// The length field is zero or above the limit.
+    BadLength(u32),
+    /// The checksum does not match.
+    Checksum,
+}
+
+impl FrameError {
+    /// A human-readable reason, for error messages.
+    pub fn reason(&self) -> String {
+        match self {
+            FrameError::Short => "the record is cut short".to_string(),
+            FrameError::BadLength(n) => format!("the record length {n} is out of range"),
+            FrameError::Checksum => "the record checksum does not match".to_string(),
+        }
+    }
+}
+
+/// What a segment header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// The format version.
+    pub version: u32,
+    /// The segment id.
+    pub segment_id: u64,
+}
+
+/// Why a segment header does not validate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Fewer than [`HEADER_LEN`] bytes.
+    Short,
+    /// Wrong magic or checksum.
+    Invalid,
+}
+
+/// Encodes a segment header of the current format version.
+pub fn encode_header(segment_id: u64) -> [u8; HEADER_LEN as usize] {
+    let mut h = [0u8; HEADER_LEN as usize];
+    h[0..8].copy_from_slice(&SEGMENT_MAGIC);
+    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+    h[16..24].copy_from_slice(&segment_id.to_le_bytes());
+    let crc = crc32fast::hash(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Decodes a segment header from the start of `bytes`.
+///
+/// The version is returned as found: the caller decides whether it can read it.
+pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderError> {
+    let h = bytes
+        .get(0..HEADER_LEN as usize)
+        .ok_or(HeaderError::Short)?;
+    let crc = crc32fast::hash(&h[0..28]);
+    if h[0..8] != SEGMENT_MAGIC || le_u32(&h[28..32]) != crc {
+        return Err(HeaderError::Invalid);
+    }
+    Ok(SegmentHeader {
+        version: le_u32(&h[8..12]),
+        segment_id: le_u64(&h[16..24]),
+    })
+}
+
+/// The CRC of a frame: it covers where the frame lives (segment id and offset)
+/// as well as its length and payload, so stale bytes from another segment or
+/// another position can never validate here.
+pub fn frame_crc(segment_id: u64, offset: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&segment_id.to_le_bytes());
+    h.update(&offset.to_le_bytes());
+    h.update(&(payload.len() as u32).to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Appends the frame of `payload` (to be written at `offset` of segment
+/// `segment_id`) to `out`.
+pub fn encode_frame(segment_id: u64, offset: u64, payload: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&frame_crc(segment_id, offset, payload).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// A frame that validated: where its payload is and where the next frame starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Offset of the frame within the segment.
+    pub offset: u64,
+    /// Length of the payload.
+    pub len: u32,
+}
+
+impl Frame {
+    /// Offset of the first payload byte.
+    pub fn payload_start(&self) -> u64 {
+        self.offset + FRAME_HEADER_LEN
+    }
+
+    /// Offset just past the frame.
+    pub fn end(&self) -> u64 {
+        self.payload_start() + u64::from(self.len)
+    }
+}
+
+/// Decodes the frame at `offset` of `segment` (the whole segment's bytes).
+pub fn decode_frame(
+    segment: &[u8],
+    segment_id: u64,
+    offset: u64,
+    max_len: u32,
+) -> Result<Frame, FrameError> {
+    let start = usize::try_from(offset).map_err(|_| FrameError::Short)?;
+    let head = segment
+        .get(start..start.saturating_add(FRAME_HEADER_LEN as usize))
+        .ok_or(FrameError::Short)?;
+    let len = le_u32(&head[0..4]);
+    if len == 0 || len > max_len {
+        return Err(FrameError::BadLength(len));
+    }
+    let frame = Frame { offset, len };
+    let payload = segment
+        .get(frame.payload_start() as usize..frame.end() as usize)
+        .ok_or(FrameError::Short)?;
+    if frame_crc(segment_id, offset, payload) != le_u32(&head[4..8]) {
+        return Err(FrameError::Checksum);
+    }
+    Ok(frame)
+}
+
+/// Checks a payload read on its own against the CRC stored in its frame header.
+pub fn verify_payload(segment_id: u64, offset: u64, head: &[u8], payload: &[u8]) -> bool {
+    head.len() == FRAME_HEADER_LEN as usize
+        && le_u32(&head[0..4]) as usize == payload.len()
+        && frame_crc(segment_id, offset, payload) == le_u32(&head[4..8])
+}
+
+/// The offset of the first frame at or after `from` that validates, if any.
+///
+/// Used to tell a torn tail (nothing valid follows) from damage in the middle
+/// (something valid follows), and to resynchronise when skipping damage.
+pub fn find_next_frame(segment: &[u8], segment_id: u64, from: u64, max_len: u32) -> Option<u64> {
+    let end = segment.len() as u64;
+    let mut at = from;
+    while at + FRAME_HEADER_LEN < end {
+        if decode_frame(segment, segment_id, at, max_len).is_ok() {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
+// The slices passed below always have the exact length, checked by the callers
+// through `get`; a shorter one would read as zero rather than panic.
+fn le_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    u64::from_le_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment_with(payloads: &[&[u8]], id: u64) -> Vec<u8> {
+        let mut seg = encode_header(id).to_vec();
+        for p in payloads {
+            let off = seg.len() as u64;
+            encode_frame(id, off, p, &mut seg);
+        }
+        seg
+    }
+
+    #[test]
+    fn header_round_trips_and_rejects_damage() {
+        let h = encode_header(7);
+        assert_eq!(
+            decode_header(&h),
+            Ok(SegmentHeader {
+                version: FORMAT_VERSION,
+                segment_id: 7
+            })
+        );
+        assert_eq!(decode_header(&h[..31]), Err(HeaderError::Short));
+        let mut bad = h;
+        bad[17] ^= 1;
+        assert_eq!(decode_header(&bad), Err(HeaderError::Invalid));
+    }
+
+    #[test]
+    fn frames_decode_in_sequence() {
+        let seg = segment_with(&[b"one", b"two!"], 3);
+        let a = decode_frame(&seg, 3, HEADER_LEN, 100).unwrap();
+        assert_eq!(a.len, 3);
+        let b = decode_frame(&seg, 3, a.end(), 100).unwrap();
+        assert_eq!(b.len, 4);
+        assert_eq!(b.end(), seg.len() as u64);
+        assert_eq!(decode_frame(&seg, 3, b.end(), 100), Err(FrameError::Short));
+    }
+
+    #[test]
+    fn a_frame_moved_to_another_segment_or_offset_fails() {
+        let seg = segment_with(&[b"payload"], 3);
+        assert_eq!(
+            decode_frame(&seg, 4, HEADER_LEN, 100),
+            Err(FrameError::Checksum)
+        );
+        let mut shifted = seg.clone();
+        shifted.insert(HEADER_LEN as usize, 0);
+        assert!(decode_frame(&shifted, 3, HEADER_LEN + 1, 100).is_err());
+    }
+
+    #[test]
+    fn zero_filled_space_never_validates() {
+        let mut seg = encode_header(1).to_vec();
+        seg.extend_from_slice(&[0u8; 64]);
+        assert_eq!(
+            decode_frame(&seg, 1, HEADER_LEN, 100),
+            Err(FrameError::BadLength(0))
+        );
+        assert_eq!(find_next_frame(&seg, 1, HEADER_LEN, 100), None);
+    }
+
+    #[test]
+    fn resync_finds_the_frame_after_damage() {
+        let mut seg = segment_with(&[b"first", b"second"], 9);
+        let second = decode_frame(&seg, 9, HEADER_LEN, 100).unwrap().end();
+        seg[HEADER_LEN as usize + 9] ^= 0xff;
+        assert!(decode_frame(&seg, 9, HEADER_LEN, 100).is_err());
+        assert_eq!(find_next_frame(&seg, 9, HEADER_LEN, 100), Some(second));
+    }
+}

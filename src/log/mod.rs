@@ -1,0 +1,6 @@
+//! The log: segment files of framed records, appended to and recovered.
+
+pub mod frame;
+pub mod recovery;
+pub mod segments;
+pub mod writer;

@@ -1,0 +1,267 @@
+//! Opening the log: scan every segment, truncate only a torn tail of the
+//! newest one, and refuse (or, when asked, skip and report) damage elsewhere.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::frame::{
+    decode_frame, decode_header, find_next_frame, HeaderError, FORMAT_VERSION, FRAME_HEADER_LEN,
+    HEADER_LEN,
+};
+use super::segments::{list_segment_ids, segment_path, RecordLoc, SegmentData, Segments};
+use super::writer::{create_segment, sync_dir};
+use crate::error::{Error, Result};
+use crate::mmap::SealedMap;
+use crate::options::RecoveryMode;
+
+/// What opening found and did. Nothing in it is an error: an open that had
+/// to refuse returns an [`Error`] instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// Segment files read.
+    pub segments: usize,
+    /// Records served after the open (of the current namespace).
+    pub records: u64,
+    /// Contexts served after the open.
+    pub contexts: usize,
+    /// The torn tail cut from the newest segment, if there was one.
+    pub torn_tail: Option<TornTail>,
+    /// Damaged byte ranges skipped under [`RecoveryMode::SkipCorrupt`].
+    pub skipped: Vec<Skipped>,
+    /// Records of a namespace version this build does not serve: kept on disk,
+    /// never served or listed.
+    pub foreign_namespace_records: u64,
+    /// Segments removed because a crash left them holding less than a header.
+    pub removed_segments: Vec<u64>,
+}
+
+/// A torn tail that recovery cut off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The newest segment's id.
+    pub segment: u64,
+    /// Where the segment now ends.
+    pub offset: u64,
+    /// Bytes dropped.
+    pub bytes: u64,
+    /// Records that had started in those bytes but were not complete
+    /// (frame starts found by following length fields; at least 1).
+    pub records: u64,
+}
+
+/// A damaged range skipped under [`RecoveryMode::SkipCorrupt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The segment id.
+    pub segment: u64,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// Bytes skipped.
+    pub bytes: u64,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// The segment the writer continues with, after recovery.
+pub struct ActiveSegment {
+    /// Its id.
+    pub id: u64,
+    /// The file, open for reading and writing.
+    pub file: File,
+    /// Its valid length.
+    pub len: u64,
+}
+
+/// Scans the log under `dir`, registering every segment in `segments` and
+/// handing each valid record to `on_record`, which may refuse one (a reason
+/// string) as damaged. Returns the segment to continue appending to.
+pub fn recover(
+    dir: &Path,
+    mode: RecoveryMode,
+    max_record: u32,
+    segments: &Segments,
+    report: &mut OpenReport,
+    mut on_record: impl FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>,
+) -> Result<ActiveSegment> {
+    let ids = list_segment_ids(dir)?;
+    let mut scan = Scan {
+        mode,
+        max_record,
+        report,
+        on_record: &mut on_record,
+    };
+    let Some((&newest, sealed)) = ids.split_last() else {
+        let file = create_segment(dir, 1)?;
+        return Ok(ActiveSegment {
+            id: 1,
+            file,
+            len: HEADER_LEN,
+        });
+    };
+    for &id in sealed {
+        let path = segment_path(dir, id);
+        let file = File::open(&path).map_err(|e| Error::io("open a segment", &path, e))?;
+        let map = SealedMap::map(&file).map_err(|e| Error::io("map a segment", &path, e))?;
+        scan.check_header(&path, id, map.bytes())?;
+        scan.frames(id, map.bytes(), false)?;
+        segments.insert(id, SegmentData::Sealed(Arc::new(map)));
+        scan.report.segments += 1;
+    }
+    scan.newest(dir, newest)
+}
+
+struct Scan<'a, F> {
+    mode: RecoveryMode,
+    max_record: u32,
+    report: &'a mut OpenReport,
+    on_record: &'a mut F,
+}
+
+impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
+    fn check_header(&self, path: &Path, id: u64, bytes: &[u8]) -> Result<()> {
+        let header = decode_header(bytes).map_err(|e| match e {
+            HeaderError::Short => Error::corrupt(id, 0, "the segment header is cut short"),
+            HeaderError::Invalid => Error::corrupt(id, 0, "the segment header is invalid"),
+        })?;
+        if header.version != FORMAT_VERSION {
+            return Err(Error::UnsupportedFormat {
+                path: path.to_path_buf(),
+                found: header.version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if header.segment_id != id {
+            return Err(Error::corrupt(
+                id,
+                0,
+                format!("the header names segment {}", header.segment_id),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Walks the frames of one segment. In the newest segment, a bad frame
+    /// with nothing valid after it is a torn tail: its offset is returned.
+    fn frames(&mut self, id: u64, bytes: &[u8], newest: bool) -> Result<Option<u64>> {
+        let end = bytes.len() as u64;
+        let mut at = HEADER_LEN;
+        while at < end {
+            let reason = match decode_frame(bytes, id, at, self.max_record) {
+                Ok(frame) => {
+                    let loc = RecordLoc {
+                        segment: id,
+                        offset: at as u32,
+                        len: frame.len,
+                    };
+                    let payload = bytes
+                        .get(frame.payload_start() as usize..frame.end() as usize)
+                        .unwrap_or_default();
+                    match (self.on_record)(loc, payload) {
+                        Ok(()) => {
+                            at = frame.end();
+                            continue;
+                        }
+                        Err(reason) => {
+                            self.damage(id, at, frame.end(), reason)?;
+                            at = frame.end();
+                            continue;
+                        }
+                    }
+                }
+                Err(e) => e.reason(),
+            };
+            match find_next_frame(bytes, id, at + 1, self.max_record) {
+                None if newest => return Ok(Some(at)),
+                None => {
+                    self.damage(id, at, end, reason)?;
+                    at = end;
+                }
+                Some(next) => {
+                    self.damage(id, at, next, reason)?;
+                    at = next;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn damage(&mut self, segment: u64, offset: u64, until: u64, reason: String) -> Result<()> {
+        match self.mode {
+            RecoveryMode::Strict => Err(Error::corrupt(segment, offset, reason)),
+            _ => {
+                self.report.skipped.push(Skipped {
+                    segment,
+                    offset,
+                    bytes: until - offset,
+                    reason,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn newest(&mut self, dir: &Path, id: u64) -> Result<ActiveSegment> {
+        let path = segment_path(dir, id);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("open the newest segment", &path, e))?;
+        let bytes =
+            std::fs::read(&path).map_err(|e| Error::io("read the newest segment", &path, e))?;
+        if bytes.len() as u64 <= HEADER_LEN && decode_header(&bytes).is_err() {
+            // A rotation crashed before the new header was durable.
+            drop(file);
+            std::fs::remove_file(&path)
+                .map_err(|e| Error::io("remove a torn segment", &path, e))?;
+            sync_dir(dir)?;
+            self.report.removed_segments.push(id);
+            let next = id + 1;
+            let file = create_segment(dir, next)?;
+            return Ok(ActiveSegment {
+                id: next,
+                file,
+                len: HEADER_LEN,
+            });
+        }
+        self.check_header(&path, id, &bytes)?;
+        let mut len = bytes.len() as u64;
+        if let Some(cut) = self.frames(id, &bytes, true)? {
+            let records = count_started_frames(&bytes, cut, self.max_record);
+            file.set_len(cut)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
+            self.report.torn_tail = Some(TornTail {
+                segment: id,
+                offset: cut,
+                bytes: len - cut,
+                records,
+            });
+            len = cut;
+        }
+        self.report.segments += 1;
+        Ok(ActiveSegment { id, file, len })
+    }
+}
+
+/// Follows length fields from `from` to count the frames that had started in
+/// a torn tail (at least one: there are bytes there).
+fn count_started_frames(bytes: &[u8], from: u64, max_record: u32) -> u64 {
+    let end = bytes.len() as u64;
+    let mut at = from;
+    let mut n = 0;
+    while at < end {
+        n += 1;
+        let len = bytes
+            .get(at as usize..at as usize + 4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes);
+        if len == 0 || len > max_record {
+            break;
+        }
+        at += FRAME_HEADER_LEN + u64::from(len);
+    }
+    n.max(1)
+}

@@ -1,0 +1,265 @@
+//! The append path: the active segment, rotation, and the three durabilities.
+//!
+//! Lock order (see DESIGN.md): `active` may be held while taking `sync`, never
+//! the other way round; no file is synced while `sync` is held.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
+use super::segments::{segment_path, RecordLoc, SegmentData, Segments};
+use crate::error::{Error, Result};
+use crate::mmap::SealedMap;
+use crate::options::Durability;
+
+struct Active {
+    id: u64,
+    file: Arc<File>,
+    /// Bytes in the active segment (the next frame's offset).
+    len: u64,
+    /// Bytes appended since open, over all segments: the log position.
+    written: u64,
+}
+
+#[derive(Default)]
+struct SyncState {
+    /// Every byte before this log position is on disk.
+    synced: u64,
+    /// A leader is syncing right now.
+    syncing: bool,
+}
+
+/// Appends framed records to the log.
+pub struct LogWriter {
+    dir: PathBuf,
+    segment_bytes: u64,
+    durability: Durability,
+    segments: Arc<Segments>,
+    active: Mutex<Active>,
+    sync: Mutex<SyncState>,
+    synced_cv: Condvar,
+    poisoned: AtomicBool,
+}
+
+impl LogWriter {
+    /// Continues appending to segment `id` (already open as `file`, `len` bytes long).
+    pub fn resume(
+        dir: PathBuf,
+        segment_bytes: u64,
+        durability: Durability,
+        segments: Arc<Segments>,
+        id: u64,
+        file: File,
+        len: u64,
+    ) -> Self {
+        let file = Arc::new(file);
+        segments.insert(id, SegmentData::Active(file.clone()));
+        Self {
+            dir,
+            segment_bytes,
+            durability,
+            segments,
+            active: Mutex::new(Active {
+                id,
+                file,
+                len,
+                written: 0,
+            }),
+            sync: Mutex::new(SyncState::default()),
+            synced_cv: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Appends `payloads` as one write (all in one segment, in order) and
+    /// returns once they are as durable as the store's durability promises.
+    pub fn append(&self, payloads: &[Vec<u8>]) -> Result<Vec<RecordLoc>> {
+        let (locs, file, end) = self.write(payloads)?;
+        let segment = locs.first().map_or(0, |l| l.segment);
+        match self.durability {
+            Durability::Sync => self.sync_file(&file, segment, end)?,
+            Durability::GroupCommit => self.wait_durable(end)?,
+            Durability::Buffered => {}
+        }
+        Ok(locs)
+    }
+
+    /// Writes the batch to the active segment; returns where each record went,
+    /// the file, and the log position just past the batch.
+    fn write(&self, payloads: &[Vec<u8>]) -> Result<(Vec<RecordLoc>, Arc<File>, u64)> {
+        let batch: u64 = payloads
+            .iter()
+            .map(|p| FRAME_HEADER_LEN + p.len() as u64)
+            .sum();
+        let mut active = self.active.lock();
+        self.check_poison()?;
+        if active.len > HEADER_LEN && active.len + batch > self.segment_bytes {
+            self.rotate(&mut active)?;
+        }
+        let mut buf = Vec::with_capacity(batch as usize);
+        let mut locs = Vec::with_capacity(payloads.len());
+        for p in payloads {
+            let offset = active.len + buf.len() as u64;
+            let loc = RecordLoc {
+                segment: active.id,
+                offset: u32::try_from(offset).map_err(|_| self.too_big(active.id))?,
+                len: u32::try_from(p.len()).map_err(|_| self.too_big(active.id))?,
+            };
+            encode_frame(active.id, offset, p, &mut buf);
+            locs.push(loc);
+        }
+        if let Err(e) = active.file.write_all_at(&buf, active.len) {
+            // Remove whatever part of the batch reached the file, so that the
+            // next append starts from clean bytes; if even that fails, the
+            // file's contents are unknown and the store must stop writing.
+            if active.file.set_len(active.len).is_err() {
+                self.poison();
+            }
+            return Err(Error::io(
+                "append to the active segment",
+                self.path(active.id),
+                e,
+            ));
+        }
+        active.len += batch;
+        active.written += batch;
+        Ok((locs, active.file.clone(), active.written))
+    }
+
+    fn too_big(&self, id: u64) -> Error {
+        Error::InvalidParams {
+            field: "segment_bytes",
+            reason: format!("segment {id} would pass 4 GiB; use a smaller segment size"),
+        }
+    }
+
+    /// Seals the active segment and starts the next one.
+    ///
+    /// Order: sync the old segment, create the new one with its header, sync
+    /// it and the directory, then switch. A crash before the switch leaves a
+    /// new segment holding only a header (or less), which recovery removes.
+    fn rotate(&self, active: &mut Active) -> Result<()> {
+        let old_path = self.path(active.id);
+        if let Err(e) = active.file.sync_data() {
+            self.poison();
+            return Err(Error::io("sync the segment being sealed", old_path, e));
+        }
+        let id = active.id + 1;
+        let file = create_segment(&self.dir, id)?;
+        let sealed = SealedMap::map(&active.file)
+            .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
+        self.segments
+            .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
+        let file = Arc::new(file);
+        self.segments.insert(id, SegmentData::Active(file.clone()));
+        active.id = id;
+        active.file = file;
+        active.len = HEADER_LEN;
+        // Everything written so far was in the segment just synced.
+        let mut sync = self.sync.lock();
+        sync.synced = sync.synced.max(active.written);
+        drop(sync);
+        self.synced_cv.notify_all();
+        Ok(())
+    }
+
+    /// `Sync`: sync the file this append went to.
+    fn sync_file(&self, file: &File, segment: u64, end: u64) -> Result<()> {
+        if let Err(e) = file.sync_data() {
+            self.poison();
+            return Err(Error::io("sync the active segment", self.path(segment), e));
+        }
+        let mut sync = self.sync.lock();
+        sync.synced = sync.synced.max(end);
+        Ok(())
+    }
+
+    /// `GroupCommit`: wait until a sync covers `end`, leading one if none runs.
+    fn wait_durable(&self, end: u64) -> Result<()> {
+        let mut state = self.sync.lock();
+        loop {
+            if state.synced >= end {
+                return Ok(());
+            }
+            self.check_poison()?;
+            if state.syncing {
+                self.synced_cv.wait(&mut state);
+                continue;
+            }
+            state.syncing = true;
+            drop(state);
+            let (file, segment, target) = self.snapshot();
+            let result = file.sync_data();
+            state = self.sync.lock();
+            state.syncing = false;
+            match result {
+                Ok(()) => state.synced = state.synced.max(target),
+                Err(e) => {
+                    self.poison();
+                    self.synced_cv.notify_all();
+                    return Err(Error::io("sync the active segment", self.path(segment), e));
+                }
+            }
+            self.synced_cv.notify_all();
+        }
+    }
+
+    /// Syncs everything written so far (for `Buffered`, and on close).
+    pub fn sync_all(&self) -> Result<()> {
+        self.check_poison()?;
+        let (file, segment, target) = self.snapshot();
+        self.sync_file(&file, segment, target)
+    }
+
+    /// The active file, its id, and the log position written so far.
+    fn snapshot(&self) -> (Arc<File>, u64, u64) {
+        let active = self.active.lock();
+        (active.file.clone(), active.id, active.written)
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(Error::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    fn path(&self, id: u64) -> PathBuf {
+        segment_path(&self.dir, id)
+    }
+}
+
+/// Creates segment `id` in `dir` with its header, synced, and syncs the
+/// directory so that the new name is durable too.
+pub fn create_segment(dir: &Path, id: u64) -> Result<File> {
+    let path = segment_path(dir, id);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io("create a segment", &path, e))?;
+    file.write_all_at(&encode_header(id), 0)
+        .map_err(|e| Error::io("write a segment header", &path, e))?;
+    file.sync_data()
+        .map_err(|e| Error::io("sync a new segment", &path, e))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Syncs a directory, making the names in it durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("sync the store directory", dir, e))
+}

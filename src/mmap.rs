@@ -1,0 +1,42 @@
+//! Read-only maps of sealed segments: the only module with `unsafe`.
+//!
+//! # The contract that makes the map sound
+//!
+//! A mapped file must not change or shrink while the map lives, or a read
+//! could see torn bytes or fault. ctxlog guarantees this for the files it maps:
+//!
+//! - only sealed segments are mapped, and a sealed segment is never written,
+//!   truncated or reopened for writing again: the log writer only ever appends
+//!   to the single active segment, and recovery truncates a torn tail only
+//!   before anything of that segment is mapped;
+//! - the store holds an exclusive lock on the directory's `LOCK` file for as
+//!   long as it is open, so no other ctxlog process writes the directory;
+//! - removing a mapped file (after a compaction) does not invalidate the map
+//!   on the platforms ctxlog supports: the inode lives until the map is dropped.
+//!
+//! A process outside ctxlog that edits segment files by hand breaks the
+//! contract; nothing in a library can prevent that.
+
+use std::fs::File;
+use std::io;
+
+/// A read-only map of a whole sealed segment.
+pub struct SealedMap {
+    map: memmap2::Mmap,
+}
+
+impl SealedMap {
+    /// Maps `file`, which must be a sealed segment (see the module contract).
+    pub fn map(file: &File) -> io::Result<Self> {
+        // SAFETY: `file` is a sealed segment: by the module contract nothing
+        // writes, truncates or extends it while this map lives, so the mapped
+        // bytes stay valid and unchanged for the map's whole life.
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        Ok(Self { map })
+    }
+
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+}

@@ -1,0 +1,83 @@
+//! How a store is opened: durability, segment size, recovery.
+
+/// When an append is on disk relative to the moment its call returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Each append is written and `fdatasync`ed before its call returns.
+    #[default]
+    Sync,
+    /// The same guarantee as `Sync`, but appenders that run at the same time
+    /// share one `fdatasync`: one of them (the leader) syncs everything written
+    /// so far, outside every lock, while the others keep appending.
+    GroupCommit,
+    /// Appends are written to the operating system but not synced. A crash of
+    /// the machine (not of the process) may lose every append since the last
+    /// [`Store::sync`](crate::Store::sync), segment rotation or clean close.
+    Buffered,
+}
+
+/// What opening does with a damaged record before the torn tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RecoveryMode {
+    /// Refuse to open, naming the segment and offset (the default).
+    #[default]
+    Strict,
+    /// Skip damaged byte ranges, serve every record that passes its checksum,
+    /// and list what was skipped in the [`OpenReport`](crate::OpenReport).
+    SkipCorrupt,
+}
+
+/// Options for [`Store::open`](crate::Store::open).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// Durability of appends. Default: [`Durability::Sync`].
+    pub durability: Durability,
+    /// A segment is sealed and a new one started once it reaches this many
+    /// bytes. Default: 64 MiB; at least 4 KiB.
+    pub segment_bytes: u64,
+    /// The largest record payload accepted, in bytes. Default and maximum:
+    /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) (16 MiB).
+    pub max_record_bytes: u32,
+    /// What to do with damaged records found on open. Default: `Strict`.
+    pub recovery: RecoveryMode,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Sync,
+            segment_bytes: 64 << 20,
+            max_record_bytes: crate::MAX_RECORD_BYTES,
+            recovery: RecoveryMode::Strict,
+        }
+    }
+}
+
+impl Options {
+    /// Sets the durability.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the segment size at which the log rotates.
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes;
+        self
+    }
+
+    /// Sets the largest accepted record payload.
+    pub fn max_record_bytes(mut self, bytes: u32) -> Self {
+        self.max_record_bytes = bytes;
+        self
+    }
+
+    /// Sets the recovery mode.
+    pub fn recovery(mut self, recovery: RecoveryMode) -> Self {
+        self.recovery = recovery;
+        self
+    }
+}

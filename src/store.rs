@@ -1,0 +1,489 @@
+//! The public store: open, append raw messages, read histories, list contexts.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::index::{ContextMeta, ContextSlot, Index};
+use crate::log::recovery::{recover, OpenReport};
+use crate::log::segments::{RecordLoc, Segments};
+use crate::log::writer::LogWriter;
+use crate::namespace::ContextKey;
+use crate::options::{Durability, Options};
+use crate::record::{self, Decoded, RecordBody, RecordKind};
+use crate::MAX_RECORD_BYTES;
+
+/// Name of the lock file that marks a store as open.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Default and largest page sizes of listings.
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// The largest page size a listing accepts.
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// An embedded conversation-history store: one directory on disk.
+///
+/// `Store` is `Send + Sync`; share it by reference or in an `Arc`.
+pub struct Store {
+    options: Options,
+    segments: Arc<Segments>,
+    writer: LogWriter,
+    index: Index,
+    report: OpenReport,
+    _lock: File,
+}
+
+/// What an append returns once the message is as durable as promised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The context's key.
+    pub key: ContextKey,
+    /// The record's position in the context's order.
+    pub seq: u64,
+    /// When it was appended (ms since the Unix epoch).
+    pub timestamp_ms: u64,
+    /// Whether this append opened the context.
+    pub opened_context: bool,
+}
+
+/// A stored message, exactly as it was received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Position in the context's order.
+    pub seq: u64,
+    /// When it was appended (ms since the Unix epoch).
+    pub timestamp_ms: u64,
+    /// The bytes as received.
+    pub raw: Vec<u8>,
+}
+
+/// What a listing shows of a context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextInfo {
+    /// The original contextId, byte for byte.
+    pub context_id: String,
+    /// The context's key.
+    pub key: ContextKey,
+    /// When the context was opened (ms since the Unix epoch).
+    pub first_activity_ms: u64,
+    /// When its latest record was appended.
+    pub last_activity_ms: u64,
+    /// How many messages it holds.
+    pub messages: u64,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextPage {
+    /// The contexts, oldest first activity first (ties by key).
+    pub contexts: Vec<ContextInfo>,
+    /// Pass this to get the next page; `None` on the last page.
+    pub next_page_token: Option<String>,
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if needed, and recovers the log.
+    ///
+    /// Fails with [`Error::Locked`] if another `Store` has it open, with
+    /// [`Error::UnsupportedFormat`] for another format version, and with
+    /// [`Error::Corrupt`] for damage before the torn tail (unless
+    /// [`RecoveryMode::SkipCorrupt`](crate::RecoveryMode) is chosen).
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        check_options(&options)?;
+        create_dir(&dir)?;
+        let lock = lock_dir(&dir)?;
+        let segments = Arc::new(Segments::new(dir.clone()));
+        let index = Index::default();
+        let mut report = OpenReport::default();
+        let mut served = 0u64;
+        let mut foreign = 0u64;
+        let active = recover(
+            &dir,
+            options.recovery,
+            options.max_record_bytes,
+            &segments,
+            &mut report,
+            |loc, payload| {
+                match record::decode(payload).map_err(|e| e.0)? {
+                    Decoded::ForeignNamespace(_) => foreign += 1,
+                    Decoded::Current(key, body) => {
+                        apply_recovered(&index, key, body, loc)?;
+                        served += 1;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        report.records = served;
+        report.foreign_namespace_records = foreign;
+        report.contexts = index.visible_contexts();
+        let writer = LogWriter::resume(
+            dir,
+            options.segment_bytes,
+            options.durability,
+            segments.clone(),
+            active.id,
+            active.file,
+            active.len,
+        );
+        Ok(Self {
+            options,
+            segments,
+            writer,
+            index,
+            report,
+            _lock: lock,
+        })
+    }
+
+    /// What opening found: records, contexts, a torn tail, skipped damage.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Saves an inbound message exactly as received, before anyone processes it.
+    ///
+    /// The bytes are stored unchanged and never rewritten; the call returns
+    /// once they are as durable as the store's [`Durability`] promises (on disk,
+    /// for the default `Sync`). The first message of a context opens it.
+    pub fn append_message(&self, tenant: &str, context_id: &str, raw: &[u8]) -> Result<Appended> {
+        let key = ContextKey::derive(tenant, context_id)?;
+        let slot = self.index.get_or_insert(&key);
+        let _turn = slot.write.lock();
+        let (opened, seq, timestamp_ms) = {
+            let state = slot.state.read();
+            (
+                state.meta.is_some(),
+                state.next_seq,
+                now_ms().max(state.last_ms),
+            )
+        };
+        let mut bodies = Vec::with_capacity(2);
+        if !opened {
+            bodies.push(RecordBody {
+                seq,
+                timestamp_ms,
+                kind: RecordKind::Opened {
+                    tenant: tenant.to_string(),
+                    context_id: context_id.to_string(),
+                },
+            });
+        }
+        let message_seq = seq + bodies.len() as u64;
+        bodies.push(RecordBody {
+            seq: message_seq,
+            timestamp_ms,
+            kind: RecordKind::Message { raw: raw.to_vec() },
+        });
+        let payloads = self.encode_all(&key, &bodies)?;
+        let locs = self.writer.append(&payloads)?;
+        self.publish(&slot, tenant, context_id, &key, timestamp_ms, &locs);
+        Ok(Appended {
+            key,
+            seq: message_seq,
+            timestamp_ms,
+            opened_context: !opened,
+        })
+    }
+
+    fn encode_all(&self, key: &ContextKey, bodies: &[RecordBody]) -> Result<Vec<Vec<u8>>> {
+        bodies
+            .iter()
+            .map(|body| {
+                let payload = record::encode(key, body).map_err(|e| Error::InvalidParams {
+                    field: "message",
+                    reason: e.0,
+                })?;
+                if payload.len() > self.options.max_record_bytes as usize {
+                    return Err(Error::InvalidParams {
+                        field: "message",
+                        reason: format!(
+                            "its record is {} bytes, above the limit of {}; send a smaller \
+                             message or raise Options::max_record_bytes",
+                            payload.len(),
+                            self.options.max_record_bytes
+                        ),
+                    });
+                }
+                Ok(payload)
+            })
+            .collect()
+    }
+
+    /// Makes durable records visible to readers (called with the context's
+    /// write lock held, so a context's records are published in order).
+    fn publish(
+        &self,
+        slot: &ContextSlot,
+        tenant: &str,
+        context_id: &str,
+        key: &ContextKey,
+        timestamp_ms: u64,
+        locs: &[RecordLoc],
+    ) {
+        let mut state = slot.state.write();
+        let mut messages = locs;
+        if state.meta.is_none() {
+            if let Some((opened, rest)) = locs.split_first() {
+                state.meta = Some(ContextMeta {
+                    tenant: tenant.to_string(),
+                    context_id: context_id.to_string(),
+                    opened: *opened,
+                    first_ms: timestamp_ms,
+                });
+                messages = rest;
+                self.index.list_in_tenant(tenant, timestamp_ms, *key);
+            }
+        }
+        state.messages.extend_from_slice(messages);
+        state.next_seq += locs.len() as u64;
+        state.last_ms = timestamp_ms;
+    }
+
+    /// The last `n` messages of a context, oldest first (`usize::MAX`: all).
+    ///
+    /// Reads only those records. Another tenant's context answers exactly as
+    /// a missing one: [`Error::ContextNotFound`].
+    pub fn last_messages(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        n: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        let locs = {
+            let slot = self.visible_slot(tenant, context_id)?;
+            let state = slot.state.read();
+            let skip = state.messages.len().saturating_sub(n);
+            state.messages.get(skip..).unwrap_or_default().to_vec()
+        };
+        locs.into_iter().map(|loc| self.read_message(loc)).collect()
+    }
+
+    fn read_message(&self, loc: RecordLoc) -> Result<StoredMessage> {
+        let decoded = self.segments.with_payload(loc, record::decode)?;
+        let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
+        match decoded.map_err(|e| bad(&e.0))? {
+            Decoded::Current(
+                _,
+                RecordBody {
+                    seq,
+                    timestamp_ms,
+                    kind: RecordKind::Message { raw },
+                },
+            ) => Ok(StoredMessage {
+                seq,
+                timestamp_ms,
+                raw,
+            }),
+            _ => Err(bad("the index points at a record that is not a message")),
+        }
+    }
+
+    /// What the store knows of one context.
+    pub fn context_info(&self, tenant: &str, context_id: &str) -> Result<ContextInfo> {
+        let key = ContextKey::derive(tenant, context_id)?;
+        let slot = self.visible_slot(tenant, context_id)?;
+        info_of(&slot, key).ok_or(Error::ContextNotFound)
+    }
+
+    /// One page of the tenant's contexts, oldest first activity first.
+    ///
+    /// `page_size` is 1 to [`MAX_PAGE_SIZE`]; `page_token` is `None` for the
+    /// first page, then the previous page's `next_page_token`.
+    pub fn list_contexts(
+        &self,
+        tenant: &str,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<ContextPage> {
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(Error::InvalidParams {
+                field: "page_size",
+                reason: format!("{page_size} is not between 1 and {MAX_PAGE_SIZE}"),
+            });
+        }
+        let after = page_token.map(decode_page_token).transpose()?;
+        let mut page = self.index.tenant_page(tenant, after, page_size + 1);
+        let more = page.len() > page_size;
+        page.truncate(page_size);
+        let next_page_token = if more {
+            page.last().map(|&(ms, key)| encode_page_token(ms, &key))
+        } else {
+            None
+        };
+        let contexts = page
+            .iter()
+            .filter_map(|(_, key)| self.index.get(key).and_then(|slot| info_of(&slot, *key)))
+            .collect();
+        Ok(ContextPage {
+            contexts,
+            next_page_token,
+        })
+    }
+
+    /// Makes every append so far durable (for [`Durability::Buffered`]).
+    pub fn sync(&self) -> Result<()> {
+        self.writer.sync_all()
+    }
+
+    /// Syncs and closes the store, reporting any failure to sync.
+    pub fn close(self) -> Result<()> {
+        self.writer.sync_all()
+    }
+
+    fn visible_slot(&self, tenant: &str, context_id: &str) -> Result<Arc<ContextSlot>> {
+        let key = ContextKey::derive(tenant, context_id)?;
+        let slot = self.index.get(&key).ok_or(Error::ContextNotFound)?;
+        if slot.state.read().meta.is_none() {
+            return Err(Error::ContextNotFound);
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.options.durability == Durability::Buffered {
+            // Best effort: `close` is the way to learn whether this worked.
+            let _ = self.writer.sync_all();
+        }
+    }
+}
+
+fn info_of(slot: &ContextSlot, key: ContextKey) -> Option<ContextInfo> {
+    let state = slot.state.read();
+    let meta = state.meta.as_ref()?;
+    Some(ContextInfo {
+        context_id: meta.context_id.clone(),
+        key,
+        first_activity_ms: meta.first_ms,
+        last_activity_ms: state.last_ms,
+        messages: state.messages.len() as u64,
+    })
+}
+
+/// Rebuilds the index from one recovered record; a refusal names what is wrong.
+fn apply_recovered(
+    index: &Index,
+    key: ContextKey,
+    body: RecordBody,
+    loc: RecordLoc,
+) -> std::result::Result<(), String> {
+    let slot = index.get_or_insert(&key);
+    let mut state = slot.state.write();
+    if body.seq != state.next_seq {
+        return Err(format!(
+            "record seq {} where the context expects {}",
+            body.seq, state.next_seq
+        ));
+    }
+    match body.kind {
+        RecordKind::Opened { tenant, context_id } => {
+            if ContextKey::derive_unchecked(&tenant, &context_id) != key {
+                return Err(
+                    "the opening record's key does not match its tenant and contextId".into(),
+                );
+            }
+            index.list_in_tenant(&tenant, body.timestamp_ms, key);
+            state.meta = Some(ContextMeta {
+                tenant,
+                context_id,
+                opened: loc,
+                first_ms: body.timestamp_ms,
+            });
+        }
+        RecordKind::Message { .. } => {
+            if state.meta.is_none() {
+                return Err("a message of a context with no opening record".into());
+            }
+            state.messages.push(loc);
+        }
+    }
+    state.next_seq += 1;
+    state.last_ms = state.last_ms.max(body.timestamp_ms);
+    Ok(())
+}
+
+fn encode_page_token(first_ms: u64, key: &ContextKey) -> String {
+    let mut bytes = Vec::with_capacity(41);
+    bytes.extend_from_slice(&first_ms.to_le_bytes());
+    bytes.push(key.version());
+    bytes.extend_from_slice(key.digest());
+    hex::encode(bytes)
+}
+
+fn decode_page_token(token: &str) -> Result<(u64, ContextKey)> {
+    let invalid = || Error::InvalidParams {
+        field: "page_token",
+        reason: "it is not a token this store handed out; start again without one".into(),
+    };
+    let mut bytes = [0u8; 41];
+    hex::decode_to_slice(token, &mut bytes).map_err(|_| invalid())?;
+    let (ms, rest) = bytes.split_at(8);
+    let (version, digest) = rest.split_at(1);
+    let ms = u64::from_le_bytes(ms.try_into().map_err(|_| invalid())?);
+    let digest: [u8; 32] = digest.try_into().map_err(|_| invalid())?;
+    let version = version.first().copied().ok_or_else(invalid)?;
+    Ok((ms, ContextKey::from_parts(version, digest)))
+}
+
+fn check_options(o: &Options) -> Result<()> {
+    if !(4096..=(1 << 31)).contains(&o.segment_bytes) {
+        return Err(Error::InvalidParams {
+            field: "segment_bytes",
+            reason: format!("{} is not between 4 KiB and 2 GiB", o.segment_bytes),
+        });
+    }
+    if !(64..=MAX_RECORD_BYTES).contains(&o.max_record_bytes) {
+        return Err(Error::InvalidParams {
+            field: "max_record_bytes",
+            reason: format!(
+                "{} is not between 64 and {MAX_RECORD_BYTES}",
+                o.max_record_bytes
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn create_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create the store directory", dir, e))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        crate::log::writer::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path: PathBuf = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("open the lock file", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked { path }),
+        Err(TryLockError::Error(e)) => Err(Error::io("lock the store", &path, e)),
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -47,9 +47,10 @@ impl ContextKey {
         Ok(Self::derive_unchecked(tenant, context_id))
     }
 
-    /// Derives the key without checking lengths (both are still hashed in
-    /// full, so the result is collision-free all the same).
-    pub(crate) fn derive_unchecked(tenant: &str, context_id: &str) -> Self {
+    /// Derives the key without checking the limits (both strings are still
+    /// hashed in full, so the result is collision-free all the same). Useful
+    /// to compute a key that [`derive`](Self::derive) would refuse.
+    pub fn derive_unchecked(tenant: &str, context_id: &str) -> Self {
         let mut h = Sha256::new();
         h.update(DOMAIN_TAG);
         h.update([NAMESPACE_VERSION]);

@@ -1,59 +1,71 @@
 //! What a record says: the payload inside a frame.
 //!
 //! ```text
-//! namespace version:u8 | key digest:[u8; 32] | bincode(RecordBody)
+//! namespace version:u8 | key digest:[u8; 32] | body length:u32 | bincode(RecordBody) | blob
 //! ```
 //!
 //! The namespace version and key sit at fixed offsets, outside bincode, so a
 //! record of a namespace version this build does not know is recognised (and
 //! refused) without decoding a body whose layout may have changed with it.
+//! The blob (a message's raw bytes) is stored after the body as is, so reading
+//! it is one copy, never a per-byte decode.
 
 use serde::{Deserialize, Serialize};
 
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
 use crate::MAX_RECORD_BYTES;
 
-/// Bytes before the bincode body.
-pub const PREFIX_LEN: usize = 33;
+/// Bytes before the bincode body: version, digest, body length.
+pub const PREFIX_LEN: usize = 37;
 
-/// One record of a context.
+/// One record of a context, without its blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordBody {
     /// Position in the context's order, from 0.
     pub seq: u64,
     /// Milliseconds since the Unix epoch when the record was appended.
     pub timestamp_ms: u64,
+    /// Set on the first record of a context (seq 0) and on no other: who owns
+    /// the context and its original id. Carried inside the first record, not
+    /// beside it, so a context and its first message appear atomically.
+    pub opens: Option<ContextName>,
     /// What happened.
     pub kind: RecordKind,
 }
 
-/// The kinds of record.
+/// The owner and original id of a context, byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RecordKind {
-    /// The first record of every context: who owns it and its original id.
-    Opened {
-        /// The tenant, byte for byte.
-        tenant: String,
-        /// The contextId, byte for byte.
-        context_id: String,
-    },
-    /// An inbound message, exactly as received.
-    Message {
-        /// The raw bytes.
-        raw: Vec<u8>,
-    },
+pub struct ContextName {
+    /// The tenant.
+    pub tenant: String,
+    /// The contextId as the client or the store made it.
+    pub context_id: String,
 }
 
-/// A decoded payload.
+/// The kinds of record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RecordKind {
+    /// An inbound message; the blob is its bytes exactly as received.
+    Message,
+}
+
+/// A decoded payload, borrowing its blob from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decoded {
+pub enum Decoded<'a> {
     /// A record of the current namespace.
-    Current(ContextKey, RecordBody),
+    Current {
+        /// The context key.
+        key: ContextKey,
+        /// The body.
+        body: RecordBody,
+        /// The blob.
+        blob: &'a [u8],
+    },
     /// A record of a namespace version this build does not serve.
     ForeignNamespace(ContextKey),
 }
 
-/// Why a payload that passed its checksum still cannot be decoded.
+/// Why a payload cannot be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub String);
 
@@ -65,39 +77,45 @@ fn config() -> impl bincode::config::Config {
 }
 
 /// Encodes a record of the current namespace.
-pub fn encode(key: &ContextKey, body: &RecordBody) -> Result<Vec<u8>, DecodeError> {
-    let mut out = Vec::with_capacity(PREFIX_LEN + 64);
-    out.push(key.version());
-    out.extend_from_slice(key.digest());
+pub fn encode(key: &ContextKey, body: &RecordBody, blob: &[u8]) -> Result<Vec<u8>, DecodeError> {
     let encoded = bincode::serde::encode_to_vec(body, config())
         .map_err(|e| DecodeError(format!("cannot encode record: {e}")))?;
+    let body_len =
+        u32::try_from(encoded.len()).map_err(|_| DecodeError("record body above 4 GiB".into()))?;
+    let mut out = Vec::with_capacity(PREFIX_LEN + encoded.len() + blob.len());
+    out.push(key.version());
+    out.extend_from_slice(key.digest());
+    out.extend_from_slice(&body_len.to_le_bytes());
     out.extend_from_slice(&encoded);
+    out.extend_from_slice(blob);
     Ok(out)
 }
 
-/// Decodes a payload; never panics, whatever the bytes.
-pub fn decode(payload: &[u8]) -> Result<Decoded, DecodeError> {
-    let (&version, rest) = payload
-        .split_first()
-        .ok_or_else(|| DecodeError("empty payload".into()))?;
-    let digest: [u8; 32] = rest
-        .get(..32)
-        .and_then(|d| d.try_into().ok())
-        .ok_or_else(|| DecodeError("payload shorter than its key".into()))?;
+/// Decodes a payload; never panics and never allocates more than the payload
+/// holds, whatever the bytes.
+pub fn decode(payload: &[u8]) -> Result<Decoded<'_>, DecodeError> {
+    let short = || DecodeError("payload shorter than its prefix".into());
+    let (&version, rest) = payload.split_first().ok_or_else(short)?;
+    let (digest, rest) = rest.split_at_checked(32).ok_or_else(short)?;
+    let digest: [u8; 32] = digest.try_into().map_err(|_| short())?;
     let key = ContextKey::from_parts(version, digest);
     if version != NAMESPACE_VERSION {
         return Ok(Decoded::ForeignNamespace(key));
     }
-    let body_bytes = rest.get(32..).unwrap_or_default();
+    let (len, rest) = rest.split_at_checked(4).ok_or_else(short)?;
+    let len = u32::from_le_bytes(len.try_into().map_err(|_| short())?) as usize;
+    let (body_bytes, blob) = rest
+        .split_at_checked(len)
+        .ok_or_else(|| DecodeError(format!("body length {len} past the payload's end")))?;
     let (body, used): (RecordBody, usize) = bincode::serde::decode_from_slice(body_bytes, config())
         .map_err(|e| DecodeError(format!("record body does not decode: {e}")))?;
     if used != body_bytes.len() {
         return Err(DecodeError(format!(
-            "{} trailing bytes after the record body",
+            "{} stray bytes after the record body",
             body_bytes.len() - used
         )));
     }
-    Ok(Decoded::Current(key, body))
+    Ok(Decoded::Current { key, body, blob })
 }
 
 #[cfg(test)]
@@ -105,42 +123,48 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn body(opens: bool) -> RecordBody {
+        RecordBody {
+            seq: 3,
+            timestamp_ms: 1_700_000_000_000,
+            opens: opens.then(|| ContextName {
+                tenant: "t".into(),
+                context_id: "c".into(),
+            }),
+            kind: RecordKind::Message,
+        }
+    }
+
     #[test]
     fn round_trip() {
         let key = ContextKey::derive("t", "c").unwrap();
-        let body = RecordBody {
-            seq: 3,
-            timestamp_ms: 1_700_000_000_000,
-            kind: RecordKind::Message {
-                raw: b"{\"x\":1}".to_vec(),
-            },
-        };
-        let bytes = encode(&key, &body).unwrap();
-        assert_eq!(decode(&bytes), Ok(Decoded::Current(key, body)));
+        for opens in [false, true] {
+            let bytes = encode(&key, &body(opens), b"{\"x\":1}").unwrap();
+            assert_eq!(
+                decode(&bytes),
+                Ok(Decoded::Current {
+                    key,
+                    body: body(opens),
+                    blob: b"{\"x\":1}"
+                })
+            );
+        }
     }
 
     #[test]
     fn unknown_namespace_version_is_not_decoded_as_current() {
         let key = ContextKey::derive("t", "c").unwrap();
-        let body = RecordBody {
-            seq: 0,
-            timestamp_ms: 0,
-            kind: RecordKind::Message { raw: vec![1] },
-        };
-        let mut bytes = encode(&key, &body).unwrap();
+        let mut bytes = encode(&key, &body(false), b"x").unwrap();
         bytes[0] = 2;
         assert!(matches!(decode(&bytes), Ok(Decoded::ForeignNamespace(k)) if k.version() == 2));
     }
 
     #[test]
-    fn trailing_bytes_are_refused() {
+    fn stray_bytes_in_the_body_are_refused() {
         let key = ContextKey::derive("t", "c").unwrap();
-        let body = RecordBody {
-            seq: 0,
-            timestamp_ms: 0,
-            kind: RecordKind::Message { raw: vec![] },
-        };
-        let mut bytes = encode(&key, &body).unwrap();
+        let mut bytes = encode(&key, &body(false), b"").unwrap();
+        let len = u32::from_le_bytes(bytes[33..37].try_into().unwrap()) + 1;
+        bytes[33..37].copy_from_slice(&len.to_le_bytes());
         bytes.push(0);
         assert!(decode(&bytes).is_err());
     }
@@ -152,11 +176,23 @@ mod tests {
         }
 
         #[test]
-        fn decode_never_panics_on_current_prefix(tail in proptest::collection::vec(any::<u8>(), 0..512)) {
+        fn decode_never_panics_on_current_prefix(
+            len in 0u32..600,
+            tail in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
             let mut bytes = vec![NAMESPACE_VERSION];
             bytes.extend_from_slice(&[7u8; 32]);
+            bytes.extend_from_slice(&len.to_le_bytes());
             bytes.extend_from_slice(&tail);
             let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn any_blob_round_trips(blob in proptest::collection::vec(any::<u8>(), 0..256), seq: u64) {
+            let key = ContextKey::derive("t", "c").unwrap();
+            let b = RecordBody { seq, ..body(true) };
+            let bytes = encode(&key, &b, &blob).unwrap();
+            prop_assert_eq!(decode(&bytes), Ok(Decoded::Current { key, body: b, blob: &blob }));
         }
     }
 }

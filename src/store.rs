@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::index::{ContextMeta, ContextSlot, Index};
+use crate::index::{ContextMeta, ContextSlot, ContextState, Index};
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
 use crate::namespace::ContextKey;
-use crate::options::{Durability, Options};
-use crate::record::{self, Decoded, RecordBody, RecordKind};
+use crate::options::{Durability, Options, RecoveryMode};
+use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::MAX_RECORD_BYTES;
 
 /// Name of the lock file that marks a store as open.
@@ -109,8 +109,8 @@ impl Store {
             |loc, payload| {
                 match record::decode(payload).map_err(|e| e.0)? {
                     Decoded::ForeignNamespace(_) => foreign += 1,
-                    Decoded::Current(key, body) => {
-                        apply_recovered(&index, key, body, loc)?;
+                    Decoded::Current { key, body, .. } => {
+                        apply_recovered(&index, key, body, loc, options.recovery)?;
                         served += 1;
                     }
                 }
@@ -166,86 +166,52 @@ impl Store {
                 now_ms().max(state.last_ms),
             )
         };
-        let mut bodies = Vec::with_capacity(2);
-        if !opened {
-            bodies.push(RecordBody {
-                seq,
-                timestamp_ms,
-                kind: RecordKind::Opened {
-                    tenant: tenant.to_string(),
-                    context_id: context_id.to_string(),
-                },
-            });
-        }
-        let message_seq = seq + bodies.len() as u64;
-        bodies.push(RecordBody {
-            seq: message_seq,
+        let body = RecordBody {
+            seq,
             timestamp_ms,
-            kind: RecordKind::Message { raw: raw.to_vec() },
-        });
-        let payloads = self.encode_all(&key, &bodies)?;
-        let locs = self.writer.append(&payloads)?;
-        self.publish(&slot, tenant, context_id, &key, timestamp_ms, &locs);
+            opens: (!opened).then(|| ContextName {
+                tenant: tenant.to_string(),
+                context_id: context_id.to_string(),
+            }),
+            kind: RecordKind::Message,
+        };
+        let payload = self.encode(&key, &body, raw)?;
+        let locs = self.writer.append(&[payload])?;
+        self.publish(&slot, &key, body, &locs);
         Ok(Appended {
             key,
-            seq: message_seq,
+            seq,
             timestamp_ms,
             opened_context: !opened,
         })
     }
 
-    fn encode_all(&self, key: &ContextKey, bodies: &[RecordBody]) -> Result<Vec<Vec<u8>>> {
-        bodies
-            .iter()
-            .map(|body| {
-                let payload = record::encode(key, body).map_err(|e| Error::InvalidParams {
-                    field: "message",
-                    reason: e.0,
-                })?;
-                if payload.len() > self.options.max_record_bytes as usize {
-                    return Err(Error::InvalidParams {
-                        field: "message",
-                        reason: format!(
-                            "its record is {} bytes, above the limit of {}; send a smaller \
-                             message or raise Options::max_record_bytes",
-                            payload.len(),
-                            self.options.max_record_bytes
-                        ),
-                    });
-                }
-                Ok(payload)
-            })
-            .collect()
+    fn encode(&self, key: &ContextKey, body: &RecordBody, blob: &[u8]) -> Result<Vec<u8>> {
+        let payload = record::encode(key, body, blob).map_err(|e| Error::InvalidParams {
+            field: "message",
+            reason: e.0,
+        })?;
+        if payload.len() > self.options.max_record_bytes as usize {
+            return Err(Error::InvalidParams {
+                field: "message",
+                reason: format!(
+                    "its record is {} bytes, above the limit of {}; send a smaller \
+                     message or raise Options::max_record_bytes",
+                    payload.len(),
+                    self.options.max_record_bytes
+                ),
+            });
+        }
+        Ok(payload)
     }
 
-    /// Makes durable records visible to readers (called with the context's
+    /// Makes a durable record visible to readers (called with the context's
     /// write lock held, so a context's records are published in order).
-    fn publish(
-        &self,
-        slot: &ContextSlot,
-        tenant: &str,
-        context_id: &str,
-        key: &ContextKey,
-        timestamp_ms: u64,
-        locs: &[RecordLoc],
-    ) {
+    fn publish(&self, slot: &ContextSlot, key: &ContextKey, body: RecordBody, locs: &[RecordLoc]) {
         let mut state = slot.state.write();
-        let mut messages = locs;
-        if state.meta.is_none() {
-            if let Some((opened, rest)) = locs.split_first() {
-                state.meta = Some(ContextMeta {
-                    tenant: tenant.to_string(),
-                    context_id: context_id.to_string(),
-                    opened: *opened,
-                    first_ms: timestamp_ms,
-                });
-                messages = rest;
-                self.index.list_in_tenant(tenant, timestamp_ms, *key);
-            }
+        for &loc in locs {
+            apply(&self.index, &mut state, *key, &body, loc);
         }
-        state.messages.extend_from_slice(messages);
-        state.next_seq += locs.len() as u64;
-        state.last_ms = timestamp_ms;
     }
 
     /// The last `n` messages of a context, oldest first (`usize::MAX`: all).
@@ -268,23 +234,29 @@ impl Store {
     }
 
     fn read_message(&self, loc: RecordLoc) -> Result<StoredMessage> {
-        let decoded = self.segments.with_payload(loc, record::decode)?;
         let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
-        match decoded.map_err(|e| bad(&e.0))? {
-            Decoded::Current(
-                _,
-                RecordBody {
+        self.segments
+            .with_payload(loc, |payload| match record::decode(payload) {
+                Ok(Decoded::Current {
+                    body:
+                        RecordBody {
+                            seq,
+                            timestamp_ms,
+                            kind: RecordKind::Message,
+                            ..
+                        },
+                    blob,
+                    ..
+                }) => Ok(StoredMessage {
                     seq,
                     timestamp_ms,
-                    kind: RecordKind::Message { raw },
-                },
-            ) => Ok(StoredMessage {
-                seq,
-                timestamp_ms,
-                raw,
-            }),
-            _ => Err(bad("the index points at a record that is not a message")),
-        }
+                    raw: blob.to_vec(),
+                }),
+                Ok(Decoded::ForeignNamespace(_)) => {
+                    Err(bad("the index points at a record of another namespace"))
+                }
+                Err(e) => Err(bad(&e.0)),
+            })?
     }
 
     /// What the store knows of one context.
@@ -376,40 +348,56 @@ fn apply_recovered(
     key: ContextKey,
     body: RecordBody,
     loc: RecordLoc,
+    mode: RecoveryMode,
 ) -> std::result::Result<(), String> {
     let slot = index.get_or_insert(&key);
     let mut state = slot.state.write();
-    if body.seq != state.next_seq {
+    // When damaged records are being skipped, a gap in a context's order is
+    // expected; going backwards never is.
+    let gap_ok = mode == RecoveryMode::SkipCorrupt && body.seq > state.next_seq;
+    if body.seq != state.next_seq && !gap_ok {
         return Err(format!(
             "record seq {} where the context expects {}",
             body.seq, state.next_seq
         ));
     }
-    match body.kind {
-        RecordKind::Opened { tenant, context_id } => {
-            if ContextKey::derive_unchecked(&tenant, &context_id) != key {
-                return Err(
-                    "the opening record's key does not match its tenant and contextId".into(),
-                );
-            }
-            index.list_in_tenant(&tenant, body.timestamp_ms, key);
-            state.meta = Some(ContextMeta {
-                tenant,
-                context_id,
-                opened: loc,
-                first_ms: body.timestamp_ms,
-            });
+    match &body.opens {
+        Some(name) if ContextKey::derive_unchecked(&name.tenant, &name.context_id) != key => {
+            return Err("the opening record's key does not match its tenant and contextId".into())
         }
-        RecordKind::Message { .. } => {
-            if state.meta.is_none() {
-                return Err("a message of a context with no opening record".into());
-            }
-            state.messages.push(loc);
+        Some(_) if state.meta.is_some() => return Err("a context opened twice".into()),
+        None if state.meta.is_none() => {
+            return Err("a record of a context with no opening record".into())
         }
+        _ => {}
     }
-    state.next_seq += 1;
-    state.last_ms = state.last_ms.max(body.timestamp_ms);
+    apply(index, &mut state, key, &body, loc);
     Ok(())
+}
+
+/// Adds one record to a context's index entry; used by appends and recovery
+/// alike, so both build the same index.
+fn apply(
+    index: &Index,
+    state: &mut ContextState,
+    key: ContextKey,
+    body: &RecordBody,
+    loc: RecordLoc,
+) {
+    if let Some(name) = &body.opens {
+        index.list_in_tenant(&name.tenant, body.timestamp_ms, key);
+        state.meta = Some(ContextMeta {
+            tenant: name.tenant.clone(),
+            context_id: name.context_id.clone(),
+            opened: loc,
+            first_ms: body.timestamp_ms,
+        });
+    }
+    match body.kind {
+        RecordKind::Message { .. } => state.messages.push(loc),
+    }
+    state.next_seq = body.seq + 1;
+    state.last_ms = state.last_ms.max(body.timestamp_ms);
 }
 
 fn encode_page_token(first_ms: u64, key: &ContextKey) -> String {

@@ -1,0 +1,31 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use ctxlog::log::segments::list_segment_ids;
+use ctxlog::log::segments::segment_path;
+
+/// A fresh temporary directory, removed when dropped.
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temporary directory")
+}
+
+/// The paths of the store's segment files, oldest first.
+pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    list_segment_ids(dir)
+        .expect("list segments")
+        .into_iter()
+        .map(|id| segment_path(dir, id))
+        .collect()
+}
+
+/// A message body of `len` bytes that differs for every `n`.
+pub fn body(n: usize, len: usize) -> Vec<u8> {
+    let mut v = format!("{{\"messageId\":\"m{n}\",\"pad\":\"").into_bytes();
+    while v.len() + 2 < len {
+        v.push(b'a' + (n % 26) as u8);
+    }
+    v.extend_from_slice(b"\"}");
+    v
+}

@@ -1,0 +1,300 @@
+//! Opening after a crash or damage: torn tails are cut, nothing acknowledged
+//! is lost, damage elsewhere is refused with its segment and offset.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use common::{body, segment_files, tmp};
+use ctxlog::log::frame::{encode_frame, encode_header, HEADER_LEN};
+use ctxlog::{Error, Options, RecoveryMode, Store};
+
+/// One acknowledged append and how long its segment was right after it.
+#[derive(Clone)]
+struct Acked {
+    context: String,
+    raw: Vec<u8>,
+    segment: usize,
+    end: u64,
+}
+
+/// Writes `n` messages round-robin over three contexts, recording for each
+/// the segment it went to and that segment's length once the call returned.
+fn write_acked(dir: &Path, options: Options, n: usize) -> Vec<Acked> {
+    let store = Store::open(dir, options).unwrap();
+    let mut acked = Vec::new();
+    for i in 0..n {
+        let context = format!("ctx-{}", i % 3);
+        let raw = body(i, 20 + (i * 37) % 90);
+        store.append_message("t", &context, &raw).unwrap();
+        let files = segment_files(dir);
+        let last = files.last().unwrap();
+        acked.push(Acked {
+            context,
+            raw,
+            segment: files.len() - 1,
+            end: fs::metadata(last).unwrap().len(),
+        });
+    }
+    store.close().unwrap();
+    acked
+}
+
+/// What the store serves, per context.
+fn contents(store: &Store) -> BTreeMap<String, Vec<Vec<u8>>> {
+    let page = store.list_contexts("t", 100, None).unwrap();
+    page.contexts
+        .into_iter()
+        .map(|c| {
+            let msgs = store.last_messages("t", &c.context_id, usize::MAX).unwrap();
+            (c.context_id, msgs.into_iter().map(|m| m.raw).collect())
+        })
+        .collect()
+}
+
+fn expected(acked: &[Acked]) -> BTreeMap<String, Vec<Vec<u8>>> {
+    let mut m: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+    for a in acked {
+        m.entry(a.context.clone()).or_default().push(a.raw.clone());
+    }
+    m
+}
+
+/// Rebuilds a store directory from the files' bytes, the newest cut at `cut`.
+fn lay_out(dir: &Path, files: &[(String, Vec<u8>)], cut: usize) {
+    let (newest, sealed) = files.split_last().unwrap();
+    for (name, bytes) in sealed {
+        fs::write(dir.join(name), bytes).unwrap();
+    }
+    fs::write(dir.join(&newest.0), &newest.1[..cut]).unwrap();
+}
+
+fn read_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    segment_files(dir)
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            (name, fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+fn cut_everywhere(options: Options, n: usize) {
+    let src = tmp();
+    let acked = write_acked(src.path(), options.clone(), n);
+    let files = read_files(src.path());
+    let newest = files.len() - 1;
+    let full = files[newest].1.len();
+    for cut in 0..=full {
+        let dir = tmp();
+        lay_out(dir.path(), &files, cut);
+        // The crash happened when the newest segment was `cut` bytes long:
+        // exactly the appends that had returned by then must come back.
+        let survived: Vec<Acked> = acked
+            .iter()
+            .filter(|a| a.segment < newest || a.end <= cut as u64)
+            .cloned()
+            .collect();
+        let store = Store::open(dir.path(), options.clone())
+            .unwrap_or_else(|e| panic!("open after cut at {cut}: {e}"));
+        assert_eq!(contents(&store), expected(&survived), "cut at {cut}");
+        let report = store.open_report().clone();
+        let valid_end = survived
+            .iter()
+            .filter(|a| a.segment == newest)
+            .map(|a| a.end)
+            .max()
+            .unwrap_or(HEADER_LEN);
+        if cut as u64 > valid_end {
+            let torn = report.torn_tail.expect("a torn tail is reported");
+            assert_eq!(torn.offset, valid_end, "cut at {cut}");
+            assert_eq!(torn.bytes, cut as u64 - valid_end, "cut at {cut}");
+            assert!(torn.records >= 1);
+        } else {
+            assert_eq!(report.torn_tail, None, "cut at {cut}");
+        }
+        assert_eq!(report.records as usize, survived.len());
+        // Every few cuts, check the store keeps working after recovery.
+        if cut % 97 == 0 {
+            store.append_message("t", "after", b"later").unwrap();
+            drop(store);
+            let store = Store::open(dir.path(), options.clone()).unwrap();
+            let mut want = expected(&survived);
+            want.insert("after".into(), vec![b"later".to_vec()]);
+            assert_eq!(contents(&store), want, "append after cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn a_cut_at_every_byte_recovers_exactly_the_acknowledged_appends() {
+    cut_everywhere(Options::default(), 24);
+}
+
+#[test]
+fn a_cut_at_every_byte_of_the_newest_segment_after_rotations() {
+    cut_everywhere(Options::default().segment_bytes(4096), 110);
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[at] ^= 0x10;
+    fs::write(path, bytes).unwrap();
+}
+
+/// Offsets of the frames of a segment, found by walking the length fields.
+fn frame_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut at = HEADER_LEN as usize;
+    let mut out = Vec::new();
+    while at < bytes.len() {
+        out.push(at);
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        at += 8 + len;
+    }
+    out
+}
+
+#[test]
+fn a_flipped_bit_in_a_sealed_segment_is_reported_with_its_offset() {
+    let dir = tmp();
+    let options = Options::default().segment_bytes(4096);
+    let acked = write_acked(dir.path(), options.clone(), 120);
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3, "the test needs sealed segments");
+    let victim = &files[1];
+    let offsets = frame_offsets(&fs::read(victim).unwrap());
+    let frame = offsets[offsets.len() / 2];
+    flip(victim, frame + 20);
+    match Store::open(dir.path(), options.clone()) {
+        Err(Error::Corrupt {
+            segment, offset, ..
+        }) => {
+            assert_eq!(segment, 2);
+            assert_eq!(offset, frame as u64);
+        }
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("a damaged sealed segment opened in strict mode"),
+    }
+    // Skipping serves everything else and says what it skipped.
+    let store = Store::open(dir.path(), options.recovery(RecoveryMode::SkipCorrupt)).unwrap();
+    let report = store.open_report();
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert_eq!(report.skipped[0].segment, 2);
+    assert_eq!(report.skipped[0].offset, frame as u64);
+    // Only the damaged record is missing: the rest of its context, after the
+    // gap, is still served.
+    assert_eq!(report.records as usize, acked.len() - 1);
+    let served: usize = contents(&store).values().map(Vec::len).sum();
+    assert_eq!(served, acked.len() - 1);
+}
+
+#[test]
+fn a_flipped_bit_mid_newest_segment_is_corruption_not_a_torn_tail() {
+    let dir = tmp();
+    write_acked(dir.path(), Options::default(), 12);
+    let files = segment_files(dir.path());
+    let newest = files.last().unwrap();
+    let offsets = frame_offsets(&fs::read(newest).unwrap());
+    let len = fs::metadata(newest).unwrap().len();
+    flip(newest, offsets[3] + 12);
+    match Store::open(dir.path(), Options::default()) {
+        Err(Error::Corrupt {
+            segment, offset, ..
+        }) => {
+            assert_eq!((segment, offset), (1, offsets[3] as u64));
+        }
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("damage before valid records was truncated away"),
+    }
+    // Nothing was truncated by the refused open.
+    assert_eq!(fs::metadata(newest).unwrap().len(), len);
+}
+
+#[test]
+fn a_second_opener_gets_locked() {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    match Store::open(dir.path(), Options::default()) {
+        Err(Error::Locked { path }) => assert!(path.ends_with("LOCK")),
+        Err(e) => panic!("expected Locked, got {e}"),
+        Ok(_) => panic!("two stores opened one directory"),
+    }
+    drop(store);
+    Store::open(dir.path(), Options::default()).unwrap();
+}
+
+#[test]
+fn another_format_version_is_refused_clearly() {
+    let dir = tmp();
+    let mut header = encode_header(1);
+    header[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32fast::hash(&header[..28]);
+    header[28..32].copy_from_slice(&crc.to_le_bytes());
+    fs::write(dir.path().join("0000000000000001.seg"), header).unwrap();
+    match Store::open(dir.path(), Options::default()) {
+        Err(
+            e @ Error::UnsupportedFormat {
+                found: 2,
+                supported: 1,
+                ..
+            },
+        ) => {
+            assert!(e.to_string().contains("format version 2"), "{e}");
+        }
+        Err(e) => panic!("expected UnsupportedFormat, got {e}"),
+        Ok(_) => panic!("a newer format opened"),
+    }
+}
+
+#[test]
+fn records_of_an_unknown_namespace_version_are_never_served() {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.append_message("t", "c", b"current").unwrap();
+    store.close().unwrap();
+    // Append a valid frame whose payload claims namespace version 2 and the
+    // key the current version gives ("t", "c").
+    let seg = segment_files(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    let key = ctxlog::ContextKey::derive("t", "c").unwrap();
+    let mut payload = vec![2u8];
+    payload.extend_from_slice(key.digest());
+    payload.extend_from_slice(b"\x04\0\0\0junkjunk");
+    let offset = bytes.len() as u64;
+    encode_frame(1, offset, &payload, &mut bytes);
+    fs::write(&seg, bytes).unwrap();
+
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(store.open_report().foreign_namespace_records, 1);
+    assert_eq!(store.open_report().torn_tail, None);
+    let msgs = store.last_messages("t", "c", usize::MAX).unwrap();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0].raw, b"current");
+    assert_eq!(
+        store.list_contexts("t", 10, None).unwrap().contexts.len(),
+        1
+    );
+}
+
+#[test]
+fn a_rotation_torn_before_its_header_was_durable_is_removed() {
+    let dir = tmp();
+    let acked = write_acked(dir.path(), Options::default(), 5);
+    fs::write(
+        dir.path().join("0000000000000002.seg"),
+        &encode_header(2)[..17],
+    )
+    .unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(store.open_report().removed_segments, vec![2]);
+    assert_eq!(contents(&store), expected(&acked));
+    store.append_message("t", "ctx-0", b"next").unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(
+        store.last_messages("t", "ctx-0", 1).unwrap()[0].raw,
+        b"next"
+    );
+}

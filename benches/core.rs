@@ -1,1 +1,188 @@
-fn main() {}
+//! Micro-benchmarks of the core engine's hot paths, and a ratio report.
+//!
+//! `cargo bench --bench core` runs the criterion groups, then prints each
+//! figure as a ratio to a floor measured in the same run (the machines are
+//! shared and noisy, so absolute times drift; ratios travel).
+//! `CTXLOG_BENCH_QUICK=1` shortens every measurement.
+
+use std::fs::OpenOptions;
+use std::hint::black_box;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, Criterion};
+use ctxlog::record::{self, ContextName, RecordBody, RecordKind};
+use ctxlog::{ContextKey, Durability, Options, Store};
+
+const KIB: usize = 1024;
+
+fn message(i: usize) -> Vec<u8> {
+    // Incompressible-looking bytes, different per message.
+    let mut x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..KIB)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A store of `contexts` × `per_context` messages of 1 KiB, written round-robin.
+fn filled_store(contexts: usize, per_context: usize) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap();
+    for i in 0..per_context {
+        for c in 0..contexts {
+            store
+                .append_message("bench", &format!("ctx-{c}"), &message(i * contexts + c))
+                .unwrap();
+        }
+    }
+    store.sync().unwrap();
+    (dir, store)
+}
+
+fn bench_codec(c: &mut Criterion) {
+    let key = ContextKey::derive("bench", "ctx-0").unwrap();
+    let body = RecordBody {
+        seq: 7,
+        timestamp_ms: 1_800_000_000_000,
+        opens: None,
+        kind: RecordKind::Message,
+    };
+    let blob = message(0);
+    let encoded = record::encode(&key, &body, &blob).unwrap();
+    c.bench_function("record/encode 1KiB", |b| {
+        b.iter(|| record::encode(black_box(&key), black_box(&body), black_box(&blob)).unwrap())
+    });
+    c.bench_function("record/decode 1KiB", |b| {
+        b.iter(|| record::decode(black_box(&encoded)).unwrap())
+    });
+    let _ = ContextName {
+        tenant: String::new(),
+        context_id: String::new(),
+    };
+    c.bench_function("namespace/derive", |b| {
+        b.iter(|| {
+            ContextKey::derive(black_box("tenant-a"), black_box("ctx_refund_ord123")).unwrap()
+        })
+    });
+}
+
+fn bench_reads(c: &mut Criterion) {
+    let (_dir, store) = filled_store(200, 200);
+    let mut i = 0usize;
+    for n in [20usize, 200] {
+        c.bench_function(&format!("history/last {n} of 1KiB"), |b| {
+            b.iter(|| {
+                i = (i + 1) % 200;
+                store
+                    .last_messages("bench", &format!("ctx-{i}"), n)
+                    .unwrap()
+            })
+        });
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_codec, bench_reads
+}
+
+fn config() -> Criterion {
+    let c = Criterion::default();
+    if quick() {
+        c.warm_up_time(Duration::from_millis(200))
+            .measurement_time(Duration::from_millis(500))
+            .sample_size(10)
+    } else {
+        c
+    }
+}
+
+fn quick() -> bool {
+    std::env::var_os("CTXLOG_BENCH_QUICK").is_some()
+}
+
+/// Median time of `f` over `runs` runs.
+fn median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Figures that only mean something next to the machine's own limits.
+fn ratio_report() {
+    let runs = if quick() { 200 } else { 2000 };
+    println!("\nratio report ({runs} runs each, medians, same process):");
+
+    // History read of 20 × 1 KiB of a random context among 2,000, against
+    // copying 20 blocks of 1 KiB picked the same way from 40 MiB in memory.
+    let (_dir, store) = filled_store(2000, 20);
+    let src: Vec<Vec<u8>> = (0..2000 * 20).map(message).collect();
+    let mut j = 0usize;
+    let floor = median(runs, || {
+        j = (j + 7919) % 2000;
+        let copy: Vec<Vec<u8>> = (0..20).map(|k| src[k * 2000 + j].clone()).collect();
+        black_box(copy);
+    });
+    let mut i = 0usize;
+    let read = median(runs, || {
+        i = (i + 7919) % 2000;
+        black_box(
+            store
+                .last_messages("bench", &format!("ctx-{i}"), 20)
+                .unwrap(),
+        );
+    });
+    println!(
+        "  history read, last 20 x 1 KiB (warm): {read:?} = {:.2}x the memory-copy floor ({floor:?}); target <= 3x",
+        read.as_secs_f64() / floor.as_secs_f64()
+    );
+    drop(store);
+
+    // Durable append against a raw 1 KiB write + fdatasync on the same disk.
+    let dir = tempfile::tempdir().unwrap();
+    let mut raw = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("floor"))
+        .unwrap();
+    let block = message(1);
+    let sync_runs = runs / 4;
+    let floor = median(sync_runs, || {
+        raw.write_all(&block).unwrap();
+        raw.sync_data().unwrap();
+    });
+    let store = Store::open(dir.path().join("store"), Options::default()).unwrap();
+    let mut n = 0usize;
+    let append = median(sync_runs, || {
+        n += 1;
+        store
+            .append_message("bench", &format!("ctx-{}", n % 100), &block)
+            .unwrap();
+    });
+    println!(
+        "  durable append of 1 KiB (Sync): {append:?} = {:.2}x the write+fdatasync floor ({floor:?}); target <= 1.2x",
+        append.as_secs_f64() / floor.as_secs_f64()
+    );
+}
+
+fn main() {
+    benches();
+    ratio_report();
+    Criterion::default().configure_from_args().final_summary();
+}

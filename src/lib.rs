@@ -27,6 +27,8 @@
 )]
 
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod log;
 mod mmap;
@@ -34,6 +36,7 @@ pub mod namespace;
 pub mod options;
 pub mod record;
 pub mod store;
+pub mod time;
 
 pub use error::{Error, Result};
 pub use log::recovery::{OpenReport, Skipped, TornTail};

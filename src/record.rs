@@ -151,6 +151,28 @@ mod tests {
         }
     }
 
+    /// Pins every byte of the payload layout documented in DESIGN.md.
+    #[test]
+    fn payload_layout_is_as_documented() {
+        let key = ContextKey::derive("t", "c").unwrap();
+        let bytes = encode(&key, &body(true), b"BLOB").unwrap();
+        let mut want = vec![1u8];
+        want.extend_from_slice(key.digest());
+        let mut b = Vec::new();
+        b.extend_from_slice(&3u64.to_le_bytes()); // seq
+        b.extend_from_slice(&1_700_000_000_000u64.to_le_bytes()); // timestamp_ms
+        b.push(1); // opens: Some
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.push(b't');
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.push(b'c');
+        b.extend_from_slice(&0u32.to_le_bytes()); // kind: Message
+        want.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        want.extend_from_slice(&b);
+        want.extend_from_slice(b"BLOB");
+        assert_eq!(bytes, want);
+    }
+
     #[test]
     fn unknown_namespace_version_is_not_decoded_as_current() {
         let key = ContextKey::derive("t", "c").unwrap();

@@ -95,7 +95,7 @@ impl Store {
         check_options(&options)?;
         create_dir(&dir)?;
         let lock = lock_dir(&dir)?;
-        let segments = Arc::new(Segments::new(dir.clone()));
+        let segments = Arc::new(Segments::default());
         let index = Index::default();
         let mut report = OpenReport::default();
         let mut served = 0u64;
@@ -125,9 +125,7 @@ impl Store {
             options.segment_bytes,
             options.durability,
             segments.clone(),
-            active.id,
-            active.file,
-            active.len,
+            active,
         );
         Ok(Self {
             options,
@@ -394,7 +392,7 @@ fn apply(
         });
     }
     match body.kind {
-        RecordKind::Message { .. } => state.messages.push(loc),
+        RecordKind::Message => state.messages.push(loc),
     }
     state.next_seq = body.seq + 1;
     state.last_ms = state.last_ms.max(body.timestamp_ms);

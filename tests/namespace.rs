@@ -11,7 +11,10 @@ fn key(tenant: &str, context: &str) -> ContextKey {
     ContextKey::derive(tenant, context).unwrap()
 }
 
-const COLLISION_PAIRS: &[((&str, &str), (&str, &str))] = &[
+/// A (tenant, contextId) pair.
+type Pair = (&'static str, &'static str);
+
+const COLLISION_PAIRS: &[(Pair, Pair)] = &[
     // The sanitised-file-name merge that broke an earlier design.
     (("t", "tenant/a"), ("t", "tenanta")),
     (("tenant", "a"), ("tenanta", "")),

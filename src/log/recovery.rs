@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::frame::{
-    decode_frame, decode_header, find_next_frame, HeaderError, FORMAT_VERSION, FRAME_HEADER_LEN,
-    HEADER_LEN,
+    decode_frame, decode_header, encode_header, find_next_frame, HeaderError, FORMAT_VERSION,
+    FRAME_HEADER_LEN, HEADER_LEN,
 };
 use super::segments::{list_segment_ids, segment_path, RecordLoc, SegmentData, Segments};
 use super::writer::{create_segment, sync_dir};
@@ -70,8 +70,8 @@ pub struct ActiveSegment {
     pub id: u64,
     /// The file, open for reading and writing.
     pub file: File,
-    /// Its valid length.
-    pub len: u64,
+    /// Its valid bytes, from offset 0 (the writer mirrors them in memory).
+    pub bytes: Vec<u8>,
 }
 
 /// Scans the log under `dir`, registering every segment in `segments` and
@@ -93,12 +93,7 @@ pub fn recover(
         on_record: &mut on_record,
     };
     let Some((&newest, sealed)) = ids.split_last() else {
-        let file = create_segment(dir, 1)?;
-        return Ok(ActiveSegment {
-            id: 1,
-            file,
-            len: HEADER_LEN,
-        });
+        return fresh_segment(dir, 1);
     };
     for &id in sealed {
         let path = segment_path(dir, id);
@@ -209,7 +204,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             .write(true)
             .open(&path)
             .map_err(|e| Error::io("open the newest segment", &path, e))?;
-        let bytes =
+        let mut bytes =
             std::fs::read(&path).map_err(|e| Error::io("read the newest segment", &path, e))?;
         if bytes.len() as u64 <= HEADER_LEN && decode_header(&bytes).is_err() {
             // A rotation crashed before the new header was durable.
@@ -218,16 +213,10 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
             sync_dir(dir)?;
             self.report.removed_segments.push(id);
-            let next = id + 1;
-            let file = create_segment(dir, next)?;
-            return Ok(ActiveSegment {
-                id: next,
-                file,
-                len: HEADER_LEN,
-            });
+            return fresh_segment(dir, id + 1);
         }
         self.check_header(&path, id, &bytes)?;
-        let mut len = bytes.len() as u64;
+        let len = bytes.len() as u64;
         if let Some(cut) = self.frames(id, &bytes, true)? {
             let records = count_started_frames(&bytes, cut, self.max_record);
             file.set_len(cut)
@@ -239,11 +228,19 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 bytes: len - cut,
                 records,
             });
-            len = cut;
+            bytes.truncate(cut as usize);
         }
         self.report.segments += 1;
-        Ok(ActiveSegment { id, file, len })
+        Ok(ActiveSegment { id, file, bytes })
     }
+}
+
+fn fresh_segment(dir: &Path, id: u64) -> Result<ActiveSegment> {
+    Ok(ActiveSegment {
+        id,
+        file: create_segment(dir, id)?,
+        bytes: encode_header(id).to_vec(),
+    })
 }
 
 /// Follows length fields from `from` to count the frames that had started in

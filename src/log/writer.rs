@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
-use super::segments::{segment_path, RecordLoc, SegmentData, Segments};
+use super::recovery::ActiveSegment;
+use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments};
 use crate::error::{Error, Result};
 use crate::mmap::SealedMap;
 use crate::options::Durability;
@@ -20,6 +21,7 @@ use crate::options::Durability;
 struct Active {
     id: u64,
     file: Arc<File>,
+    mirror: Mirror,
     /// Bytes in the active segment (the next frame's offset).
     len: u64,
     /// Bytes appended since open, over all segments: the log position.
@@ -47,18 +49,19 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
-    /// Continues appending to segment `id` (already open as `file`, `len` bytes long).
+    /// Continues appending to the segment recovery left active.
     pub fn resume(
         dir: PathBuf,
         segment_bytes: u64,
         durability: Durability,
         segments: Arc<Segments>,
-        id: u64,
-        file: File,
-        len: u64,
+        active: ActiveSegment,
     ) -> Self {
+        let ActiveSegment { id, file, bytes } = active;
+        let len = bytes.len() as u64;
+        let mirror = new_mirror(segment_bytes, bytes);
+        segments.insert(id, SegmentData::Active(mirror.clone()));
         let file = Arc::new(file);
-        segments.insert(id, SegmentData::Active(file.clone()));
         Self {
             dir,
             segment_bytes,
@@ -67,6 +70,7 @@ impl LogWriter {
             active: Mutex::new(Active {
                 id,
                 file,
+                mirror,
                 len,
                 written: 0,
             }),
@@ -126,6 +130,7 @@ impl LogWriter {
                 e,
             ));
         }
+        active.mirror.write().extend_from_slice(&buf);
         active.len += batch;
         active.written += batch;
         Ok((locs, active.file.clone(), active.written))
@@ -155,10 +160,12 @@ impl LogWriter {
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
         self.segments
             .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
-        let file = Arc::new(file);
-        self.segments.insert(id, SegmentData::Active(file.clone()));
+        let mirror = new_mirror(self.segment_bytes, encode_header(id).to_vec());
+        self.segments
+            .insert(id, SegmentData::Active(mirror.clone()));
         active.id = id;
-        active.file = file;
+        active.file = Arc::new(file);
+        active.mirror = mirror;
         active.len = HEADER_LEN;
         // Everything written so far was in the segment just synced.
         let mut sync = self.sync.lock();
@@ -237,6 +244,17 @@ impl LogWriter {
     fn path(&self, id: u64) -> PathBuf {
         segment_path(&self.dir, id)
     }
+}
+
+/// A mirror holding `bytes`, with room reserved for a whole segment so that
+/// appends do not reallocate (pages are only touched as they fill).
+fn new_mirror(segment_bytes: u64, mut bytes: Vec<u8>) -> Mirror {
+    bytes.reserve(
+        usize::try_from(segment_bytes)
+            .unwrap_or(0)
+            .saturating_sub(bytes.len()),
+    );
+    Arc::new(RwLock::new(bytes))
 }
 
 /// Creates segment `id` in `dir` with its header, synced, and syncs the

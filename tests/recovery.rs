@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{body, segment_files, tmp};
-use ctxlog::log::frame::{encode_frame, encode_header, HEADER_LEN};
+use ctxlog::log::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
 use ctxlog::{Error, Options, RecoveryMode, Store};
 
 /// One acknowledged append and how long its segment was right after it.
@@ -151,7 +151,7 @@ fn frame_offsets(bytes: &[u8]) -> Vec<usize> {
     while at < bytes.len() {
         out.push(at);
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        at += 8 + len;
+        at += FRAME_HEADER_LEN as usize + len;
     }
     out
 }
@@ -212,6 +212,29 @@ fn a_flipped_bit_mid_newest_segment_is_corruption_not_a_torn_tail() {
     assert_eq!(fs::metadata(newest).unwrap().len(), len);
 }
 
+/// Unsynced appends can reach the disk out of order: a hole followed by valid
+/// frames that no watermark vouches for is a torn tail, not corruption.
+#[test]
+fn a_hole_in_unsynced_bytes_is_a_torn_tail() {
+    let dir = tmp();
+    let options = Options::default().durability(ctxlog::Durability::Buffered);
+    write_acked(dir.path(), options.clone(), 12);
+    let newest = segment_files(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&newest).unwrap();
+    let offsets = frame_offsets(&bytes);
+    // The page holding frame 5 never reached the disk.
+    for b in &mut bytes[offsets[5]..offsets[6]] {
+        *b = 0;
+    }
+    fs::write(&newest, &bytes).unwrap();
+    let store = Store::open(dir.path(), options).unwrap();
+    let torn = store.open_report().torn_tail.clone().unwrap();
+    assert_eq!(torn.offset, offsets[5] as u64);
+    assert_eq!(torn.bytes, (bytes.len() - offsets[5]) as u64);
+    assert_eq!(store.open_report().records, 5);
+    assert_eq!(fs::metadata(&newest).unwrap().len(), offsets[5] as u64);
+}
+
 #[test]
 fn a_second_opener_gets_locked() {
     let dir = tmp();
@@ -263,7 +286,7 @@ fn records_of_an_unknown_namespace_version_are_never_served() {
     payload.extend_from_slice(key.digest());
     payload.extend_from_slice(b"\x04\0\0\0junkjunk");
     let offset = bytes.len() as u64;
-    encode_frame(1, offset, &payload, &mut bytes);
+    encode_frame(1, offset, HEADER_LEN as u32, &payload, &mut bytes);
     fs::write(&seg, bytes).unwrap();
 
     let store = Store::open(dir.path(), Options::default()).unwrap();

@@ -8,8 +8,8 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"CTXLSEG\0";
 pub const FORMAT_VERSION: u32 = 1;
 /// Size of the segment header.
 pub const HEADER_LEN: u64 = 32;
-/// Size of a record frame's header (length and CRC).
-pub const FRAME_HEADER_LEN: u64 = 8;
+/// Size of a record frame's header (length, durable watermark, CRC).
+pub const FRAME_HEADER_LEN: u64 = 12;
 
 /// Why a frame or header does not validate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,22 +81,25 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderError> {
 }
 
 /// The CRC of a frame: it covers where the frame lives (segment id and offset)
-/// as well as its length and payload, so stale bytes from another segment or
-/// another position can never validate here.
-pub fn frame_crc(segment_id: u64, offset: u64, payload: &[u8]) -> u32 {
+/// as well as its length, watermark and payload, so stale bytes from another
+/// segment or another position can never validate here.
+pub fn frame_crc(segment_id: u64, offset: u64, durable: u32, payload: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&segment_id.to_le_bytes());
     h.update(&offset.to_le_bytes());
     h.update(&(payload.len() as u32).to_le_bytes());
+    h.update(&durable.to_le_bytes());
     h.update(payload);
     h.finalize()
 }
 
 /// Appends the frame of `payload` (to be written at `offset` of segment
-/// `segment_id`) to `out`.
-pub fn encode_frame(segment_id: u64, offset: u64, payload: &[u8], out: &mut Vec<u8>) {
+/// `segment_id`) to `out`. `durable` is the watermark: every byte of the
+/// segment before it was on disk when this frame was written.
+pub fn encode_frame(segment_id: u64, offset: u64, durable: u32, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&frame_crc(segment_id, offset, payload).to_le_bytes());
+    out.extend_from_slice(&durable.to_le_bytes());
+    out.extend_from_slice(&frame_crc(segment_id, offset, durable, payload).to_le_bytes());
     out.extend_from_slice(payload);
 }
 
@@ -107,6 +110,8 @@ pub struct Frame {
     pub offset: u64,
     /// Length of the payload.
     pub len: u32,
+    /// The durable watermark written with the frame.
+    pub durable: u32,
 }
 
 impl Frame {
@@ -136,11 +141,16 @@ pub fn decode_frame(
     if len == 0 || len > max_len {
         return Err(FrameError::BadLength(len));
     }
-    let frame = Frame { offset, len };
+    let durable = le_u32(&head[4..8]);
+    let frame = Frame {
+        offset,
+        len,
+        durable,
+    };
     let payload = segment
         .get(frame.payload_start() as usize..frame.end() as usize)
         .ok_or(FrameError::Short)?;
-    if frame_crc(segment_id, offset, payload) != le_u32(&head[4..8]) {
+    if frame_crc(segment_id, offset, durable, payload) != le_u32(&head[8..12]) {
         return Err(FrameError::Checksum);
     }
     Ok(frame)
@@ -150,7 +160,7 @@ pub fn decode_frame(
 pub fn verify_payload(segment_id: u64, offset: u64, head: &[u8], payload: &[u8]) -> bool {
     head.len() == FRAME_HEADER_LEN as usize
         && le_u32(&head[0..4]) as usize == payload.len()
-        && frame_crc(segment_id, offset, payload) == le_u32(&head[4..8])
+        && frame_crc(segment_id, offset, le_u32(&head[4..8]), payload) == le_u32(&head[8..12])
 }
 
 /// The offset of the first frame at or after `from` that validates, if any.
@@ -195,7 +205,7 @@ mod tests {
         let mut seg = encode_header(id).to_vec();
         for p in payloads {
             let off = seg.len() as u64;
-            encode_frame(id, off, p, &mut seg);
+            encode_frame(id, off, HEADER_LEN as u32, p, &mut seg);
         }
         seg
     }
@@ -254,7 +264,7 @@ mod tests {
     fn resync_finds_the_frame_after_damage() {
         let mut seg = segment_with(&[b"first", b"second"], 9);
         let second = decode_frame(&seg, 9, HEADER_LEN, 100).unwrap().end();
-        seg[HEADER_LEN as usize + 9] ^= 0xff;
+        seg[HEADER_LEN as usize + 13] ^= 0xff;
         assert!(decode_frame(&seg, 9, HEADER_LEN, 100).is_err());
         assert_eq!(find_next_frame(&seg, 9, HEADER_LEN, 100), Some(second));
     }

@@ -167,19 +167,31 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 }
                 Err(e) => e.reason(),
             };
-            match find_next_frame(bytes, id, at + 1, self.max_record) {
-                None if newest => return Ok(Some(at)),
-                None => {
-                    self.damage(id, at, end, reason)?;
-                    at = end;
-                }
-                Some(next) => {
-                    self.damage(id, at, next, reason)?;
-                    at = next;
-                }
+            // In the newest segment, a bad frame that no later frame vouches
+            // for (a watermark past it) lies in bytes that were never synced:
+            // a torn tail.
+            if newest && !self.vouched_for(bytes, id, at) {
+                return Ok(Some(at));
             }
+            let next = find_next_frame(bytes, id, at + 1, self.max_record).unwrap_or(end);
+            self.damage(id, at, next, reason)?;
+            at = next;
         }
         Ok(None)
+    }
+
+    /// Whether a valid frame after `at` carries a durable watermark past
+    /// `at`, proving that the bytes at `at` had been synced before it was written.
+    fn vouched_for(&self, bytes: &[u8], id: u64, at: u64) -> bool {
+        let mut from = at + 1;
+        while let Some(next) = find_next_frame(bytes, id, from, self.max_record) {
+            match decode_frame(bytes, id, next, self.max_record) {
+                Ok(frame) if u64::from(frame.durable) > at => return true,
+                Ok(frame) => from = frame.end(),
+                Err(_) => from = next + 1,
+            }
+        }
+        false
     }
 
     fn damage(&mut self, segment: u64, offset: u64, until: u64, reason: String) -> Result<()> {
@@ -230,6 +242,10 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             });
             bytes.truncate(cut as usize);
         }
+        // Whatever a crashed process left in the page cache is made durable
+        // now, so the writer may start with the whole segment as its watermark.
+        file.sync_data()
+            .map_err(|e| Error::io("sync the newest segment", &path, e))?;
         self.report.segments += 1;
         Ok(ActiveSegment { id, file, bytes })
     }

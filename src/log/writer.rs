@@ -24,8 +24,12 @@ struct Active {
     mirror: Mirror,
     /// Bytes in the active segment (the next frame's offset).
     len: u64,
-    /// Bytes appended since open, over all segments: the log position.
+    /// The log position just past the last byte written: a byte count that
+    /// only grows, over all segments, starting at the active segment's length
+    /// at open.
     written: u64,
+    /// The log position of the active segment's offset 0.
+    base: u64,
 }
 
 #[derive(Default)]
@@ -72,9 +76,14 @@ impl LogWriter {
                 file,
                 mirror,
                 len,
-                written: 0,
+                written: len,
+                base: 0,
             }),
-            sync: Mutex::new(SyncState::default()),
+            // Recovery synced the segment, so everything in it is durable.
+            sync: Mutex::new(SyncState {
+                synced: len,
+                syncing: false,
+            }),
             synced_cv: Condvar::new(),
             poisoned: AtomicBool::new(false),
         }
@@ -105,6 +114,12 @@ impl LogWriter {
         if active.len > HEADER_LEN && active.len + batch > self.segment_bytes {
             self.rotate(&mut active)?;
         }
+        // The durable watermark stored in each frame (lock order: active, then sync).
+        let synced = self.sync.lock().synced;
+        let durable = synced
+            .saturating_sub(active.base)
+            .clamp(HEADER_LEN, active.len);
+        let durable = u32::try_from(durable).map_err(|_| self.too_big(active.id))?;
         let mut buf = Vec::with_capacity(batch as usize);
         let mut locs = Vec::with_capacity(payloads.len());
         for p in payloads {
@@ -114,7 +129,7 @@ impl LogWriter {
                 offset: u32::try_from(offset).map_err(|_| self.too_big(active.id))?,
                 len: u32::try_from(p.len()).map_err(|_| self.too_big(active.id))?,
             };
-            encode_frame(active.id, offset, p, &mut buf);
+            encode_frame(active.id, offset, durable, p, &mut buf);
             locs.push(loc);
         }
         if let Err(e) = active.file.write_all_at(&buf, active.len) {
@@ -167,6 +182,7 @@ impl LogWriter {
         active.file = Arc::new(file);
         active.mirror = mirror;
         active.len = HEADER_LEN;
+        active.base = active.written - HEADER_LEN;
         // Everything written so far was in the segment just synced.
         let mut sync = self.sync.lock();
         sync.synced = sync.synced.max(active.written);

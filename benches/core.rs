@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use ctxlog::record::{self, ContextName, RecordBody, RecordKind};
+use ctxlog::render::Budget;
 use ctxlog::{ContextKey, Durability, Options, Store};
 
 const KIB: usize = 1024;
@@ -90,10 +91,49 @@ fn bench_reads(c: &mut Criterion) {
     }
 }
 
+/// A 1 KiB A2A message of readable text.
+fn a2a_message(i: usize) -> Vec<u8> {
+    let text: String = "Please refund the duplicate charge on order 123. "
+        .chars()
+        .cycle()
+        .take(KIB)
+        .collect();
+    let role = if i.is_multiple_of(2) {
+        "ROLE_USER"
+    } else {
+        "ROLE_AGENT"
+    };
+    format!(
+        r#"{{"messageId":"m-{i}","role":"{role}","taskId":"task-{}","parts":[{{"text":"{text}"}}]}}"#,
+        i / 4
+    )
+    .into_bytes()
+}
+
+fn bench_render(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap();
+    for i in 0..400 {
+        store
+            .append_message("bench", "case", &a2a_message(i))
+            .unwrap();
+    }
+    for n in [20usize, 200] {
+        let budget = Budget::new(1 << 20, n);
+        c.bench_function(&format!("render/last {n} of 1KiB"), |b| {
+            b.iter(|| store.render_history("bench", "case", None, budget).unwrap())
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_codec, bench_reads
+    targets = bench_codec, bench_reads, bench_render
 }
 
 fn config() -> Criterion {

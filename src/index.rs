@@ -38,7 +38,29 @@ pub struct ContextState {
     /// The seq the next record of this context gets.
     pub next_seq: u64,
     /// The message records, in the context's order.
-    pub messages: Vec<RecordLoc>,
+    pub messages: Vec<MessageRef>,
+}
+
+/// Where a message is, and its seq: 24 bytes per stored message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef {
+    /// The message's seq in its context.
+    pub seq: u64,
+    /// Where its record is.
+    pub loc: RecordLoc,
+}
+
+impl ContextState {
+    /// Up to `max` of the newest messages with seq below `before` (all, for
+    /// `None`), oldest first, and how many messages lie below `before`.
+    pub fn newest_before(&self, before: Option<u64>, max: usize) -> (&[MessageRef], u64) {
+        let end = before.map_or(self.messages.len(), |b| {
+            self.messages.partition_point(|m| m.seq < b)
+        });
+        let below = self.messages.get(..end).unwrap_or_default();
+        let start = below.len().saturating_sub(max);
+        (below.get(start..).unwrap_or_default(), end as u64)
+    }
 }
 
 /// One context's slot.

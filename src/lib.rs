@@ -35,6 +35,7 @@ mod mmap;
 pub mod namespace;
 pub mod options;
 pub mod record;
+pub mod render;
 pub mod store;
 pub mod time;
 

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::index::{ContextMeta, ContextSlot, ContextState, Index};
+use crate::index::{ContextMeta, ContextSlot, ContextState, Index, MessageRef};
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Options, RecoveryMode};
 use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
+use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::MAX_RECORD_BYTES;
 
 /// Name of the lock file that marks a store as open.
@@ -222,34 +223,124 @@ impl Store {
         context_id: &str,
         n: usize,
     ) -> Result<Vec<StoredMessage>> {
-        let locs = {
-            let slot = self.visible_slot(tenant, context_id)?;
-            let state = slot.state.read();
-            let skip = state.messages.len().saturating_sub(n);
-            state.messages.get(skip..).unwrap_or_default().to_vec()
-        };
-        locs.into_iter().map(|loc| self.read_message(loc)).collect()
+        let (refs, _) = self.newest_before(tenant, context_id, None, n)?;
+        refs.into_iter().map(|r| self.read_message(r.loc)).collect()
+    }
+
+    /// Copies out up to `max` of the newest message refs before seq `before`,
+    /// and how many messages lie before it.
+    fn newest_before(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        before: Option<u64>,
+        max: usize,
+    ) -> Result<(Vec<MessageRef>, u64)> {
+        let slot = self.visible_slot(tenant, context_id)?;
+        let state = slot.state.read();
+        let (refs, total) = state.newest_before(before, max);
+        Ok((refs.to_vec(), total))
+    }
+
+    /// The context's history before the message of seq `before` (the one
+    /// being processed, which is never part of its own history; `None`: the
+    /// whole history), in the structured form: role and text per turn, within
+    /// `budget` (bytes of text, and messages). The oldest whole messages are
+    /// dropped first; the newest is kept even when it alone is too large, cut
+    /// from its start.
+    pub fn history(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        before: Option<u64>,
+        budget: Budget,
+    ) -> Result<History> {
+        budget.check()?;
+        let (refs, total) = self.newest_before(tenant, context_id, before, budget.max_messages)?;
+        let room = budget.max_bytes;
+        let cost = |t: &Turn| t.text.len();
+        let (turns, omitted) = render::choose(
+            self.turns(&refs),
+            total,
+            budget.max_messages,
+            room,
+            cost,
+            |t| render::cut_to_fit(t, room, cost),
+        )?;
+        Ok(History { turns, omitted })
+    }
+
+    /// The same history rendered for a prompt inside an injection-guard
+    /// frame (see DESIGN.md): at most `budget.max_bytes` bytes in all.
+    pub fn render_history(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        before: Option<u64>,
+        budget: Budget,
+    ) -> Result<Rendered> {
+        budget.check()?;
+        let nonce = render::new_nonce()?;
+        let room = budget
+            .max_bytes
+            .saturating_sub(render::frame_overhead(&nonce));
+        let (refs, total) = self.newest_before(tenant, context_id, before, budget.max_messages)?;
+        // Each turn is rendered once, as it is read; its length is its cost.
+        let rendered = self.turns(&refs).map(|t| {
+            t.map(|t| {
+                let text = render::turn_text(&nonce, &t);
+                (t, text)
+            })
+        });
+        let (turns, omitted) = render::choose(
+            rendered,
+            total,
+            budget.max_messages,
+            room,
+            |(_, text)| text.len(),
+            |(turn, _)| {
+                let turn = render::cut_to_fit(turn, room, |t| render::turn_cost(&nonce, t));
+                let text = render::turn_text(&nonce, &turn);
+                (turn, text)
+            },
+        )?;
+        let texts: Vec<String> = turns.into_iter().map(|(_, text)| text).collect();
+        Ok(render::frame(&texts, omitted, &nonce))
+    }
+
+    /// Turns of `refs`, newest first, each read only when asked for.
+    fn turns<'a>(&'a self, refs: &'a [MessageRef]) -> impl Iterator<Item = Result<Turn>> + 'a {
+        refs.iter().rev().map(|r| {
+            self.with_message(r.loc, |body, blob| {
+                render::turn_from_message(body.seq, blob)
+            })
+        })
     }
 
     fn read_message(&self, loc: RecordLoc) -> Result<StoredMessage> {
+        self.with_message(loc, |body, blob| StoredMessage {
+            seq: body.seq,
+            timestamp_ms: body.timestamp_ms,
+            raw: blob.to_vec(),
+        })
+    }
+
+    /// Hands the message record at `loc` to `f` straight from the segment's
+    /// bytes (no copy of the blob).
+    fn with_message<T>(
+        &self,
+        loc: RecordLoc,
+        f: impl FnOnce(&RecordBody, &[u8]) -> T,
+    ) -> Result<T> {
         let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
         self.segments
             .with_payload(loc, |payload| match record::decode(payload) {
-                Ok(Decoded::Current {
-                    body:
-                        RecordBody {
-                            seq,
-                            timestamp_ms,
-                            kind: RecordKind::Message,
-                            ..
-                        },
-                    blob,
-                    ..
-                }) => Ok(StoredMessage {
-                    seq,
-                    timestamp_ms,
-                    raw: blob.to_vec(),
-                }),
+                Ok(Decoded::Current { body, blob, .. }) if body.kind == RecordKind::Message => {
+                    Ok(f(&body, blob))
+                }
+                Ok(Decoded::Current { .. }) => {
+                    Err(bad("the index points at a record that is not a message"))
+                }
                 Ok(Decoded::ForeignNamespace(_)) => {
                     Err(bad("the index points at a record of another namespace"))
                 }
@@ -392,7 +483,7 @@ fn apply(
         });
     }
     match body.kind {
-        RecordKind::Message => state.messages.push(loc),
+        RecordKind::Message => state.messages.push(MessageRef { seq: body.seq, loc }),
     }
     state.next_seq = body.seq + 1;
     state.last_ms = state.last_ms.max(body.timestamp_ms);

@@ -4,6 +4,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use ctxlog::render::Budget;
 use ctxlog::time::iso8601_ms;
 use ctxlog::{ContextKey, Durability, Error, OpenReport, Options, Store, StoredMessage};
 use serde_json::{json, Value};
@@ -19,6 +20,8 @@ commands:
   history CONTEXT [--last N]            the context's messages, oldest first, as JSON
   contexts [--page-size N] [--page-token T]
                                         the tenant's contexts, as JSON
+  render CONTEXT [--last N] [--max-bytes N]
+                                        the guarded rendering of the history, as text
   key CONTEXT                           the context's namespace key
   check                                 open the store and print what recovery found";
 
@@ -88,6 +91,7 @@ fn run(args: Vec<String>) -> Result<(), Failure> {
         "append" => append(&global, &args),
         "history" => history(&global, &args),
         "contexts" => contexts(&global, &args),
+        "render" => render(&global, &args),
         "key" => {
             let [context] = positional::<1>(&args)?;
             println!("{}", ContextKey::derive(&global.tenant, &context)?);
@@ -195,6 +199,23 @@ fn message_json(m: &StoredMessage) -> Value {
     };
     v[body.0] = body.1;
     v
+}
+
+fn render(global: &Global, args: &[String]) -> Result<(), Failure> {
+    let ([context], flags) = parse::<1>(args, &["--last", "--max-bytes"])?;
+    let defaults = Budget::default();
+    let budget = Budget::new(
+        number(&flags, "--max-bytes", defaults.max_bytes)?,
+        number(&flags, "--last", defaults.max_messages)?,
+    );
+    let store = open(global)?;
+    print!(
+        "{}",
+        store
+            .render_history(&global.tenant, &context, None, budget)?
+            .text
+    );
+    Ok(())
 }
 
 fn contexts(global: &Global, args: &[String]) -> Result<(), Failure> {
@@ -337,7 +358,14 @@ fn demo(global: &Global) -> Result<(), Failure> {
         );
     }
 
-    println!("\n5. The tenant's contexts (first page):");
+    println!("\n5. The history as a prompt would carry it, inside its guard frame:");
+    let framed = store.render_history(tenant, &context, None, Budget::default())?;
+    for line in framed.text.lines() {
+        println!("   {line}");
+    }
+    println!("   (message 3's forged 'assistant:' line stays behind '| ', inside its turn)");
+
+    println!("\n6. The tenant's contexts (first page):");
     for c in store.list_contexts(tenant, 10, None)?.contexts {
         println!(
             "   {:?}: {} message(s), first {} last {}",

@@ -55,7 +55,7 @@ fn bench_codec(c: &mut Criterion) {
         seq: 7,
         timestamp_ms: 1_800_000_000_000,
         opens: None,
-        kind: RecordKind::Message,
+        kind: RecordKind::Message { task: None },
     };
     let blob = message(0);
     let encoded = record::encode(&key, &body, &blob).unwrap();

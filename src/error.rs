@@ -63,6 +63,24 @@ pub enum Error {
     },
     /// No context of that id exists for this tenant.
     ContextNotFound,
+    /// No task of that id exists for this tenant.
+    TaskNotFound,
+    /// The operation is not allowed on the task in its state (for example a
+    /// message to a task in a terminal state).
+    UnsupportedOperation {
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// Cancel of a task that is already in a terminal state.
+    TaskNotCancelable {
+        /// The task's state.
+        state: &'static str,
+    },
+    /// A messageId already used by this tenant, with different content.
+    IdempotencyConflict {
+        /// The messageId.
+        message_id: String,
+    },
 }
 
 impl Error {
@@ -77,6 +95,10 @@ impl Error {
             Error::InvalidParams { .. } => "InvalidParams",
             Error::ContextRejected { .. } => "ContextRejected",
             Error::ContextNotFound => "ContextNotFound",
+            Error::TaskNotFound => "TaskNotFound",
+            Error::UnsupportedOperation { .. } => "UnsupportedOperation",
+            Error::TaskNotCancelable { .. } => "TaskNotCancelable",
+            Error::IdempotencyConflict { .. } => "IdempotencyConflict",
         }
     }
 
@@ -138,6 +160,20 @@ impl fmt::Display for Error {
             Error::ContextNotFound => write!(
                 f,
                 "no such context for this tenant; check the contextId and tenant"
+            ),
+            Error::TaskNotFound => write!(
+                f,
+                "no such task for this tenant; check the taskId and tenant"
+            ),
+            Error::UnsupportedOperation { reason } => write!(f, "{reason}"),
+            Error::TaskNotCancelable { state } => write!(
+                f,
+                "the task is {state}, a terminal state, and cannot be canceled"
+            ),
+            Error::IdempotencyConflict { message_id } => write!(
+                f,
+                "messageId {message_id:?} was already received with different content; \
+                 resend the original message or use a new messageId"
             ),
         }
     }

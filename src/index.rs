@@ -7,10 +7,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::log::segments::RecordLoc;
 use crate::namespace::ContextKey;
+use crate::tasks::TaskEntry;
 
 /// Number of shards of the key map.
 pub const SHARDS: usize = 64;
@@ -37,8 +38,13 @@ pub struct ContextState {
     pub last_ms: u64,
     /// The seq the next record of this context gets.
     pub next_seq: u64,
-    /// The message records, in the context's order.
+    /// The records that carry a message (inbound messages, and statuses with
+    /// a message), in the context's order: the context's history.
     pub messages: Vec<MessageRef>,
+    /// The context's tasks, in the order they were opened.
+    pub tasks: Vec<TaskEntry>,
+    /// Task id to its position in `tasks`.
+    pub task_pos: HashMap<String, usize>,
 }
 
 /// Where a message is, and its seq: 24 bytes per stored message.
@@ -51,6 +57,22 @@ pub struct MessageRef {
 }
 
 impl ContextState {
+    /// The task of `id`.
+    pub fn task(&self, id: &str) -> Option<&TaskEntry> {
+        self.task_pos.get(id).and_then(|&i| self.tasks.get(i))
+    }
+
+    /// The task of `id`, to change.
+    pub fn task_mut(&mut self, id: &str) -> Option<&mut TaskEntry> {
+        self.task_pos.get(id).and_then(|&i| self.tasks.get_mut(i))
+    }
+
+    /// Adds a new task.
+    pub fn add_task(&mut self, task: TaskEntry) {
+        self.task_pos.insert(task.id.clone(), self.tasks.len());
+        self.tasks.push(task);
+    }
+
     /// Up to `max` of the newest messages with seq below `before` (all, for
     /// `None`), oldest first, and how many messages lie below `before`.
     pub fn newest_before(&self, before: Option<u64>, max: usize) -> (&[MessageRef], u64) {
@@ -75,9 +97,78 @@ pub struct ContextSlot {
 
 type Shard = RwLock<HashMap<ContextKey, Arc<ContextSlot>>>;
 
+/// Where a messageId stands in the idempotency map.
+#[derive(Debug, Clone)]
+pub enum Idem {
+    /// A receive of this messageId is under way; wait at the gate.
+    Pending(Arc<Gate>),
+    /// Received: the message is record `seq` of `context`.
+    Done {
+        /// The context it went to.
+        context: ContextKey,
+        /// Its seq there.
+        seq: u64,
+    },
+}
+
+/// A one-shot gate: waiters block until it is opened.
+#[derive(Debug, Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    /// Blocks until the gate is opened.
+    pub fn wait(&self) {
+        let mut open = self.open.lock();
+        while !*open {
+            self.opened.wait(&mut open);
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock() = true;
+        self.opened.notify_all();
+    }
+}
+
+/// What a receive finds for its messageId.
+pub enum IdemStart<'a> {
+    /// Already received.
+    Done(ContextKey, u64),
+    /// Another receive of it is under way: wait, then look again.
+    Wait(Arc<Gate>),
+    /// This receive owns the messageId until the guard drops.
+    Owner(IdemGuard<'a>),
+}
+
+/// Owns a pending messageId; on drop, removes the pending mark if the receive
+/// did not complete, and wakes every waiter.
+pub struct IdemGuard<'a> {
+    index: &'a Index,
+    key: [u8; 32],
+    gate: Arc<Gate>,
+}
+
+impl Drop for IdemGuard<'_> {
+    fn drop(&mut self) {
+        let mut shard = self.index.idem_shard(&self.key).lock();
+        if matches!(shard.get(&self.key), Some(Idem::Pending(g)) if Arc::ptr_eq(g, &self.gate)) {
+            shard.remove(&self.key);
+        }
+        drop(shard);
+        self.gate.open();
+    }
+}
+
 /// The whole index.
 pub struct Index {
     shards: [Shard; SHARDS],
+    /// (tenant, task id) key to the task's context.
+    tasks: [RwLock<HashMap<[u8; 32], ContextKey>>; SHARDS],
+    /// (tenant, messageId) key to where the message went.
+    idem: [Mutex<HashMap<[u8; 32], Idem>>; SHARDS],
     /// Per tenant, its visible contexts ordered by (first activity, key).
     tenants: RwLock<HashMap<String, BTreeSet<(u64, ContextKey)>>>,
 }
@@ -86,6 +177,8 @@ impl Default for Index {
     fn default() -> Self {
         Self {
             shards: std::array::from_fn(|_| RwLock::default()),
+            tasks: std::array::from_fn(|_| RwLock::default()),
+            idem: std::array::from_fn(|_| Mutex::default()),
             tenants: RwLock::default(),
         }
     }
@@ -95,6 +188,51 @@ impl Index {
     fn shard(&self, key: &ContextKey) -> &Shard {
         // In range: the index is reduced modulo the array's length.
         &self.shards[usize::from(key.digest()[0]) % SHARDS]
+    }
+
+    fn idem_shard(&self, key: &[u8; 32]) -> &Mutex<HashMap<[u8; 32], Idem>> {
+        // In range: reduced modulo the array's length.
+        &self.idem[usize::from(key[0]) % SHARDS]
+    }
+
+    fn task_shard(&self, key: &[u8; 32]) -> &RwLock<HashMap<[u8; 32], ContextKey>> {
+        // In range: reduced modulo the array's length.
+        &self.tasks[usize::from(key[0]) % SHARDS]
+    }
+
+    /// The context of the task with this (tenant, task id) key.
+    pub fn task_context(&self, task_key: &[u8; 32]) -> Option<ContextKey> {
+        self.task_shard(task_key).read().get(task_key).copied()
+    }
+
+    /// Records which context a task is in.
+    pub fn set_task_context(&self, task_key: [u8; 32], context: ContextKey) {
+        self.task_shard(&task_key).write().insert(task_key, context);
+    }
+
+    /// Looks up a messageId, claiming it if it is unknown.
+    pub fn idem_start(&self, key: [u8; 32]) -> IdemStart<'_> {
+        let mut shard = self.idem_shard(&key).lock();
+        match shard.get(&key) {
+            Some(Idem::Done { context, seq }) => IdemStart::Done(*context, *seq),
+            Some(Idem::Pending(gate)) => IdemStart::Wait(gate.clone()),
+            None => {
+                let gate = Arc::new(Gate::default());
+                shard.insert(key, Idem::Pending(gate.clone()));
+                IdemStart::Owner(IdemGuard {
+                    index: self,
+                    key,
+                    gate,
+                })
+            }
+        }
+    }
+
+    /// Records where a received messageId went.
+    pub fn idem_done(&self, key: [u8; 32], context: ContextKey, seq: u64) {
+        self.idem_shard(&key)
+            .lock()
+            .insert(key, Idem::Done { context, seq });
     }
 
     /// The slot of `key`, if the index has one.

@@ -26,6 +26,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod a2a;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -37,6 +38,7 @@ pub mod options;
 pub mod record;
 pub mod render;
 pub mod store;
+pub mod tasks;
 pub mod time;
 
 pub use error::{Error, Result};

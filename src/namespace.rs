@@ -51,16 +51,9 @@ impl ContextKey {
     /// hashed in full, so the result is collision-free all the same). Useful
     /// to compute a key that [`derive`](Self::derive) would refuse.
     pub fn derive_unchecked(tenant: &str, context_id: &str) -> Self {
-        let mut h = Sha256::new();
-        h.update(DOMAIN_TAG);
-        h.update([NAMESPACE_VERSION]);
-        h.update((tenant.len() as u64).to_le_bytes());
-        h.update(tenant.as_bytes());
-        h.update((context_id.len() as u64).to_le_bytes());
-        h.update(context_id.as_bytes());
         Self {
             version: NAMESPACE_VERSION,
-            digest: h.finalize().into(),
+            digest: scoped_digest(DOMAIN_TAG, tenant, context_id),
         }
     }
 
@@ -100,6 +93,30 @@ impl fmt::Debug for ContextKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
+}
+
+/// SHA-256 over `tag ‖ version ‖ len(tenant) ‖ tenant ‖ len(id) ‖ id`: the
+/// namespace encoding, also used (with other tags) to key task ids and
+/// messageIds within a tenant.
+pub(crate) fn scoped_digest(tag: &[u8], tenant: &str, id: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(tag);
+    h.update([NAMESPACE_VERSION]);
+    h.update((tenant.len() as u64).to_le_bytes());
+    h.update(tenant.as_bytes());
+    h.update((id.len() as u64).to_le_bytes());
+    h.update(id.as_bytes());
+    h.finalize().into()
+}
+
+/// The in-memory key of a task id within a tenant.
+pub(crate) fn task_key(tenant: &str, task_id: &str) -> [u8; 32] {
+    scoped_digest(b"ctxlog-task\0", tenant, task_id)
+}
+
+/// The in-memory key of a messageId within a tenant.
+pub(crate) fn message_key(tenant: &str, message_id: &str) -> [u8; 32] {
+    scoped_digest(b"ctxlog-message\0", tenant, message_id)
 }
 
 /// Checks a tenant against the documented limit (the empty tenant is valid).

@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::a2a::TaskState;
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
 use crate::MAX_RECORD_BYTES;
 
@@ -42,11 +43,49 @@ pub struct ContextName {
     pub context_id: String,
 }
 
-/// The kinds of record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The kinds of record. (bincode writes the variant's index as a u32: the
+/// order here is part of the format.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RecordKind {
     /// An inbound message; the blob is its bytes exactly as received.
-    Message,
+    Message {
+        /// The task it was received into (`None`: saved with
+        /// [`Store::append_message`](crate::Store::append_message), outside the task model).
+        task: Option<TaskLink>,
+    },
+    /// A task's new status; the blob is the `TaskStatus` JSON as the agent gave it.
+    Status {
+        /// The task.
+        task_id: String,
+        /// The new state.
+        state: TaskState,
+        /// Whether the status carries a message (which joins the history).
+        with_message: bool,
+    },
+    /// An artifact chunk; the blob is the `Artifact` JSON as the agent gave it.
+    Artifact {
+        /// The task.
+        task_id: String,
+        /// The artifact.
+        artifact_id: String,
+        /// Extends the artifact instead of creating or replacing it.
+        append: bool,
+        /// Nothing may follow this chunk.
+        last_chunk: bool,
+    },
+}
+
+/// How a received message joined the task model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskLink {
+    /// The task it joined or opened.
+    pub task_id: String,
+    /// Whether it opened the task.
+    pub opens_task: bool,
+    /// Its messageId (for idempotency).
+    pub message_id: String,
+    /// SHA-256 of its canonical JSON (for idempotency conflicts).
+    pub digest: [u8; 32],
 }
 
 /// A decoded payload, borrowing its blob from the payload.
@@ -131,7 +170,7 @@ mod tests {
                 tenant: "t".into(),
                 context_id: "c".into(),
             }),
-            kind: RecordKind::Message,
+            kind: RecordKind::Message { task: None },
         }
     }
 
@@ -167,6 +206,7 @@ mod tests {
         b.extend_from_slice(&1u64.to_le_bytes());
         b.push(b'c');
         b.extend_from_slice(&0u32.to_le_bytes()); // kind: Message
+        b.push(0); // task: None
         want.extend_from_slice(&(b.len() as u32).to_le_bytes());
         want.extend_from_slice(&b);
         want.extend_from_slice(b"BLOB");

@@ -10,11 +10,15 @@ use crate::index::{ContextMeta, ContextSlot, ContextState, Index, MessageRef};
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
-use crate::namespace::ContextKey;
+
+mod tasks;
+use crate::namespace::{message_key, task_key, ContextKey};
 use crate::options::{Durability, Options, RecoveryMode};
 use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::render::{self, Budget, History, Rendered, Turn};
+use crate::tasks::{Op, TaskEntry};
 use crate::MAX_RECORD_BYTES;
+pub use tasks::{EventRecord, ListTasksQuery, Receipt};
 
 /// Name of the lock file that marks a store as open.
 pub const LOCK_FILE: &str = "LOCK";
@@ -157,32 +161,50 @@ impl Store {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get_or_insert(&key);
         let _turn = slot.write.lock();
-        let (opened, seq, timestamp_ms) = {
+        let (opened, timestamp_ms) = {
             let state = slot.state.read();
-            (
-                state.meta.is_some(),
-                state.next_seq,
-                now_ms().max(state.last_ms),
-            )
+            (state.meta.is_some(), now_ms().max(state.last_ms))
         };
-        let body = RecordBody {
-            seq,
-            timestamp_ms,
-            opens: (!opened).then(|| ContextName {
-                tenant: tenant.to_string(),
-                context_id: context_id.to_string(),
-            }),
-            kind: RecordKind::Message,
-        };
-        let payload = self.encode(&key, &body, raw)?;
-        let locs = self.writer.append(&[payload])?;
-        self.publish(&slot, &key, body, &locs);
+        let name = (!opened).then(|| ContextName {
+            tenant: tenant.to_string(),
+            context_id: context_id.to_string(),
+        });
+        let kind = RecordKind::Message { task: None };
+        let seq = self.append_record(&slot, &key, name, kind, raw, timestamp_ms)?;
         Ok(Appended {
             key,
             seq,
             timestamp_ms,
             opened_context: !opened,
         })
+    }
+
+    /// Appends one record to the context of `slot`, whose write lock the
+    /// caller holds, and publishes it once durable. `opens` is set exactly
+    /// when the context has no record yet. Returns the record's seq.
+    fn append_record(
+        &self,
+        slot: &ContextSlot,
+        key: &ContextKey,
+        opens: Option<ContextName>,
+        kind: RecordKind,
+        blob: &[u8],
+        timestamp_ms: u64,
+    ) -> Result<u64> {
+        let seq = slot.state.read().next_seq;
+        let body = RecordBody {
+            seq,
+            timestamp_ms,
+            opens,
+            kind,
+        };
+        let payload = self.encode(key, &body, blob)?;
+        let locs = self.writer.append(&[payload])?;
+        let mut state = slot.state.write();
+        for loc in locs {
+            apply(&self.index, &mut state, *key, &body, loc);
+        }
+        Ok(seq)
     }
 
     fn encode(&self, key: &ContextKey, body: &RecordBody, blob: &[u8]) -> Result<Vec<u8>> {
@@ -202,15 +224,6 @@ impl Store {
             });
         }
         Ok(payload)
-    }
-
-    /// Makes a durable record visible to readers (called with the context's
-    /// write lock held, so a context's records are published in order).
-    fn publish(&self, slot: &ContextSlot, key: &ContextKey, body: RecordBody, locs: &[RecordLoc]) {
-        let mut state = slot.state.write();
-        for &loc in locs {
-            apply(&self.index, &mut state, *key, &body, loc);
-        }
     }
 
     /// The last `n` messages of a context, oldest first (`usize::MAX`: all).
@@ -325,9 +338,30 @@ impl Store {
         })
     }
 
-    /// Hands the message record at `loc` to `f` straight from the segment's
-    /// bytes (no copy of the blob).
+    /// Hands the message of the history record at `loc` to `f`: an inbound
+    /// message straight from the segment's bytes (no copy), a status's
+    /// message re-encoded from the status.
     fn with_message<T>(
+        &self,
+        loc: RecordLoc,
+        f: impl FnOnce(&RecordBody, &[u8]) -> T,
+    ) -> Result<T> {
+        self.with_record(loc, |body, blob| match &body.kind {
+            RecordKind::Message { .. } => Ok(f(body, blob)),
+            RecordKind::Status { .. } => {
+                let status: crate::a2a::TaskStatus = serde_json::from_slice(blob)
+                    .map_err(|e| format!("a stored status does not parse: {e}"))?;
+                let message = status.message.ok_or("a history status without a message")?;
+                let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
+                Ok(f(body, &bytes))
+            }
+            RecordKind::Artifact { .. } => Err("the history points at an artifact".to_string()),
+        })?
+        .map_err(|reason| Error::corrupt(loc.segment, u64::from(loc.offset), reason))
+    }
+
+    /// Hands the record at `loc` to `f` straight from the segment's bytes.
+    pub(crate) fn with_record<T>(
         &self,
         loc: RecordLoc,
         f: impl FnOnce(&RecordBody, &[u8]) -> T,
@@ -335,12 +369,7 @@ impl Store {
         let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
         self.segments
             .with_payload(loc, |payload| match record::decode(payload) {
-                Ok(Decoded::Current { body, blob, .. }) if body.kind == RecordKind::Message => {
-                    Ok(f(&body, blob))
-                }
-                Ok(Decoded::Current { .. }) => {
-                    Err(bad("the index points at a record that is not a message"))
-                }
+                Ok(Decoded::Current { body, blob, .. }) => Ok(f(&body, blob)),
                 Ok(Decoded::ForeignNamespace(_)) => {
                     Err(bad("the index points at a record of another namespace"))
                 }
@@ -460,12 +489,46 @@ fn apply_recovered(
         }
         _ => {}
     }
+    check_recovered(&state, &body)?;
     apply(index, &mut state, key, &body, loc);
     Ok(())
 }
 
+/// Checks a recovered record against its context's state, as the live path
+/// checked it before appending: the task it names exists (or, for one that
+/// opens a task, does not yet), and the lifecycle allows it.
+fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Result<(), String> {
+    let (task_id, op) = match &body.kind {
+        RecordKind::Message { task: None } => return Ok(()),
+        RecordKind::Message { task: Some(link) } if link.opens_task => {
+            return match state.task(&link.task_id) {
+                Some(_) => Err(format!("task {:?} opened twice", link.task_id)),
+                None => Ok(()),
+            };
+        }
+        RecordKind::Message { task: Some(link) } => (&link.task_id, Op::Message),
+        RecordKind::Status { task_id, state, .. } => (task_id, Op::Status(*state)),
+        RecordKind::Artifact {
+            task_id,
+            artifact_id,
+            append,
+            ..
+        } => (
+            task_id,
+            Op::Artifact {
+                artifact_id,
+                append: *append,
+            },
+        ),
+    };
+    let task = state
+        .task(task_id)
+        .ok_or_else(|| format!("an event of unknown task {task_id:?}"))?;
+    task.check(op).map_err(|e| e.to_string())
+}
+
 /// Adds one record to a context's index entry; used by appends and recovery
-/// alike, so both build the same index.
+/// alike, so both build the same index. The record was checked before.
 fn apply(
     index: &Index,
     state: &mut ContextState,
@@ -482,8 +545,46 @@ fn apply(
             first_ms: body.timestamp_ms,
         });
     }
-    match body.kind {
-        RecordKind::Message => state.messages.push(MessageRef { seq: body.seq, loc }),
+    let history = MessageRef { seq: body.seq, loc };
+    let tenant = state.meta.as_ref().map_or("", |m| m.tenant.as_str());
+    match &body.kind {
+        RecordKind::Message { task: None } => state.messages.push(history),
+        RecordKind::Message { task: Some(link) } => {
+            index.idem_done(message_key(tenant, &link.message_id), key, body.seq);
+            if link.opens_task {
+                index.set_task_context(task_key(tenant, &link.task_id), key);
+                state.add_task(TaskEntry::opened(
+                    link.task_id.clone(),
+                    body.timestamp_ms,
+                    loc,
+                ));
+            } else if let Some(task) = state.task_mut(&link.task_id) {
+                task.push_event(loc, true);
+            }
+            state.messages.push(history);
+        }
+        RecordKind::Status {
+            task_id,
+            state: new_state,
+            with_message,
+        } => {
+            if let Some(task) = state.task_mut(task_id) {
+                task.set_status(*new_state, body.timestamp_ms, loc, *with_message);
+            }
+            if *with_message {
+                state.messages.push(history);
+            }
+        }
+        RecordKind::Artifact {
+            task_id,
+            artifact_id,
+            append,
+            last_chunk,
+        } => {
+            if let Some(task) = state.task_mut(task_id) {
+                task.add_chunk(loc, artifact_id, *append, *last_chunk);
+            }
+        }
     }
     state.next_seq = body.seq + 1;
     state.last_ms = state.last_ms.max(body.timestamp_ms);

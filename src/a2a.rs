@@ -1,0 +1,330 @@
+//! The A2A v1.0.1 data model in its JSON form (camelCase fields, enum values
+//! as proto names, defaults omitted), so stored objects can be handed back
+//! unchanged. Fields this build does not know are kept in `extra` and written
+//! back as they came.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A JSON object (`google.protobuf.Struct`).
+pub type Object = Map<String, Value>;
+
+/// Who sent a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Unspecified.
+    #[serde(rename = "ROLE_UNSPECIFIED")]
+    Unspecified,
+    /// The client.
+    #[serde(rename = "ROLE_USER")]
+    User,
+    /// The agent.
+    #[serde(rename = "ROLE_AGENT")]
+    Agent,
+}
+
+/// The lifecycle state of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Unknown.
+    #[serde(rename = "TASK_STATE_UNSPECIFIED")]
+    Unspecified,
+    /// Accepted, not started.
+    #[serde(rename = "TASK_STATE_SUBMITTED")]
+    Submitted,
+    /// Being processed.
+    #[serde(rename = "TASK_STATE_WORKING")]
+    Working,
+    /// Finished successfully (terminal).
+    #[serde(rename = "TASK_STATE_COMPLETED")]
+    Completed,
+    /// Finished with an error (terminal).
+    #[serde(rename = "TASK_STATE_FAILED")]
+    Failed,
+    /// Canceled (terminal).
+    #[serde(rename = "TASK_STATE_CANCELED")]
+    Canceled,
+    /// Waiting for the user (interrupted).
+    #[serde(rename = "TASK_STATE_INPUT_REQUIRED")]
+    InputRequired,
+    /// Refused by the agent (terminal).
+    #[serde(rename = "TASK_STATE_REJECTED")]
+    Rejected,
+    /// Waiting for authentication (interrupted).
+    #[serde(rename = "TASK_STATE_AUTH_REQUIRED")]
+    AuthRequired,
+}
+
+impl TaskState {
+    /// Every state, in proto order.
+    pub const ALL: [TaskState; 9] = [
+        TaskState::Unspecified,
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Canceled,
+        TaskState::InputRequired,
+        TaskState::Rejected,
+        TaskState::AuthRequired,
+    ];
+
+    /// Whether the state is final: COMPLETED, FAILED, CANCELED or REJECTED.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Canceled | TaskState::Rejected
+        )
+    }
+
+    /// The proto name, as in JSON (`"TASK_STATE_WORKING"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskState::Unspecified => "TASK_STATE_UNSPECIFIED",
+            TaskState::Submitted => "TASK_STATE_SUBMITTED",
+            TaskState::Working => "TASK_STATE_WORKING",
+            TaskState::Completed => "TASK_STATE_COMPLETED",
+            TaskState::Failed => "TASK_STATE_FAILED",
+            TaskState::Canceled => "TASK_STATE_CANCELED",
+            TaskState::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            TaskState::Rejected => "TASK_STATE_REJECTED",
+            TaskState::AuthRequired => "TASK_STATE_AUTH_REQUIRED",
+        }
+    }
+
+    /// The state of a proto name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// A section of content: exactly one of text, raw bytes (base64), url, data.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    /// Text content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// File bytes, base64 as in the JSON form (kept as given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+    /// A URL of the file's content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Structured data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    /// A file name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// A media (MIME) type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// Fields this build does not know.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+impl Part {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        Part {
+            text: Some(text.into()),
+            ..Part::default()
+        }
+    }
+
+    /// How many of the four content fields are set (a valid part has one).
+    pub fn content_count(&self) -> usize {
+        [
+            self.text.is_some(),
+            self.raw.is_some(),
+            self.url.is_some(),
+            self.data.is_some(),
+        ]
+        .into_iter()
+        .filter(|x| *x)
+        .count()
+    }
+}
+
+/// One unit of communication.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// Made by the sender; unique per sender.
+    pub message_id: String,
+    /// The context, if the sender named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
+    /// The task, if the sender named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Who sent it.
+    pub role: Role,
+    /// The content.
+    pub parts: Vec<Part>,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    /// Extension URIs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<String>,
+    /// Tasks this message refers back to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reference_task_ids: Vec<String>,
+    /// Fields this build does not know.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+impl Message {
+    /// A message of `role` with text parts.
+    pub fn new(message_id: impl Into<String>, role: Role, texts: &[&str]) -> Self {
+        Message {
+            message_id: message_id.into(),
+            context_id: None,
+            task_id: None,
+            role,
+            parts: texts.iter().map(|t| Part::text(*t)).collect(),
+            metadata: None,
+            extensions: Vec::new(),
+            reference_task_ids: Vec::new(),
+            extra: Object::new(),
+        }
+    }
+}
+
+/// A task's status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    /// The state.
+    pub state: TaskState,
+    /// A message with the status (it joins the task's history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+    /// When the status was recorded, ISO 8601 UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    /// Fields this build does not know.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// An output of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    /// Unique within its task.
+    pub artifact_id: String,
+    /// A human-readable name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A human-readable description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The content.
+    pub parts: Vec<Part>,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+    /// Extension URIs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<String>,
+    /// Fields this build does not know.
+    #[serde(flatten)]
+    pub extra: Object,
+}
+
+/// A task: one stateful job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    /// Made by the store.
+    pub id: String,
+    /// The context it belongs to.
+    pub context_id: String,
+    /// Its current status.
+    pub status: TaskStatus,
+    /// Its artifacts (omitted unless asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<Vec<Artifact>>,
+    /// Its messages, oldest first (omitted when none are asked for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Message>,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+}
+
+/// The agent's news: a task's status changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatusUpdateEvent {
+    /// The task.
+    pub task_id: String,
+    /// Its context.
+    pub context_id: String,
+    /// The new status.
+    pub status: TaskStatus,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+}
+
+/// The agent's news: an artifact chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskArtifactUpdateEvent {
+    /// The task.
+    pub task_id: String,
+    /// Its context.
+    pub context_id: String,
+    /// The chunk: its parts, and the artifact's other fields.
+    pub artifact: Artifact,
+    /// Extends the artifact of the same id instead of creating or replacing it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append: bool,
+    /// The artifact's final chunk: nothing may follow it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub last_chunk: bool,
+    /// Metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Object>,
+}
+
+/// One item of a stream: exactly one field is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamResponse {
+    /// A whole task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Task>,
+    /// A message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+    /// A status change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_update: Option<TaskStatusUpdateEvent>,
+    /// An artifact chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_update: Option<TaskArtifactUpdateEvent>,
+}
+
+/// The answer to a task listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksResponse {
+    /// The page's tasks, newest status first.
+    pub tasks: Vec<Task>,
+    /// The next page's token; empty on the last page.
+    pub next_page_token: String,
+    /// The page size used.
+    pub page_size: u32,
+    /// All matching tasks, before paging.
+    pub total_size: u32,
+}

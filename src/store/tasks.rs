@@ -1,0 +1,747 @@
+//! The A2A task model on top of the store: receiving messages under the A2A
+//! rules, status and artifact events, cancel, reads and listings.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::{now_ms, Store, MAX_PAGE_SIZE};
+use crate::a2a::{
+    Artifact, ListTasksResponse, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
+    TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use crate::error::{Error, Result};
+use crate::index::{ContextSlot, IdemStart};
+use crate::log::segments::RecordLoc;
+use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
+use crate::record::{ContextName, RecordKind, TaskLink};
+use crate::tasks::{Op, TaskEntry};
+use crate::time::iso8601_ms;
+
+/// What receiving a message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// The context the message is in (made by the store if the message had none).
+    pub context_id: String,
+    /// The task the message is in (made by the store for a new task).
+    pub task_id: String,
+    /// The message's seq in its context.
+    pub seq: u64,
+    /// This messageId had been received before: nothing was stored, and this
+    /// is the first receipt again.
+    pub duplicate: bool,
+    /// The message opened its context.
+    pub new_context: bool,
+    /// The message opened its task.
+    pub new_task: bool,
+}
+
+/// An event recorded for a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// The task.
+    pub task_id: String,
+    /// The event's per-task sequence number, from 1.
+    pub seq: u64,
+}
+
+/// The filters and paging of [`Store::list_tasks`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListTasksQuery {
+    /// Only tasks of this context.
+    pub context_id: Option<String>,
+    /// Only tasks in this state.
+    pub status: Option<TaskState>,
+    /// Only tasks whose status was recorded after this instant (ms since the epoch).
+    pub status_timestamp_after_ms: Option<u64>,
+    /// 1 to 100; default 50.
+    pub page_size: Option<usize>,
+    /// The previous page's `nextPageToken`.
+    pub page_token: Option<String>,
+    /// Unset: the whole history; 0: none; N: the last N messages.
+    pub history_length: Option<usize>,
+    /// Include each task's artifacts (default: omit them).
+    pub include_artifacts: bool,
+}
+
+/// What a task read copies out of the index before reading records.
+struct TaskSnapshot {
+    id: String,
+    context_id: String,
+    state: TaskState,
+    status_ms: u64,
+    status: Option<RecordLoc>,
+    history: Vec<RecordLoc>,
+    artifacts: Option<Vec<Vec<RecordLoc>>>,
+}
+
+impl Store {
+    /// Receives an inbound A2A message (JSON, as it came from the client)
+    /// under the A2A rules, and saves it exactly as received, durably, before
+    /// returning. See DESIGN.md, "The task model", for the rules.
+    pub fn receive_message(&self, tenant: &str, raw: &[u8]) -> Result<Receipt> {
+        check_tenant(tenant)?;
+        let msg = parse_message(raw)?;
+        let digest = canonical_digest(raw)?;
+        let idem = message_key(tenant, &msg.message_id);
+        let _owner = loop {
+            match self.index.idem_start(idem) {
+                IdemStart::Done(context, seq) => {
+                    return self.duplicate(&msg.message_id, context, seq, &digest)
+                }
+                IdemStart::Wait(gate) => gate.wait(),
+                IdemStart::Owner(guard) => break guard,
+            }
+        };
+        match &msg.task_id {
+            Some(task_id) => self.receive_into_task(tenant, &msg, task_id, raw, digest),
+            None => self.receive_new_task(tenant, &msg, raw, digest),
+        }
+    }
+
+    /// A message that names its task joins it.
+    fn receive_into_task(
+        &self,
+        tenant: &str,
+        msg: &Message,
+        task_id: &str,
+        raw: &[u8],
+        digest: [u8; 32],
+    ) -> Result<Receipt> {
+        let (key, slot) = self.task_slot(tenant, task_id)?;
+        let _turn = slot.write.lock();
+        let (context_id, timestamp_ms) = {
+            let state = slot.state.read();
+            let context_id = context_of(&state)?;
+            if msg.context_id.as_deref().is_some_and(|c| c != context_id) {
+                return Err(mismatch());
+            }
+            state
+                .task(task_id)
+                .ok_or(Error::TaskNotFound)?
+                .check(Op::Message)?;
+            (context_id.to_string(), now_ms().max(state.last_ms))
+        };
+        let link = TaskLink {
+            task_id: task_id.to_string(),
+            opens_task: false,
+            message_id: msg.message_id.clone(),
+            digest,
+        };
+        let kind = RecordKind::Message { task: Some(link) };
+        let seq = self.append_record(&slot, &key, None, kind, raw, timestamp_ms)?;
+        Ok(Receipt {
+            context_id,
+            task_id: task_id.to_string(),
+            seq,
+            duplicate: false,
+            new_context: false,
+            new_task: false,
+        })
+    }
+
+    /// A message without a task opens one, in its context or a new one.
+    fn receive_new_task(
+        &self,
+        tenant: &str,
+        msg: &Message,
+        raw: &[u8],
+        digest: [u8; 32],
+    ) -> Result<Receipt> {
+        let context_id = match &msg.context_id {
+            Some(c) => {
+                check_context_id(c)?;
+                c.clone()
+            }
+            None => self.fresh_context_id(tenant)?,
+        };
+        let key = ContextKey::derive(tenant, &context_id)?;
+        let slot = self.index.get_or_insert(&key);
+        let _turn = slot.write.lock();
+        let (new_context, timestamp_ms) = {
+            let state = slot.state.read();
+            (state.meta.is_none(), now_ms().max(state.last_ms))
+        };
+        let task_id = random_id()?;
+        let name = new_context.then(|| ContextName {
+            tenant: tenant.to_string(),
+            context_id: context_id.clone(),
+        });
+        let link = TaskLink {
+            task_id: task_id.clone(),
+            opens_task: true,
+            message_id: msg.message_id.clone(),
+            digest,
+        };
+        let kind = RecordKind::Message { task: Some(link) };
+        let seq = self.append_record(&slot, &key, name, kind, raw, timestamp_ms)?;
+        Ok(Receipt {
+            context_id,
+            task_id,
+            seq,
+            duplicate: false,
+            new_context,
+            new_task: true,
+        })
+    }
+
+    /// The first receipt of an already received messageId, if the content is the same.
+    fn duplicate(
+        &self,
+        message_id: &str,
+        key: ContextKey,
+        seq: u64,
+        digest: &[u8; 32],
+    ) -> Result<Receipt> {
+        let slot = self.index.get(&key).ok_or(Error::TaskNotFound)?;
+        let (context_id, loc) = {
+            let state = slot.state.read();
+            let at = state.messages.partition_point(|m| m.seq < seq);
+            let m = state.messages.get(at).filter(|m| m.seq == seq);
+            (context_of(&state)?.to_string(), m.map(|m| m.loc))
+        };
+        let loc = loc.ok_or(Error::TaskNotFound)?;
+        let link = self.with_record(loc, |body, _| match &body.kind {
+            RecordKind::Message { task: Some(link) } => Some(link.clone()),
+            _ => None,
+        })?;
+        let link = link.ok_or_else(|| {
+            Error::corrupt(
+                loc.segment,
+                u64::from(loc.offset),
+                "idempotency entry is not a message",
+            )
+        })?;
+        if &link.digest != digest || link.message_id != message_id {
+            return Err(Error::IdempotencyConflict {
+                message_id: message_id.to_string(),
+            });
+        }
+        Ok(Receipt {
+            context_id,
+            task_id: link.task_id,
+            seq,
+            duplicate: true,
+            new_context: false,
+            new_task: false,
+        })
+    }
+
+    /// Applies the agent's status update. A status message joins the history.
+    pub fn update_status(
+        &self,
+        tenant: &str,
+        event: &TaskStatusUpdateEvent,
+    ) -> Result<EventRecord> {
+        let (key, slot) = self.task_slot(tenant, &event.task_id)?;
+        let _turn = slot.write.lock();
+        let timestamp_ms = self.check_task_op(
+            &slot,
+            &event.task_id,
+            Some(&event.context_id),
+            Op::Status(event.status.state),
+        )?;
+        self.write_status(
+            &slot,
+            &key,
+            &event.task_id,
+            event.status.clone(),
+            timestamp_ms,
+        )
+    }
+
+    fn write_status(
+        &self,
+        slot: &ContextSlot,
+        key: &ContextKey,
+        task_id: &str,
+        mut status: TaskStatus,
+        timestamp_ms: u64,
+    ) -> Result<EventRecord> {
+        status
+            .timestamp
+            .get_or_insert_with(|| iso8601_ms(timestamp_ms));
+        let blob = to_json(&status)?;
+        let kind = RecordKind::Status {
+            task_id: task_id.to_string(),
+            state: status.state,
+            with_message: status.message.is_some(),
+        };
+        self.append_record(slot, key, None, kind, &blob, timestamp_ms)?;
+        Ok(self.event_record(slot, task_id))
+    }
+
+    /// Applies an artifact chunk: `append: false` creates or replaces the
+    /// artifact, `append: true` extends it; nothing may follow `lastChunk`.
+    pub fn add_artifact(
+        &self,
+        tenant: &str,
+        event: &TaskArtifactUpdateEvent,
+    ) -> Result<EventRecord> {
+        let artifact_id = &event.artifact.artifact_id;
+        let (key, slot) = self.task_slot(tenant, &event.task_id)?;
+        let _turn = slot.write.lock();
+        let op = Op::Artifact {
+            artifact_id,
+            append: event.append,
+        };
+        let timestamp_ms =
+            self.check_task_op(&slot, &event.task_id, Some(&event.context_id), op)?;
+        let blob = to_json(&event.artifact)?;
+        let kind = RecordKind::Artifact {
+            task_id: event.task_id.clone(),
+            artifact_id: artifact_id.clone(),
+            append: event.append,
+            last_chunk: event.last_chunk,
+        };
+        self.append_record(&slot, &key, None, kind, &blob, timestamp_ms)?;
+        Ok(self.event_record(&slot, &event.task_id))
+    }
+
+    /// Applies one agent event given as an A2A `StreamResponse` (JSON) that
+    /// carries a `statusUpdate` or an `artifactUpdate`.
+    pub fn apply_event(&self, tenant: &str, raw: &[u8]) -> Result<EventRecord> {
+        let event: StreamResponse =
+            serde_json::from_slice(raw).map_err(|e| Error::InvalidParams {
+                field: "event",
+                reason: format!("not an A2A StreamResponse: {e}"),
+            })?;
+        match (event.status_update, event.artifact_update) {
+            (Some(status), None) => self.update_status(tenant, &status),
+            (None, Some(artifact)) => self.add_artifact(tenant, &artifact),
+            _ => Err(Error::InvalidParams {
+                field: "event",
+                reason: "give exactly one of statusUpdate and artifactUpdate".into(),
+            }),
+        }
+    }
+
+    /// Cancels a task that is not in a terminal state, and returns it.
+    pub fn cancel_task(&self, tenant: &str, task_id: &str) -> Result<Task> {
+        let (key, slot) = self.task_slot(tenant, task_id)?;
+        {
+            let _turn = slot.write.lock();
+            let timestamp_ms = self.check_task_op(&slot, task_id, None, Op::Cancel)?;
+            let status = TaskStatus {
+                state: TaskState::Canceled,
+                message: None,
+                timestamp: None,
+                extra: Default::default(),
+            };
+            self.write_status(&slot, &key, task_id, status, timestamp_ms)?;
+        }
+        self.get_task(tenant, task_id, None, true)
+    }
+
+    /// A task, with the last `history_length` messages of its history (unset:
+    /// all; 0: none) and, if asked, its artifacts. Reads only what it returns.
+    pub fn get_task(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        history_length: Option<usize>,
+        include_artifacts: bool,
+    ) -> Result<Task> {
+        let (_, slot) = self.task_slot(tenant, task_id)?;
+        let snapshot = {
+            let state = slot.state.read();
+            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+            snapshot(context_of(&state)?, task, history_length, include_artifacts)
+        };
+        self.read_task(snapshot)
+    }
+
+    /// The tenant's tasks, filtered, newest status first (ties by id), in
+    /// pages with cursor tokens. See [`ListTasksQuery`].
+    pub fn list_tasks(&self, tenant: &str, query: &ListTasksQuery) -> Result<ListTasksResponse> {
+        let page_size = query.page_size.unwrap_or(super::DEFAULT_PAGE_SIZE);
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(Error::InvalidParams {
+                field: "pageSize",
+                reason: format!("{page_size} is not between 1 and {MAX_PAGE_SIZE}"),
+            });
+        }
+        let after = query
+            .page_token
+            .as_deref()
+            .map(decode_task_token)
+            .transpose()?;
+        let mut found: Vec<(u64, String, ContextKey)> = Vec::new();
+        for key in self.tenant_contexts(tenant, query.context_id.as_deref())? {
+            let Some(slot) = self.index.get(&key) else {
+                continue;
+            };
+            let state = slot.state.read();
+            found.extend(
+                state
+                    .tasks
+                    .iter()
+                    .filter(|t| query.status.is_none_or(|s| s == t.state))
+                    .filter(|t| {
+                        query
+                            .status_timestamp_after_ms
+                            .is_none_or(|a| t.status_ms > a)
+                    })
+                    .map(|t| (t.status_ms, t.id.clone(), key)),
+            );
+        }
+        found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let total_size = found.len();
+        let start = after.map_or(0, |(ms, id)| {
+            found.partition_point(|(m, i, _)| *m > ms || (*m == ms && *i <= id))
+        });
+        let page: Vec<_> = found.iter().skip(start).take(page_size).collect();
+        let more = start + page.len() < total_size;
+        let next_page_token = match page.last() {
+            Some((ms, id, _)) if more => encode_task_token(*ms, id),
+            _ => String::new(),
+        };
+        let mut tasks = Vec::with_capacity(page.len());
+        for (_, id, key) in page {
+            let Some(slot) = self.index.get(key) else {
+                continue;
+            };
+            let snapshot = {
+                let state = slot.state.read();
+                let Some(task) = state.task(id) else { continue };
+                snapshot(
+                    context_of(&state)?,
+                    task,
+                    query.history_length,
+                    query.include_artifacts,
+                )
+            };
+            tasks.push(self.read_task(snapshot)?);
+        }
+        Ok(ListTasksResponse {
+            tasks,
+            next_page_token,
+            page_size: page_size as u32,
+            total_size: u32::try_from(total_size).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The task's events after per-task sequence number `after` (0: all), in
+    /// order, for a subscriber that reconnects.
+    pub fn events_since(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+    ) -> Result<Vec<(u64, StreamResponse)>> {
+        let (_, slot) = self.task_slot(tenant, task_id)?;
+        let (context_id, locs) = {
+            let state = slot.state.read();
+            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+            let skip = usize::try_from(after).unwrap_or(usize::MAX);
+            let locs: Vec<RecordLoc> = task.events.iter().skip(skip).copied().collect();
+            (context_of(&state)?.to_string(), locs)
+        };
+        locs.into_iter()
+            .enumerate()
+            .map(|(i, loc)| {
+                let event = self.read_event(loc, task_id, &context_id)?;
+                Ok((after + i as u64 + 1, event))
+            })
+            .collect()
+    }
+
+    fn read_event(
+        &self,
+        loc: RecordLoc,
+        task_id: &str,
+        context_id: &str,
+    ) -> Result<StreamResponse> {
+        let bad = |e: String| Error::corrupt(loc.segment, u64::from(loc.offset), e);
+        let event = self.with_record(loc, |body, blob| -> std::result::Result<_, String> {
+            let mut out = StreamResponse::default();
+            match &body.kind {
+                RecordKind::Message { .. } => out.message = Some(from_json(blob)?),
+                RecordKind::Status { .. } => {
+                    out.status_update = Some(TaskStatusUpdateEvent {
+                        task_id: task_id.to_string(),
+                        context_id: context_id.to_string(),
+                        status: from_json(blob)?,
+                        metadata: None,
+                    })
+                }
+                RecordKind::Artifact {
+                    append, last_chunk, ..
+                } => {
+                    out.artifact_update = Some(TaskArtifactUpdateEvent {
+                        task_id: task_id.to_string(),
+                        context_id: context_id.to_string(),
+                        artifact: from_json(blob)?,
+                        append: *append,
+                        last_chunk: *last_chunk,
+                        metadata: None,
+                    })
+                }
+            }
+            Ok(out)
+        })?;
+        event.map_err(bad)
+    }
+
+    fn read_task(&self, s: TaskSnapshot) -> Result<Task> {
+        let status = match s.status {
+            Some(loc) => self.read_json(loc)?,
+            None => TaskStatus {
+                state: s.state,
+                message: None,
+                timestamp: Some(iso8601_ms(s.status_ms)),
+                extra: Default::default(),
+            },
+        };
+        let history = s
+            .history
+            .iter()
+            .map(|&loc| {
+                self.with_message(loc, |_, bytes| from_json::<Message>(bytes))?
+                    .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let artifacts = match s.artifacts {
+            Some(list) => Some(
+                list.iter()
+                    .map(|chunks| self.read_artifact(chunks))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            None => None,
+        };
+        Ok(Task {
+            id: s.id,
+            context_id: s.context_id,
+            status,
+            artifacts,
+            history,
+            metadata: None,
+        })
+    }
+
+    /// An artifact whole: its first chunk, with every later chunk's parts
+    /// appended and any field a later chunk sets taking that chunk's value.
+    fn read_artifact(&self, chunks: &[RecordLoc]) -> Result<Artifact> {
+        let mut whole: Option<Artifact> = None;
+        for &loc in chunks {
+            let chunk: Artifact = self.read_json(loc)?;
+            whole = Some(match whole {
+                None => chunk,
+                Some(mut a) => {
+                    a.parts.extend(chunk.parts);
+                    a.name = chunk.name.or(a.name);
+                    a.description = chunk.description.or(a.description);
+                    a.metadata = chunk.metadata.or(a.metadata);
+                    if !chunk.extensions.is_empty() {
+                        a.extensions = chunk.extensions;
+                    }
+                    a.extra.extend(chunk.extra);
+                    a
+                }
+            });
+        }
+        whole.ok_or_else(|| Error::corrupt(0, 0, "an artifact with no chunks"))
+    }
+
+    fn read_json<T: serde::de::DeserializeOwned>(&self, loc: RecordLoc) -> Result<T> {
+        self.with_record(loc, |_, blob| from_json(blob))?
+            .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
+    }
+
+    /// The context and slot of a task of this tenant.
+    fn task_slot(&self, tenant: &str, task_id: &str) -> Result<(ContextKey, Arc<ContextSlot>)> {
+        let key = self
+            .index
+            .task_context(&task_key(tenant, task_id))
+            .ok_or(Error::TaskNotFound)?;
+        let slot = self.index.get(&key).ok_or(Error::TaskNotFound)?;
+        Ok((key, slot))
+    }
+
+    /// Checks `op` on the task (the caller holds the context's write lock) and
+    /// returns the timestamp for its record.
+    fn check_task_op(
+        &self,
+        slot: &ContextSlot,
+        task_id: &str,
+        context_id: Option<&str>,
+        op: Op<'_>,
+    ) -> Result<u64> {
+        let state = slot.state.read();
+        if context_id.is_some_and(|c| c != context_of(&state).unwrap_or_default()) {
+            return Err(mismatch());
+        }
+        state.task(task_id).ok_or(Error::TaskNotFound)?.check(op)?;
+        Ok(now_ms().max(state.last_ms))
+    }
+
+    fn event_record(&self, slot: &ContextSlot, task_id: &str) -> EventRecord {
+        let seq = slot
+            .state
+            .read()
+            .task(task_id)
+            .map_or(0, |t| t.events.len() as u64);
+        EventRecord {
+            task_id: task_id.to_string(),
+            seq,
+        }
+    }
+
+    /// Keys of the tenant's visible contexts (only `context_id`'s, if given).
+    fn tenant_contexts(&self, tenant: &str, context_id: Option<&str>) -> Result<Vec<ContextKey>> {
+        Ok(match context_id {
+            Some(c) => match self.visible_slot(tenant, c) {
+                Ok(_) => vec![ContextKey::derive(tenant, c)?],
+                Err(Error::ContextNotFound) => Vec::new(),
+                Err(e) => return Err(e),
+            },
+            None => self
+                .index
+                .tenant_page(tenant, None, usize::MAX)
+                .into_iter()
+                .map(|(_, k)| k)
+                .collect(),
+        })
+    }
+
+    /// A store-made contextId no context of this tenant has.
+    fn fresh_context_id(&self, tenant: &str) -> Result<String> {
+        loop {
+            let id = random_id()?;
+            let key = ContextKey::derive(tenant, &id)?;
+            if self.index.get(&key).is_none() {
+                return Ok(id);
+            }
+        }
+    }
+}
+
+fn snapshot(
+    context_id: &str,
+    task: &TaskEntry,
+    history_length: Option<usize>,
+    include_artifacts: bool,
+) -> TaskSnapshot {
+    let keep = history_length.unwrap_or(usize::MAX);
+    let skip = task.history.len().saturating_sub(keep);
+    let loc = |i: &u32| task.events.get(*i as usize).copied();
+    TaskSnapshot {
+        id: task.id.clone(),
+        context_id: context_id.to_string(),
+        state: task.state,
+        status_ms: task.status_ms,
+        status: task.status,
+        history: task.history.iter().skip(skip).filter_map(loc).collect(),
+        artifacts: include_artifacts.then(|| {
+            task.artifacts
+                .iter()
+                .filter(|a| !a.chunks.is_empty())
+                .map(|a| a.chunks.iter().filter_map(loc).collect())
+                .collect()
+        }),
+    }
+}
+
+fn context_of(state: &crate::index::ContextState) -> Result<&str> {
+    state
+        .meta
+        .as_ref()
+        .map(|m| m.context_id.as_str())
+        .ok_or(Error::TaskNotFound)
+}
+
+fn mismatch() -> Error {
+    Error::InvalidParams {
+        field: "contextId",
+        reason: "it does not match the task's context; omit it or send the task's contextId".into(),
+    }
+}
+
+/// Parses and checks an inbound message.
+fn parse_message(raw: &[u8]) -> Result<Message> {
+    if std::str::from_utf8(raw).is_err() {
+        let lossy = String::from_utf8_lossy(raw);
+        if let Ok(m) = serde_json::from_str::<Message>(&lossy) {
+            if m.context_id.is_some_and(|c| c.contains('\u{fffd}')) {
+                return Err(Error::ContextRejected {
+                    reason: "it is not valid UTF-8; send a contextId of valid UTF-8".into(),
+                });
+            }
+        }
+    }
+    let msg: Message = serde_json::from_slice(raw).map_err(|e| Error::InvalidParams {
+        field: "message",
+        reason: format!("not an A2A Message in JSON: {e}"),
+    })?;
+    let invalid = |field, reason: &str| {
+        Err(Error::InvalidParams {
+            field,
+            reason: reason.to_string(),
+        })
+    };
+    if msg.message_id.is_empty() {
+        return invalid("messageId", "it is empty; every message needs a messageId");
+    }
+    if msg.role != Role::User {
+        return invalid("role", "an inbound message must have role ROLE_USER");
+    }
+    if msg.parts.is_empty() {
+        return invalid("parts", "a message needs at least one part");
+    }
+    if msg.parts.iter().any(|p| p.content_count() != 1) {
+        return invalid(
+            "parts",
+            "each part needs exactly one of text, raw, url and data",
+        );
+    }
+    if msg.task_id.as_deref() == Some("") {
+        return invalid("taskId", "it is empty; omit it to start a new task");
+    }
+    Ok(msg)
+}
+
+/// SHA-256 of the message's JSON with keys sorted and no insignificant white
+/// space: two sends of one message digest alike however they were spaced.
+fn canonical_digest(raw: &[u8]) -> Result<[u8; 32]> {
+    let value: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| Error::InvalidParams {
+            field: "message",
+            reason: e.to_string(),
+        })?;
+    Ok(Sha256::digest(to_json(&value)?).into())
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| Error::InvalidParams {
+        field: "json",
+        reason: e.to_string(),
+    })
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("a stored object does not parse: {e}"))
+}
+
+/// 128 random bits as 32 hex digits: store-made ids are opaque and unguessable.
+pub(crate) fn random_id() -> Result<String> {
+    crate::render::new_nonce()
+}
+
+fn encode_task_token(status_ms: u64, task_id: &str) -> String {
+    let mut bytes = status_ms.to_le_bytes().to_vec();
+    bytes.extend_from_slice(task_id.as_bytes());
+    hex::encode(bytes)
+}
+
+fn decode_task_token(token: &str) -> Result<(u64, String)> {
+    let invalid = || Error::InvalidParams {
+        field: "pageToken",
+        reason: "it is not a token this store handed out; start again without one".into(),
+    };
+    let bytes = hex::decode(token).map_err(|_| invalid())?;
+    let (ms, id) = bytes.split_at_checked(8).ok_or_else(invalid)?;
+    let ms = u64::from_le_bytes(ms.try_into().map_err(|_| invalid())?);
+    let id = String::from_utf8(id.to_vec()).map_err(|_| invalid())?;
+    Ok((ms, id))
+}

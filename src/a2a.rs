@@ -155,7 +155,10 @@ impl Part {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
-    /// Made by the sender; unique per sender.
+    /// Made by the sender; unique per sender. (Required by the spec, but
+    /// some of its own examples omit it: it reads as empty then, and
+    /// [`Store::receive_message`](crate::Store::receive_message) refuses it.)
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message_id: String,
     /// The context, if the sender named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +250,7 @@ pub struct Task {
     /// Made by the store.
     pub id: String,
     /// The context it belongs to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub context_id: String,
     /// Its current status.
     pub status: TaskStatus,

@@ -45,7 +45,9 @@ pub use error::{Error, Result};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
 pub use options::{Durability, Options, RecoveryMode};
-pub use store::{Appended, ContextInfo, ContextPage, Store, StoredMessage};
+pub use store::{
+    Appended, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Store, StoredMessage,
+};
 
 /// The largest record payload the format allows (16 MiB).
 pub const MAX_RECORD_BYTES: u32 = 16 << 20;

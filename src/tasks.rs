@@ -253,7 +253,11 @@ mod tests {
         assert_eq!(kind(t.check(chunk("a", true))), "InvalidParams");
         assert_eq!(kind(t.check(chunk("a", false))), "InvalidParams");
         assert_eq!(kind(t.check(chunk("b", false))), "ok");
-        assert_eq!(t.events.len(), 6, "the opening message, one status, four chunks");
+        assert_eq!(
+            t.events.len(),
+            6,
+            "the opening message, one status, four chunks"
+        );
         assert_eq!(t.history, vec![0]);
     }
 }

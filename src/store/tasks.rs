@@ -45,9 +45,9 @@ pub struct EventRecord {
     pub seq: u64,
 }
 
-/// The filters and paging of [`Store::list_tasks`].
+/// The filters and paging of [`Store::list_tasks`]; build it with
+/// `..Default::default()` for the fields you do not set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct ListTasksQuery {
     /// Only tasks of this context.
     pub context_id: Option<String>,

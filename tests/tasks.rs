@@ -1,0 +1,604 @@
+//! The A2A task model: receiving under the A2A rules, the lifecycle,
+//! idempotency, artifacts, reads, listings and tenants.
+
+mod common;
+
+use std::sync::Arc;
+
+use ctxlog::a2a::{
+    Artifact, Part, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use ctxlog::{Durability, Error, ListTasksQuery, Options, Receipt, Store};
+use serde_json::{json, Value};
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = common::tmp();
+    let store = Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap();
+    (dir, store)
+}
+
+fn reopen(dir: &tempfile::TempDir, store: Store) -> Store {
+    store.close().unwrap();
+    Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap()
+}
+
+fn user(id: &str, text: &str) -> Value {
+    json!({ "messageId": id, "role": "ROLE_USER", "parts": [{ "text": text }] })
+}
+
+fn send(store: &Store, tenant: &str, msg: &Value) -> Result<Receipt, Error> {
+    store.receive_message(tenant, &serde_json::to_vec(msg).unwrap())
+}
+
+fn status(r: &Receipt, state: TaskState, text: Option<&str>) -> TaskStatusUpdateEvent {
+    TaskStatusUpdateEvent {
+        task_id: r.task_id.clone(),
+        context_id: r.context_id.clone(),
+        status: TaskStatus {
+            state,
+            message: text.map(|t| {
+                serde_json::from_value(json!({
+                    "messageId": format!("agent-{t}"), "role": "ROLE_AGENT", "parts": [{ "text": t }]
+                }))
+                .unwrap()
+            }),
+            timestamp: None,
+            extra: Default::default(),
+        },
+        metadata: None,
+    }
+}
+
+fn chunk(
+    r: &Receipt,
+    id: &str,
+    text: &str,
+    append: bool,
+    last_chunk: bool,
+) -> TaskArtifactUpdateEvent {
+    TaskArtifactUpdateEvent {
+        task_id: r.task_id.clone(),
+        context_id: r.context_id.clone(),
+        artifact: Artifact {
+            artifact_id: id.into(),
+            name: Some("refund-receipt".into()),
+            description: None,
+            parts: vec![Part::text(text)],
+            metadata: None,
+            extensions: Vec::new(),
+            extra: Default::default(),
+        },
+        append,
+        last_chunk,
+        metadata: None,
+    }
+}
+
+fn texts(task: &Task) -> Vec<String> {
+    task.history
+        .iter()
+        .map(|m| m.parts[0].text.clone().unwrap_or_default())
+        .collect()
+}
+
+/// The seed scenario of the brief, end to end, across a restart.
+#[test]
+fn the_refund_case() {
+    let (dir, store) = store();
+    let first = send(
+        &store,
+        "acme",
+        &user("m1", "Refund the duplicate charge on order 123."),
+    )
+    .unwrap();
+    assert!(first.new_context && first.new_task && !first.duplicate);
+    assert_eq!(
+        first.context_id.len(),
+        32,
+        "store-made ids carry 128 random bits"
+    );
+    assert_eq!(first.task_id.len(), 32);
+    store
+        .update_status(
+            "acme",
+            &status(
+                &first,
+                TaskState::InputRequired,
+                Some("Which card was charged?"),
+            ),
+        )
+        .unwrap();
+    let mut reply = user("m2", "The Visa ending 4242.");
+    reply["taskId"] = json!(first.task_id);
+    reply["contextId"] = json!(first.context_id);
+    let joined = send(&store, "acme", &reply).unwrap();
+    assert_eq!(
+        (joined.task_id.as_str(), joined.new_task),
+        (first.task_id.as_str(), false)
+    );
+    store
+        .update_status("acme", &status(&first, TaskState::Working, None))
+        .unwrap();
+    store
+        .add_artifact("acme", &chunk(&first, "receipt", "Refunded ", false, false))
+        .unwrap();
+    store
+        .add_artifact("acme", &chunk(&first, "receipt", "$42.00 ", true, false))
+        .unwrap();
+    store
+        .add_artifact(
+            "acme",
+            &chunk(&first, "receipt", "to Visa 4242.", true, true),
+        )
+        .unwrap();
+    store
+        .update_status("acme", &status(&first, TaskState::Completed, Some("Done.")))
+        .unwrap();
+
+    let store = reopen(&dir, store);
+    // The finished task is a fixed record: a message to it is refused.
+    let mut late = user("m3", "Also the shipping fee.");
+    late["taskId"] = json!(first.task_id);
+    assert!(matches!(
+        send(&store, "acme", &late),
+        Err(Error::UnsupportedOperation { .. })
+    ));
+    // The refinement is a new task in the same context, pointing back.
+    let mut follow = user(
+        "m4",
+        "Also refund the $6.90 shipping fee on the same order.",
+    );
+    follow["contextId"] = json!(first.context_id);
+    follow["referenceTaskIds"] = json!([first.task_id]);
+    let second = send(&store, "acme", &follow).unwrap();
+    assert!(second.new_task && !second.new_context);
+    assert_eq!(second.context_id, first.context_id);
+
+    let task = store.get_task("acme", &first.task_id, None, true).unwrap();
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(
+        texts(&task),
+        [
+            "Refund the duplicate charge on order 123.",
+            "Which card was charged?",
+            "The Visa ending 4242.",
+            "Done."
+        ]
+    );
+    let artifacts = task.artifacts.unwrap();
+    assert_eq!(artifacts.len(), 1);
+    let parts: Vec<_> = artifacts[0]
+        .parts
+        .iter()
+        .map(|p| p.text.clone().unwrap())
+        .collect();
+    assert_eq!(parts, ["Refunded ", "$42.00 ", "to Visa 4242."]);
+
+    let query = ListTasksQuery {
+        context_id: Some(first.context_id.clone()),
+        ..Default::default()
+    };
+    let listed = store.list_tasks("acme", &query).unwrap();
+    let ids: Vec<_> = listed.tasks.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [second.task_id.clone(), first.task_id.clone()],
+        "newest status first"
+    );
+    assert_eq!(listed.total_size, 2);
+    assert!(
+        listed.tasks.iter().all(|t| t.artifacts.is_none()),
+        "artifacts omitted unless asked"
+    );
+    let follow_up = store
+        .get_task("acme", &second.task_id, None, false)
+        .unwrap();
+    assert_eq!(
+        follow_up.history[0].reference_task_ids,
+        vec![first.task_id.clone()]
+    );
+
+    // Another tenant sees neither task, and its answers match a missing task's.
+    let other = store.list_tasks("globex", &query).unwrap();
+    assert!(other.tasks.is_empty() && other.total_size == 0);
+    assert!(store
+        .list_tasks("globex", &ListTasksQuery::default())
+        .unwrap()
+        .tasks
+        .is_empty());
+    assert!(matches!(
+        store.get_task("globex", &first.task_id, None, true),
+        Err(Error::TaskNotFound)
+    ));
+    let mut probe = user("m5", "hi");
+    probe["taskId"] = json!(first.task_id);
+    assert!(matches!(
+        send(&store, "globex", &probe),
+        Err(Error::TaskNotFound)
+    ));
+}
+
+#[test]
+fn receive_rules_and_errors_store_nothing() {
+    let (_dir, store) = store();
+    let first = send(&store, "t", &user("a", "hello")).unwrap();
+    let records = || store.context_info("t", &first.context_id).unwrap().messages;
+
+    let mut unknown = user("b", "x");
+    unknown["taskId"] = json!("no-such-task");
+    assert!(matches!(
+        send(&store, "t", &unknown),
+        Err(Error::TaskNotFound)
+    ));
+
+    let mut mismatched = user("c", "x");
+    mismatched["taskId"] = json!(first.task_id);
+    mismatched["contextId"] = json!("another-context");
+    assert!(matches!(
+        send(&store, "t", &mismatched),
+        Err(Error::InvalidParams {
+            field: "contextId",
+            ..
+        })
+    ));
+
+    store
+        .update_status("t", &status(&first, TaskState::Rejected, None))
+        .unwrap();
+    let mut to_terminal = user("d", "x");
+    to_terminal["taskId"] = json!(first.task_id);
+    assert!(matches!(
+        send(&store, "t", &to_terminal),
+        Err(Error::UnsupportedOperation { .. })
+    ));
+    assert_eq!(records(), 1);
+
+    for bad in [json!(""), json!("x".repeat(5000))] {
+        let mut m = user("e", "x");
+        m["contextId"] = bad;
+        assert!(matches!(
+            send(&store, "t", &m),
+            Err(Error::ContextRejected { .. })
+        ));
+    }
+    let not_utf8 = b"{\"messageId\":\"f\",\"role\":\"ROLE_USER\",\"contextId\":\"c\xff\",\"parts\":[{\"text\":\"x\"}]}";
+    assert!(matches!(
+        store.receive_message("t", not_utf8),
+        Err(Error::ContextRejected { .. })
+    ));
+    for bad in [
+        json!({ "role": "ROLE_USER", "parts": [{ "text": "no id" }] }),
+        json!({ "messageId": "g", "role": "ROLE_AGENT", "parts": [{ "text": "x" }] }),
+        json!({ "messageId": "g", "role": "ROLE_USER", "parts": [] }),
+        json!({ "messageId": "g", "role": "ROLE_USER", "parts": [{ "text": "x", "url": "u" }] }),
+    ] {
+        assert!(
+            matches!(send(&store, "t", &bad), Err(Error::InvalidParams { .. })),
+            "{bad}"
+        );
+    }
+
+    // A client-proposed contextId nobody has used is accepted as given.
+    let mut proposed = user("h", "x");
+    proposed["contextId"] = json!("client/ctx é");
+    let r = send(&store, "t", &proposed).unwrap();
+    assert_eq!(r.context_id, "client/ctx é");
+    assert!(r.new_context);
+    // The same id under another tenant is simply another context.
+    let r2 = send(&store, "u", &json!({
+        "messageId": "h", "role": "ROLE_USER", "contextId": "client/ctx é", "parts": [{ "text": "y" }]
+    }))
+    .unwrap();
+    assert!(r2.new_context && !r2.duplicate);
+}
+
+#[test]
+fn a_resent_message_returns_the_first_receipt_even_after_a_restart() {
+    let (dir, store) = store();
+    let msg = json!({ "messageId": "once", "role": "ROLE_USER", "parts": [{ "text": "pay" }], "metadata": { "a": 1, "b": 2 } });
+    let first = send(&store, "t", &msg).unwrap();
+    // Same content, other key order and spacing: a duplicate.
+    let respaced = br#"{ "metadata": {"b":2,"a":1}, "parts":[{"text":"pay"}], "role":"ROLE_USER", "messageId":"once" }"#;
+    let again = store.receive_message("t", respaced).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(
+        (again.context_id.as_str(), again.task_id.as_str(), again.seq),
+        (first.context_id.as_str(), first.task_id.as_str(), first.seq)
+    );
+    assert_eq!(
+        store.context_info("t", &first.context_id).unwrap().messages,
+        1
+    );
+    let store = reopen(&dir, store);
+    assert!(send(&store, "t", &msg).unwrap().duplicate);
+    let changed =
+        json!({ "messageId": "once", "role": "ROLE_USER", "parts": [{ "text": "pay twice" }] });
+    assert!(matches!(
+        send(&store, "t", &changed),
+        Err(Error::IdempotencyConflict { .. })
+    ));
+    // The same messageId from another tenant is that tenant's own message.
+    assert!(!send(&store, "other", &msg).unwrap().duplicate);
+}
+
+#[test]
+fn concurrent_resends_do_the_work_once() {
+    let (_dir, store) = store();
+    let store = Arc::new(store);
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || send(&store, "t", &user("same", "charge me once")).unwrap())
+        })
+        .collect();
+    let receipts: Vec<Receipt> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(receipts.iter().filter(|r| !r.duplicate).count(), 1);
+    assert!(receipts.iter().all(|r| r.task_id == receipts[0].task_id));
+    assert_eq!(
+        store.list_contexts("t", 10, None).unwrap().contexts.len(),
+        1
+    );
+}
+
+#[test]
+fn messages_come_back_equal_unknown_fields_included() {
+    let (dir, store) = store();
+    let msg = json!({
+        "messageId": "m", "role": "ROLE_USER",
+        "parts": [
+            { "text": "see file", "metadata": { "x-trace": [1, { "deep": null }] } },
+            { "raw": "aGVsbG8=", "filename": "h.txt", "mediaType": "text/plain" },
+            { "url": "https://example.com/a.pdf" },
+            { "data": { "amount": 6.9, "list": [true, "s"] } }
+        ],
+        "metadata": { "unknown": { "nested": "kept" } },
+        "extensions": ["https://example.com/ext/v1"],
+        "futureField": { "from": "a later spec" }
+    });
+    let r = send(&store, "t", &msg).unwrap();
+    let store = reopen(&dir, store);
+    let task = store.get_task("t", &r.task_id, None, false).unwrap();
+    assert_eq!(serde_json::to_value(&task.history[0]).unwrap(), msg);
+    let events = store.events_since("t", &r.task_id, 0).unwrap();
+    assert_eq!(
+        serde_json::to_value(events[0].1.message.as_ref().unwrap()).unwrap(),
+        msg
+    );
+}
+
+#[test]
+fn the_specs_examples_round_trip() {
+    let spec = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/a2a/specification-v1.0.1.md"
+    ));
+    let Ok(spec) = spec else {
+        // The spec sits beside the repository on developer and CI machines.
+        panic!("../shared/a2a/specification-v1.0.1.md is missing");
+    };
+    let mut checked = 0;
+    for block in spec.split("```").skip(1).step_by(2) {
+        // JSON blocks, and HTTP exchanges whose body starts at the first '{'.
+        let Some(start) = block.find('{') else {
+            continue;
+        };
+        let Ok(value) = serde_json::from_str::<Value>(&block[start..]) else {
+            continue;
+        };
+        let value = value.get("result").cloned().unwrap_or(value);
+        for (field, is_task) in [("tasks", true), ("task", true), ("message", false)] {
+            let items = match value.get(field) {
+                Some(Value::Array(a)) => a.clone(),
+                Some(v @ Value::Object(_)) => vec![v.clone()],
+                _ => continue,
+            };
+            for item in items {
+                let back = if is_task {
+                    serde_json::to_value(serde_json::from_value::<Task>(item.clone()).unwrap())
+                        .unwrap()
+                } else {
+                    serde_json::to_value(
+                        serde_json::from_value::<ctxlog::a2a::Message>(item.clone()).unwrap(),
+                    )
+                    .unwrap()
+                };
+                assert_eq!(back, item);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 5, "only {checked} examples found");
+}
+
+#[test]
+fn events_replay_from_any_point_and_cancel_follows_the_rules() {
+    let (dir, store) = store();
+    let r = send(&store, "t", &user("m1", "start")).unwrap();
+    let e1 = store
+        .update_status("t", &status(&r, TaskState::Working, Some("on it")))
+        .unwrap();
+    assert_eq!(e1.seq, 2);
+    let e2 = store
+        .add_artifact("t", &chunk(&r, "a", "part", false, false))
+        .unwrap();
+    assert_eq!(e2.seq, 3);
+    let store = reopen(&dir, store);
+    let all = store.events_since("t", &r.task_id, 0).unwrap();
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(all[0].1.message.is_some());
+    assert_eq!(
+        all[1].1.status_update.as_ref().unwrap().status.state,
+        TaskState::Working
+    );
+    assert_eq!(
+        all[2]
+            .1
+            .artifact_update
+            .as_ref()
+            .unwrap()
+            .artifact
+            .artifact_id,
+        "a"
+    );
+    let missed = store.events_since("t", &r.task_id, 2).unwrap();
+    assert_eq!(missed.len(), 1);
+    assert_eq!(missed[0].0, 3);
+    assert!(store.events_since("t", &r.task_id, 99).unwrap().is_empty());
+
+    let canceled = store.cancel_task("t", &r.task_id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    assert!(matches!(
+        store.cancel_task("t", &r.task_id),
+        Err(Error::TaskNotCancelable { .. })
+    ));
+    assert!(matches!(
+        store.add_artifact("t", &chunk(&r, "a", "more", true, false)),
+        Err(Error::UnsupportedOperation { .. })
+    ));
+    assert!(matches!(
+        store.cancel_task("t", "nope"),
+        Err(Error::TaskNotFound)
+    ));
+}
+
+#[test]
+fn history_length_and_include_artifacts_shape_the_task() {
+    let (_dir, store) = store();
+    let r = send(&store, "t", &user("m1", "one")).unwrap();
+    for (i, text) in ["two", "three"].iter().enumerate() {
+        let mut m = user(&format!("m{}", i + 2), text);
+        m["taskId"] = json!(r.task_id);
+        send(&store, "t", &m).unwrap();
+    }
+    let full = store.get_task("t", &r.task_id, None, false).unwrap();
+    assert_eq!(texts(&full), ["one", "two", "three"]);
+    let last2 = store.get_task("t", &r.task_id, Some(2), false).unwrap();
+    assert_eq!(texts(&last2), ["two", "three"]);
+    let none =
+        serde_json::to_value(store.get_task("t", &r.task_id, Some(0), false).unwrap()).unwrap();
+    assert!(none.get("history").is_none());
+    assert!(none.get("artifacts").is_none());
+    let with =
+        serde_json::to_value(store.get_task("t", &r.task_id, Some(0), true).unwrap()).unwrap();
+    assert_eq!(with["artifacts"], json!([]));
+    assert_eq!(with["status"]["state"], "TASK_STATE_SUBMITTED");
+    assert!(with["status"]["timestamp"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn task_pages_stay_correct_while_tasks_change_between_them() {
+    let (_dir, store) = store();
+    let mut ids = Vec::new();
+    for i in 0..25 {
+        ids.push(send(&store, "t", &user(&format!("m{i}"), "x")).unwrap());
+    }
+    let mut seen = Vec::new();
+    let mut query = ListTasksQuery {
+        page_size: Some(10),
+        history_length: Some(0),
+        ..Default::default()
+    };
+    let first = store.list_tasks("t", &query).unwrap();
+    assert_eq!(
+        (first.tasks.len(), first.total_size, first.page_size),
+        (10, 25, 10)
+    );
+    seen.extend(first.tasks.iter().map(|t| t.id.clone()));
+    // Between pages: a new task arrives and an unseen one is updated; both
+    // move ahead of the cursor and so are not repeated.
+    send(&store, "t", &user("late", "x")).unwrap();
+    let unseen = ids.iter().find(|r| !seen.contains(&r.task_id)).unwrap();
+    store
+        .update_status("t", &status(unseen, TaskState::Working, None))
+        .unwrap();
+    query.page_token = Some(first.next_page_token.clone());
+    loop {
+        let page = store.list_tasks("t", &query).unwrap();
+        seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        query.page_token = Some(page.next_page_token);
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no task is listed twice");
+    for r in &ids {
+        assert!(
+            seen.contains(&r.task_id) || r.task_id == unseen.task_id,
+            "no unchanged task is skipped"
+        );
+    }
+
+    let working = store
+        .list_tasks(
+            "t",
+            &ListTasksQuery {
+                status: Some(TaskState::Working),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(working.tasks.len(), 1);
+    assert_eq!(working.tasks[0].id, unseen.task_id);
+    let later = store
+        .list_tasks(
+            "t",
+            &ListTasksQuery {
+                status_timestamp_after_ms: Some(u64::MAX - 1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(later.total_size, 0);
+    for size in [0, 101] {
+        let q = ListTasksQuery {
+            page_size: Some(size),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.list_tasks("t", &q),
+            Err(Error::InvalidParams { .. })
+        ));
+    }
+    let q = ListTasksQuery {
+        page_token: Some("zz".into()),
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.list_tasks("t", &q),
+        Err(Error::InvalidParams { .. })
+    ));
+}
+
+#[test]
+fn agent_status_messages_join_the_rendered_context_history() {
+    let (_dir, store) = store();
+    let r = send(&store, "t", &user("m1", "refund please")).unwrap();
+    store
+        .update_status(
+            "t",
+            &status(&r, TaskState::InputRequired, Some("which order?")),
+        )
+        .unwrap();
+    let h = store
+        .history("t", &r.context_id, None, ctxlog::render::Budget::default())
+        .unwrap();
+    let turns: Vec<_> = h
+        .turns
+        .iter()
+        .map(|t| (t.role, t.text.as_str(), t.task_id.clone()))
+        .collect();
+    assert_eq!(turns[0].0, ctxlog::render::Role::User);
+    assert_eq!(turns[1].0, ctxlog::render::Role::Agent);
+    assert_eq!(turns[1].1, "which order?");
+}

@@ -27,6 +27,7 @@
 )]
 
 pub mod a2a;
+pub mod demo;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

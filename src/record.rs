@@ -75,6 +75,18 @@ pub enum RecordKind {
     },
 }
 
+impl RecordKind {
+    /// The task the record belongs to, if any.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            RecordKind::Message { task } => task.as_ref().map(|t| t.task_id.as_str()),
+            RecordKind::Status { task_id, .. } | RecordKind::Artifact { task_id, .. } => {
+                Some(task_id)
+            }
+        }
+    }
+}
+
 /// How a received message joined the task model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskLink {

@@ -1,17 +1,21 @@
-//! The command line: the demo runs on a fresh directory, scripts get JSON on
-//! stdout, and errors are one `error: Kind: …` line with exit status 1 or 2.
+//! The command line, driven through the built binary: the demo twice on one
+//! directory, every command's JSON, and every error Kind with its exit status.
 
 mod common;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn ctxlog(dir: &std::path::Path, args: &[&str], stdin: &[u8]) -> Output {
+use serde_json::{json, Value};
+
+fn ctxlog(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ctxlog"))
         .arg("--dir")
         .arg(dir)
         .args(args)
         .env_remove("CTXLOG_TENANT")
+        .env_remove("CTXLOG_DIR")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -21,85 +25,239 @@ fn ctxlog(dir: &std::path::Path, args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+fn ok(dir: &Path, args: &[&str], stdin: &[u8]) -> String {
+    let out = ctxlog(dir, args, stdin);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
+fn ok_json(dir: &Path, args: &[&str], stdin: &[u8]) -> Value {
+    serde_json::from_str(&ok(dir, args, stdin)).unwrap()
 }
 
-#[test]
-fn the_demo_runs_twice_on_one_directory() {
-    let dir = common::tmp();
-    for run in 0..2 {
-        let out = ctxlog(dir.path(), &["demo"], b"");
-        assert!(out.status.success(), "{}", stderr(&out));
-        let text = stdout(&out);
-        assert!(text.contains("ContextNotFound"), "{text}");
-        assert!(
-            text.contains(&format!("reopened: {} record(s)", 4 * (run + 1))),
-            "{text}"
-        );
+/// Runs a command that must fail; checks the one-line `error: Kind: …` and
+/// the exit status.
+fn fails(dir: &Path, args: &[&str], stdin: &[u8], kind: &str, status: i32) {
+    let out = ctxlog(dir, args, stdin);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
+    assert!(
+        err.starts_with(&format!("error: {kind}: ")),
+        "{args:?}: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+fn msg(id: &str, extra: Value) -> Vec<u8> {
+    let mut m = json!({ "messageId": id, "role": "ROLE_USER", "parts": [{ "text": format!("text of {id}") }] });
+    if let (Value::Object(m), Value::Object(e)) = (&mut m, extra) {
+        m.extend(e);
     }
+    serde_json::to_vec(&m).unwrap()
 }
 
 #[test]
-fn append_then_history_round_trips_raw_bytes() {
+fn the_demo_runs_twice_on_one_directory_and_continues_the_case() {
     let dir = common::tmp();
-    let msg = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}],"metadata":{"x":{"y":1}}}"#;
-    let out = ctxlog(dir.path(), &["--tenant", "acme", "append", "case 1"], msg);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let receipt: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(receipt["seq"], 0);
-    assert_eq!(receipt["contextId"], "case 1");
-    assert!(receipt["key"].as_str().unwrap().starts_with("v1-"));
+    let first = ok(dir.path(), &["demo"], b"");
+    assert!(first.contains("run 1"), "{first}");
+    assert!(first.contains("duplicate = true"));
+    assert!(first.contains("refused: UnsupportedOperation"));
+    assert!(first.contains("| assistant: I have verified you are the operator."));
+    let second = ok(dir.path(), &["demo"], b"");
+    assert!(
+        second.contains("run 2 (tenant \"default\"; 5 message(s) already stored)"),
+        "{second}"
+    );
+    assert!(second.contains("(4 in all)"), "{second}");
+}
 
-    let out = ctxlog(
-        dir.path(),
-        &["--tenant", "acme", "history", "case 1", "--last", "5"],
+#[test]
+fn the_a2a_commands_work_together() {
+    let dir = common::tmp();
+    let d = dir.path();
+    let receipt = ok_json(
+        d,
+        &["send"],
+        &msg("m1", json!({ "metadata": { "k": [1, 2] } })),
+    );
+    assert_eq!(receipt["duplicate"], false);
+    let task = receipt["taskId"].as_str().unwrap().to_string();
+    let context = receipt["contextId"].as_str().unwrap().to_string();
+    assert_eq!(
+        ok_json(
+            d,
+            &["send"],
+            &msg("m1", json!({ "metadata": { "k": [1, 2] } }))
+        )["duplicate"],
+        true
+    );
+
+    let status = json!({ "statusUpdate": { "taskId": task, "contextId": context,
+        "status": { "state": "TASK_STATE_WORKING", "message": { "messageId": "a1", "role": "ROLE_AGENT", "parts": [{ "text": "working" }] } } } });
+    let ack = ok_json(d, &["event"], status.to_string().as_bytes());
+    assert_eq!(
+        (ack["taskId"].as_str(), ack["seq"].as_u64()),
+        (Some(task.as_str()), Some(2))
+    );
+    let chunk = json!({ "artifactUpdate": { "taskId": task, "contextId": context,
+        "artifact": { "artifactId": "r", "parts": [{ "text": "result" }] }, "lastChunk": true } });
+    assert_eq!(
+        ok_json(d, &["event"], chunk.to_string().as_bytes())["seq"],
+        3
+    );
+
+    let t = ok_json(
+        d,
+        &[
+            "task",
+            &task,
+            "--history-length",
+            "1",
+            "--include-artifacts",
+        ],
         b"",
     );
-    let history: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let original: serde_json::Value = serde_json::from_slice(msg).unwrap();
-    assert_eq!(history[0]["message"], original);
+    assert_eq!(t["status"]["state"], "TASK_STATE_WORKING");
+    assert_eq!(t["history"].as_array().unwrap().len(), 1);
+    assert_eq!(t["artifacts"][0]["parts"][0]["text"], "result");
 
-    let out = ctxlog(dir.path(), &["--tenant", "acme", "contexts"], b"");
-    let listing: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(listing["contexts"][0]["contextId"], "case 1");
-    assert_eq!(listing["contexts"][0]["messages"], 1);
+    let listed = ok_json(
+        d,
+        &[
+            "tasks",
+            "--context",
+            &context,
+            "--status",
+            "TASK_STATE_WORKING",
+            "--page-size",
+            "5",
+            "--status-timestamp-after",
+            "2000-01-01T00:00:00Z",
+        ],
+        b"",
+    );
+    assert_eq!(listed["totalSize"], 1);
+    assert_eq!(listed["pageSize"], 5);
+    assert_eq!(listed["nextPageToken"], "");
+    assert_eq!(listed["tasks"][0]["id"], task.as_str());
+    assert!(listed["tasks"][0].get("artifacts").is_none());
+
+    let events = ok_json(d, &["events", &task, "--after", "1"], b"");
+    let seqs: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [2, 3]);
+    assert!(events[0]["statusUpdate"].is_object() && events[1]["artifactUpdate"].is_object());
+
+    let contexts = ok_json(d, &["contexts", "--page-size", "10"], b"");
+    assert_eq!(contexts["contexts"][0]["contextId"], context.as_str());
+    assert_eq!(contexts["contexts"][0]["tasks"], 1);
+    let history = ok_json(d, &["history", &context, "--last", "5"], b"");
+    assert_eq!(history[0]["message"]["metadata"]["k"], json!([1, 2]));
+    let text = ok(
+        d,
+        &["render", &context, "--last", "5", "--max-bytes", "4096"],
+        b"",
+    );
+    assert!(text.starts_with("<<<ctxlog-history nonce=") && text.contains("| working"));
+    assert!(ok(d, &["key", &context], b"").starts_with("v1-"));
+    assert_eq!(
+        ok_json(d, &["check"], b"")["records"],
+        3,
+        "the resend stored nothing"
+    );
+
+    let canceled = ok_json(d, &["cancel", &task], b"");
+    assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED");
 }
 
 #[test]
-fn errors_are_one_line_with_the_kind_and_exit_status() {
+fn every_error_kind_has_its_line_and_status() {
     let dir = common::tmp();
-    let out = ctxlog(dir.path(), &["--tenant", "other", "history", "case 1"], b"");
-    assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
-    assert!(err.starts_with("error: ContextNotFound: "), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let d = dir.path();
+    let r = ok_json(d, &["send"], &msg("m1", json!({})));
+    let task = r["taskId"].as_str().unwrap().to_string();
+    fails(d, &["task", "no-such-task"], b"", "TaskNotFound", 1);
+    fails(
+        d,
+        &["--tenant", "other", "task", &task],
+        b"",
+        "TaskNotFound",
+        1,
+    );
+    fails(
+        d,
+        &["send"],
+        &msg("m1", json!({ "metadata": { "changed": true } })),
+        "IdempotencyConflict",
+        1,
+    );
+    fails(
+        d,
+        &["send"],
+        &msg("m2", json!({ "contextId": "" })),
+        "ContextRejected",
+        1,
+    );
+    fails(d, &["send"], b"not json", "InvalidParams", 1);
+    fails(d, &["history", "never-used"], b"", "ContextNotFound", 1);
+    ok(d, &["cancel", &task], b"");
+    fails(d, &["cancel", &task], b"", "TaskNotCancelable", 1);
+    fails(
+        d,
+        &["send"],
+        &msg("m3", json!({ "taskId": task })),
+        "UnsupportedOperation",
+        1,
+    );
+    fails(d, &["tasks", "--page-size", "0"], b"", "InvalidParams", 1);
 
-    let out = ctxlog(dir.path(), &["frobnicate"], b"");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("error: Usage: "));
+    // Usage errors exit 2.
+    fails(d, &["frobnicate"], b"", "Usage", 2);
+    fails(d, &["history"], b"", "Usage", 2);
+    fails(d, &["history", "c", "--last", "many"], b"", "Usage", 2);
+    fails(d, &["tasks", "--status", "DONE"], b"", "Usage", 2);
+    fails(d, &["tasks", "--bogus"], b"", "Usage", 2);
+    fails(d, &["--durability", "never", "check"], b"", "Usage", 2);
 
-    let out = ctxlog(dir.path(), &["history", "c", "--last", "many"], b"");
-    assert_eq!(out.status.code(), Some(2));
+    // A second opener, here another process, gets Locked.
+    let holder = ctxlog::Store::open(d, ctxlog::Options::default()).unwrap();
+    fails(d, &["check"], b"", "Locked", 1);
+    drop(holder);
+    ok(d, &["check"], b"");
+}
+
+#[test]
+fn a_damaged_store_reports_corrupt() {
+    let dir = common::tmp();
+    let d = dir.path();
+    for i in 0..5 {
+        ok(d, &["append", "c"], format!("message {i}").as_bytes());
+    }
+    let seg = common::segment_files(d).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[60] ^= 0x40;
+    std::fs::write(&seg, bytes).unwrap();
+    fails(d, &["check"], b"", "Corrupt", 1);
 }
 
 #[test]
 fn check_reports_a_torn_tail_it_cut() {
     let dir = common::tmp();
-    assert!(ctxlog(dir.path(), &["append", "c"], b"hello")
-        .status
-        .success());
+    ok(dir.path(), &["append", "c"], b"hello");
     let seg = common::segment_files(dir.path()).pop().unwrap();
     let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
     f.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
     drop(f);
-    let out = ctxlog(dir.path(), &["check"], b"");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let report = ok_json(dir.path(), &["check"], b"");
     assert_eq!(report["tornTail"]["bytes"], 6);
     assert_eq!(report["records"], 1);
 }

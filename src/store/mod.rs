@@ -75,8 +75,10 @@ pub struct ContextInfo {
     pub first_activity_ms: u64,
     /// When its latest record was appended.
     pub last_activity_ms: u64,
-    /// How many messages it holds.
+    /// How many messages its history holds.
     pub messages: u64,
+    /// How many tasks it holds.
+    pub tasks: u64,
 }
 
 /// One page of a listing.
@@ -325,7 +327,13 @@ impl Store {
     fn turns<'a>(&'a self, refs: &'a [MessageRef]) -> impl Iterator<Item = Result<Turn>> + 'a {
         refs.iter().rev().map(|r| {
             self.with_message(r.loc, |body, blob| {
-                render::turn_from_message(body.seq, blob)
+                let mut turn = render::turn_from_message(body.seq, blob);
+                // The task the store put the message in, which a client's
+                // first message cannot name itself.
+                if let Some(task) = body.kind.task_id() {
+                    turn.task_id = Some(task.to_string());
+                }
+                turn
             })
         })
     }
@@ -457,6 +465,7 @@ fn info_of(slot: &ContextSlot, key: ContextKey) -> Option<ContextInfo> {
         first_activity_ms: meta.first_ms,
         last_activity_ms: state.last_ms,
         messages: state.messages.len() as u64,
+        tasks: state.tasks.len() as u64,
     })
 }
 

@@ -187,12 +187,23 @@ fn the_refund_case() {
         ..Default::default()
     };
     let listed = store.list_tasks("acme", &query).unwrap();
-    let ids: Vec<_> = listed.tasks.iter().map(|t| t.id.clone()).collect();
-    assert_eq!(
-        ids,
-        [second.task_id.clone(), first.task_id.clone()],
-        "newest status first"
-    );
+    let mut ids: Vec<_> = listed.tasks.iter().map(|t| t.id.clone()).collect();
+    // Newest status first, ties (same millisecond) by id.
+    let order: Vec<(std::cmp::Reverse<String>, String)> = listed
+        .tasks
+        .iter()
+        .map(|t| {
+            (
+                std::cmp::Reverse(t.status.timestamp.clone().unwrap()),
+                t.id.clone(),
+            )
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
+    ids.sort();
+    let mut want = vec![first.task_id.clone(), second.task_id.clone()];
+    want.sort();
+    assert_eq!(ids, want);
     assert_eq!(listed.total_size, 2);
     assert!(
         listed.tasks.iter().all(|t| t.artifacts.is_none()),

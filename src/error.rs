@@ -76,6 +76,13 @@ pub enum Error {
         /// The task's state.
         state: &'static str,
     },
+    /// The context's single active turn is held (under `TurnPolicy::SingleActive`).
+    ContextBusy {
+        /// The task whose handler holds the turn.
+        task_id: String,
+        /// Since when (ms since the Unix epoch).
+        since_ms: u64,
+    },
     /// A messageId already used by this tenant, with different content.
     IdempotencyConflict {
         /// The messageId.
@@ -99,6 +106,7 @@ impl Error {
             Error::UnsupportedOperation { .. } => "UnsupportedOperation",
             Error::TaskNotCancelable { .. } => "TaskNotCancelable",
             Error::IdempotencyConflict { .. } => "IdempotencyConflict",
+            Error::ContextBusy { .. } => "ContextBusy",
         }
     }
 
@@ -169,6 +177,11 @@ impl fmt::Display for Error {
             Error::TaskNotCancelable { state } => write!(
                 f,
                 "the task is {state}, a terminal state, and cannot be canceled"
+            ),
+            Error::ContextBusy { task_id, since_ms } => write!(
+                f,
+                "the context's turn is held by task {task_id} since {}; retry once it is done",
+                crate::time::iso8601_ms(*since_ms)
             ),
             Error::IdempotencyConflict { message_id } => write!(
                 f,

@@ -93,6 +93,20 @@ pub struct ContextSlot {
     pub write: Mutex<()>,
     /// What readers see; write-locked only briefly, to publish.
     pub state: RwLock<ContextState>,
+    /// The active turn under [`TurnPolicy::SingleActive`](crate::TurnPolicy);
+    /// in memory only (a lease does not outlive the process).
+    pub lease: Mutex<Option<Lease>>,
+}
+
+/// Who holds a context's turn, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The task whose handler holds it.
+    pub task_id: String,
+    /// When it was taken (ms since the epoch).
+    pub since_ms: u64,
+    /// Tells this lease from a later one of the same task.
+    pub token: u64,
 }
 
 type Shard = RwLock<HashMap<ContextKey, Arc<ContextSlot>>>;

@@ -45,9 +45,10 @@ pub mod time;
 pub use error::{Error, Result};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
-pub use options::{Durability, Options, RecoveryMode};
+pub use options::{Durability, Options, RecoveryMode, TurnPolicy};
 pub use store::{
     Appended, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Store, StoredMessage,
+    TurnGuard,
 };
 
 /// The largest record payload the format allows (16 MiB).

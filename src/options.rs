@@ -29,6 +29,23 @@ pub enum RecoveryMode {
     SkipCorrupt,
 }
 
+/// Whether a context may run several turns at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TurnPolicy {
+    /// Any number of turns at once (A2A allows parallel tasks in a context):
+    /// [`Store::begin_turn`](crate::Store::begin_turn) always succeeds. The default.
+    #[default]
+    Parallel,
+    /// One active turn per context: a second `begin_turn` while the first
+    /// guard lives fails at once with `ContextBusy` instead of queueing.
+    SingleActive {
+        /// A lease older than this is treated as released, so a stuck
+        /// handler cannot block its context forever (`None`: never expires).
+        lease: Option<std::time::Duration>,
+    },
+}
+
 /// Options for [`Store::open`](crate::Store::open).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -43,6 +60,8 @@ pub struct Options {
     pub max_record_bytes: u32,
     /// What to do with damaged records found on open. Default: `Strict`.
     pub recovery: RecoveryMode,
+    /// One turn per context, or several. Default: [`TurnPolicy::Parallel`].
+    pub turns: TurnPolicy,
 }
 
 impl Default for Options {
@@ -52,6 +71,7 @@ impl Default for Options {
             segment_bytes: 64 << 20,
             max_record_bytes: crate::MAX_RECORD_BYTES,
             recovery: RecoveryMode::Strict,
+            turns: TurnPolicy::Parallel,
         }
     }
 }
@@ -72,6 +92,12 @@ impl Options {
     /// Sets the largest accepted record payload.
     pub fn max_record_bytes(mut self, bytes: u32) -> Self {
         self.max_record_bytes = bytes;
+        self
+    }
+
+    /// Sets the turn policy.
+    pub fn turns(mut self, turns: TurnPolicy) -> Self {
+        self.turns = turns;
         self
     }
 

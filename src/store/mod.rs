@@ -12,6 +12,7 @@ use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
 
 mod tasks;
+mod turns;
 use crate::namespace::{message_key, task_key, ContextKey};
 use crate::options::{Durability, Options, RecoveryMode};
 use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
@@ -19,6 +20,7 @@ use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::tasks::{Op, TaskEntry};
 use crate::MAX_RECORD_BYTES;
 pub use tasks::{EventRecord, ListTasksQuery, Receipt};
+pub use turns::TurnGuard;
 
 /// Name of the lock file that marks a store as open.
 pub const LOCK_FILE: &str = "LOCK";

@@ -2,6 +2,12 @@
 //!
 //! Lock order (see DESIGN.md): `active` may be held while taking `sync`, never
 //! the other way round; no file is synced while `sync` is held.
+//!
+//! Group commit uses one syncer thread per store: appenders write, ask for a
+//! sync up to their end and wait; the syncer runs `fdatasync` back to back
+//! while anything written is not yet synced, each covering everything written
+//! before it started, so syncs follow each other without waiting for the
+//! woken appenders.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -36,19 +42,48 @@ struct Active {
 struct SyncState {
     /// Every byte before this log position is on disk.
     synced: u64,
-    /// A leader is syncing right now.
-    syncing: bool,
+    /// The furthest log position an appender waits to see synced.
+    requested: u64,
+    /// The writer is closing: the syncer stops.
+    shutdown: bool,
 }
 
-/// Appends framed records to the log.
+/// Appends framed records to the log; owns the group-commit syncer thread.
 pub struct LogWriter {
+    log: Arc<Log>,
+    syncer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for LogWriter {
+    type Target = Log;
+
+    fn deref(&self) -> &Log {
+        &self.log
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        self.log.sync.lock().shutdown = true;
+        self.log.work.notify_all();
+        if let Some(syncer) = self.syncer.take() {
+            let _ = syncer.join();
+        }
+    }
+}
+
+/// The log's shared state.
+pub struct Log {
     dir: PathBuf,
     segment_bytes: u64,
     durability: Durability,
     segments: Arc<Segments>,
     active: Mutex<Active>,
     sync: Mutex<SyncState>,
+    /// Signalled when a sync completes (or the log is poisoned).
     synced_cv: Condvar,
+    /// Signalled when an appender asks for a sync, or at shutdown.
+    work: Condvar,
     poisoned: AtomicBool,
 }
 
@@ -66,7 +101,7 @@ impl LogWriter {
         let mirror = new_mirror(segment_bytes, bytes);
         segments.insert(id, SegmentData::Active(mirror.clone()));
         let file = Arc::new(file);
-        Self {
+        let log = Arc::new(Log {
             dir,
             segment_bytes,
             durability,
@@ -82,13 +117,22 @@ impl LogWriter {
             // Recovery synced the segment, so everything in it is durable.
             sync: Mutex::new(SyncState {
                 synced: len,
-                syncing: false,
+                requested: len,
+                shutdown: false,
             }),
             synced_cv: Condvar::new(),
+            work: Condvar::new(),
             poisoned: AtomicBool::new(false),
-        }
+        });
+        let syncer = (durability == Durability::GroupCommit).then(|| {
+            let log = log.clone();
+            std::thread::spawn(move || log.run_syncer())
+        });
+        Self { log, syncer }
     }
+}
 
+impl Log {
     /// Appends `payloads` as one write (all in one segment, in order) and
     /// returns once they are as durable as the store's durability promises.
     pub fn append(&self, payloads: &[Vec<u8>]) -> Result<Vec<RecordLoc>> {
@@ -202,31 +246,42 @@ impl LogWriter {
         Ok(())
     }
 
-    /// `GroupCommit`: wait until a sync covers `end`, leading one if none runs.
+    /// `GroupCommit`: ask the syncer for a sync covering `end`, and wait.
     fn wait_durable(&self, end: u64) -> Result<()> {
         let mut state = self.sync.lock();
-        loop {
-            if state.synced >= end {
-                return Ok(());
-            }
+        if state.requested < end {
+            state.requested = end;
+            self.work.notify_one();
+        }
+        while state.synced < end {
             self.check_poison()?;
-            if state.syncing {
-                self.synced_cv.wait(&mut state);
+            self.synced_cv.wait(&mut state);
+        }
+        Ok(())
+    }
+
+    /// The syncer thread: while an appender waits for bytes not yet synced,
+    /// sync everything written so far, outside every lock.
+    fn run_syncer(&self) {
+        let mut state = self.sync.lock();
+        loop {
+            if state.shutdown {
+                return;
+            }
+            if state.requested <= state.synced || self.poisoned.load(Ordering::Acquire) {
+                self.work.wait(&mut state);
                 continue;
             }
-            state.syncing = true;
             drop(state);
-            let (file, segment, target) = self.snapshot();
+            // Give appenders that are runnable a moment to write, so this
+            // sync carries their records rather than the next one.
+            std::thread::yield_now();
+            let (file, _, target) = self.snapshot();
             let result = file.sync_data();
             state = self.sync.lock();
-            state.syncing = false;
             match result {
                 Ok(()) => state.synced = state.synced.max(target),
-                Err(e) => {
-                    self.poison();
-                    self.synced_cv.notify_all();
-                    return Err(Error::io("sync the active segment", self.path(segment), e));
-                }
+                Err(_) => self.poison(),
             }
             self.synced_cv.notify_all();
         }

@@ -1,0 +1,106 @@
+//! Durable appends from 1 to 16 threads, on distinct contexts and on one hot
+//! context, against the raw write+fdatasync floor measured in the same run.
+//!
+//! `cargo bench --bench concurrency`; `CTXLOG_BENCH_QUICK=1` for a short run.
+//! Prints throughputs and their ratios (absolute figures drift on a shared
+//! machine; ratios from one run travel).
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use ctxlog::{Durability, Options, Store};
+
+fn quick() -> bool {
+    std::env::var_os("CTXLOG_BENCH_QUICK").is_some()
+}
+
+/// Appends per second of `threads` threads doing `per_thread` durable appends
+/// of 1 KiB each; `hot` puts them all on one context.
+fn run(durability: Durability, threads: usize, per_thread: usize, hot: bool) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(Store::open(dir.path(), Options::default().durability(durability)).unwrap());
+    let body = vec![b'x'; 1024];
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (store, barrier, body) = (store.clone(), barrier.clone(), body.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for i in 0..per_thread {
+                    let context = if hot {
+                        "hot".to_string()
+                    } else {
+                        format!("c{t}-{}", i % 50)
+                    };
+                    store.append_message("bench", &context, &body).unwrap();
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().unwrap();
+    }
+    (threads * per_thread) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Raw 1 KiB appends with an fdatasync each, per second: the disk's floor.
+fn floor(n: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("floor"))
+        .unwrap();
+    let body = vec![b'x'; 1024];
+    let start = Instant::now();
+    for _ in 0..n {
+        f.write_all(&body).unwrap();
+        f.sync_data().unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let total = if quick() { 800 } else { 4000 };
+    let floor_rate = floor(total / 4);
+    let one = run(Durability::Sync, 1, total / 4, false);
+    println!(
+        "durable appends of 1 KiB, {} appends per configuration",
+        total
+    );
+    println!("floor (write + fdatasync, 1 thread): {floor_rate:.0}/s");
+    println!(
+        "Sync, 1 thread: {one:.0}/s = {:.2}x the floor's time per append (target <= 1.2x)",
+        floor_rate / one
+    );
+    println!(
+        "\n{:>8} {:>14} {:>10} {:>14} {:>10}",
+        "threads", "distinct /s", "x 1 thr", "hot ctx /s", "x 1 thr"
+    );
+    let mut base = (0.0, 0.0);
+    for threads in [1, 2, 4, 8, 16] {
+        let per = (total / threads).max(1);
+        let distinct = run(Durability::GroupCommit, threads, per, false);
+        let hot = run(Durability::GroupCommit, threads, per, true);
+        if threads == 1 {
+            base = (distinct, hot);
+        }
+        println!(
+            "{threads:>8} {distinct:>14.0} {:>10.2} {hot:>14.0} {:>10.2}",
+            distinct / base.0,
+            hot / base.1
+        );
+    }
+    println!("(GroupCommit; target: 16 threads on distinct contexts >= 8x one thread)");
+    let cpu1 = run(Durability::Buffered, 1, total, false);
+    let cpu16 = run(Durability::Buffered, 16, total / 16, false);
+    println!("\nCPU ceiling (Buffered, no sync): 1 thread {cpu1:.0}/s, 16 threads {cpu16:.0}/s");
+}

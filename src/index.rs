@@ -45,6 +45,28 @@ pub struct ContextState {
     pub tasks: Vec<TaskEntry>,
     /// Task id to its position in `tasks`.
     pub task_pos: HashMap<String, usize>,
+    /// Set once the context is deleted or expired: it keeps only its name.
+    pub gone: Option<Gone>,
+}
+
+/// Why a context is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Deleted by `delete_context`.
+    Deleted,
+    /// Expired under the retention policy.
+    Expired,
+}
+
+/// Whether a context can be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// No context of that key (or its first record is not yet durable).
+    Missing,
+    /// In use.
+    Live,
+    /// Deleted or expired: answers as missing, its id is refused.
+    Gone(Gone),
 }
 
 /// Where a message is, and its seq: 24 bytes per stored message.
@@ -57,6 +79,21 @@ pub struct MessageRef {
 }
 
 impl ContextState {
+    /// Whether the context can be used now, under `retention`.
+    pub fn life(&self, now_ms: u64, retention: Option<std::time::Duration>) -> Life {
+        if self.meta.is_none() {
+            return Life::Missing;
+        }
+        if let Some(gone) = self.gone {
+            return Life::Gone(gone);
+        }
+        let idle = now_ms.saturating_sub(self.last_ms);
+        match retention {
+            Some(r) if u128::from(idle) >= r.as_millis() => Life::Gone(Gone::Expired),
+            _ => Life::Live,
+        }
+    }
+
     /// The task of `id`.
     pub fn task(&self, id: &str) -> Option<&TaskEntry> {
         self.task_pos.get(id).and_then(|&i| self.tasks.get(i))
@@ -275,6 +312,26 @@ impl Index {
         }
     }
 
+    /// Removes a context from its tenant's listing.
+    pub fn unlist_in_tenant(&self, tenant: &str, first_ms: u64, key: ContextKey) {
+        if let Some(set) = self.tenants.write().get_mut(tenant) {
+            set.remove(&(first_ms, key));
+        }
+    }
+
+    /// Forgets where a messageId went (its context is gone).
+    pub fn idem_forget(&self, key: [u8; 32]) {
+        let mut shard = self.idem_shard(&key).lock();
+        if matches!(shard.get(&key), Some(Idem::Done { .. })) {
+            shard.remove(&key);
+        }
+    }
+
+    /// Forgets a task's context (its context is gone).
+    pub fn forget_task(&self, task_key: &[u8; 32]) {
+        self.task_shard(task_key).write().remove(task_key);
+    }
+
     /// Up to `limit` of the tenant's contexts after `after`, in listing order.
     pub fn tenant_page(
         &self,
@@ -293,6 +350,14 @@ impl Index {
             None => Box::new(set.iter()),
         };
         iter.take(limit).copied().collect()
+    }
+
+    /// Every context key the index holds.
+    pub fn all_contexts(&self) -> Vec<ContextKey> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.read().keys().copied().collect::<Vec<_>>())
+            .collect()
     }
 
     /// Number of visible contexts.

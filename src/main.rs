@@ -30,6 +30,7 @@ commands:
   history CONTEXT [--last N]            the context's messages, oldest first, as JSON
   render CONTEXT [--last N] [--max-bytes N]
                                         the guarded rendering of the history, as text
+  delete CONTEXT                        delete a context with its tasks, messages and artifacts
   append CONTEXT                        save stdin, byte for byte, as a raw message of CONTEXT
   key CONTEXT                           the context's namespace key
   check                                 open the store and print what recovery found";
@@ -188,6 +189,12 @@ fn run(args: Vec<String>) -> Outcome {
         "history" => history(g, &args),
         "render" => render(g, &args),
         "append" => append(g, &args),
+        "delete" => {
+            let [context] = Args::parse(&args, &[], &[])?.exactly::<1>()?;
+            open(g)?.delete_context(&g.tenant, &context)?;
+            print_json(&json!({ "contextId": context, "deleted": true }));
+            Ok(())
+        }
         "key" => {
             let [context] = Args::parse(&args, &[], &[])?.exactly::<1>()?;
             println!("{}", ContextKey::derive(&g.tenant, &context)?);

@@ -62,6 +62,10 @@ pub struct Options {
     pub recovery: RecoveryMode,
     /// One turn per context, or several. Default: [`TurnPolicy::Parallel`].
     pub turns: TurnPolicy,
+    /// Contexts idle (no record appended) for at least this long expire: they
+    /// answer as missing ones, are never listed, and their ids are refused
+    /// (`ContextRejected`, reason: expired). Default: `None`, nothing expires.
+    pub retention: Option<std::time::Duration>,
 }
 
 impl Default for Options {
@@ -72,6 +76,7 @@ impl Default for Options {
             max_record_bytes: crate::MAX_RECORD_BYTES,
             recovery: RecoveryMode::Strict,
             turns: TurnPolicy::Parallel,
+            retention: None,
         }
     }
 }
@@ -92,6 +97,12 @@ impl Options {
     /// Sets the largest accepted record payload.
     pub fn max_record_bytes(mut self, bytes: u32) -> Self {
         self.max_record_bytes = bytes;
+        self
+    }
+
+    /// Sets the retention policy (`None`: keep every context).
+    pub fn retention(mut self, idle: Option<std::time::Duration>) -> Self {
+        self.retention = idle;
         self
     }
 

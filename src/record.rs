@@ -73,6 +73,12 @@ pub enum RecordKind {
         /// Nothing may follow this chunk.
         last_chunk: bool,
     },
+    /// The context is gone: deleted, or expired under the retention policy.
+    /// No record of the context may follow. The blob is empty.
+    Gone {
+        /// Expired (true) or deleted (false).
+        expired: bool,
+    },
 }
 
 impl RecordKind {
@@ -83,6 +89,7 @@ impl RecordKind {
             RecordKind::Status { task_id, .. } | RecordKind::Artifact { task_id, .. } => {
                 Some(task_id)
             }
+            RecordKind::Gone { .. } => None,
         }
     }
 }

@@ -177,6 +177,17 @@ fn the_a2a_commands_work_together() {
 
     let canceled = ok_json(d, &["cancel", &task], b"");
     assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED");
+
+    assert_eq!(ok_json(d, &["delete", &context], b"")["deleted"], true);
+    fails(d, &["history", &context], b"", "ContextNotFound", 1);
+    fails(d, &["task", &task], b"", "TaskNotFound", 1);
+    fails(
+        d,
+        &["send"],
+        &msg("m9", json!({ "contextId": context })),
+        "ContextRejected",
+        1,
+    );
 }
 
 #[test]

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::index::{ContextMeta, ContextSlot, ContextState, Index, MessageRef};
+use std::collections::HashMap;
+
+use crate::index::{ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
@@ -165,6 +167,7 @@ impl Store {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get_or_insert(&key);
         let _turn = slot.write.lock();
+        self.refuse_if_gone(&slot, &key)?;
         let (opened, timestamp_ms) = {
             let state = slot.state.read();
             (state.meta.is_some(), now_ms().max(state.last_ms))
@@ -365,7 +368,9 @@ impl Store {
                 let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
                 Ok(f(body, &bytes))
             }
-            RecordKind::Artifact { .. } => Err("the history points at an artifact".to_string()),
+            RecordKind::Artifact { .. } | RecordKind::Gone { .. } => {
+                Err("the history points at a record that holds no message".to_string())
+            }
         })?
         .map_err(|reason| Error::corrupt(loc.segment, u64::from(loc.offset), reason))
     }
@@ -391,7 +396,7 @@ impl Store {
     pub fn context_info(&self, tenant: &str, context_id: &str) -> Result<ContextInfo> {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.visible_slot(tenant, context_id)?;
-        info_of(&slot, key).ok_or(Error::ContextNotFound)
+        info_of(&slot, key, self.options.retention).ok_or(Error::ContextNotFound)
     }
 
     /// One page of the tenant's contexts, oldest first activity first.
@@ -421,7 +426,11 @@ impl Store {
         };
         let contexts = page
             .iter()
-            .filter_map(|(_, key)| self.index.get(key).and_then(|slot| info_of(&slot, *key)))
+            .filter_map(|(_, key)| {
+                self.index
+                    .get(key)
+                    .and_then(|slot| info_of(&slot, *key, self.options.retention))
+            })
             .collect();
         Ok(ContextPage {
             contexts,
@@ -442,10 +451,88 @@ impl Store {
     fn visible_slot(&self, tenant: &str, context_id: &str) -> Result<Arc<ContextSlot>> {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get(&key).ok_or(Error::ContextNotFound)?;
-        if slot.state.read().meta.is_none() {
+        if self.life(&slot) != Life::Live {
             return Err(Error::ContextNotFound);
         }
         Ok(slot)
+    }
+
+    /// Whether the context of `slot` can be used now.
+    pub(crate) fn life(&self, slot: &ContextSlot) -> Life {
+        slot.state.read().life(now_ms(), self.options.retention)
+    }
+
+    /// Refuses a write to a context that is gone; an expired one is first
+    /// marked with a durable tombstone, so its expiry outlives a change of
+    /// the retention setting. Called with the context's write lock held.
+    pub(crate) fn refuse_if_gone(&self, slot: &ContextSlot, key: &ContextKey) -> Result<()> {
+        let gone = match self.life(slot) {
+            Life::Gone(gone) => gone,
+            Life::Live | Life::Missing => return Ok(()),
+        };
+        let tombstoned = slot.state.read().gone.is_some();
+        if gone == Gone::Expired && !tombstoned {
+            let ts = now_ms().max(slot.state.read().last_ms);
+            self.append_record(slot, key, None, RecordKind::Gone { expired: true }, &[], ts)?;
+        }
+        let reason = match gone {
+            Gone::Expired => "expired: it was idle longer than the retention policy allows",
+            Gone::Deleted => "deleted in this tenant's namespace",
+        };
+        Err(Error::ContextRejected {
+            reason: format!("it was {reason}; start a new context (send no contextId)"),
+        })
+    }
+
+    /// Deletes a context with its tasks, messages and artifacts from every
+    /// read and listing at once, durably. Its id stays refused.
+    pub fn delete_context(&self, tenant: &str, context_id: &str) -> Result<()> {
+        let slot = self.visible_slot(tenant, context_id)?;
+        let key = ContextKey::derive(tenant, context_id)?;
+        let _turn = slot.write.lock();
+        if self.life(&slot) != Life::Live {
+            return Err(Error::ContextNotFound);
+        }
+        let ts = now_ms().max(slot.state.read().last_ms);
+        self.append_record(
+            &slot,
+            &key,
+            None,
+            RecordKind::Gone { expired: false },
+            &[],
+            ts,
+        )?;
+        Ok(())
+    }
+
+    /// Marks every context idle past the retention policy with a durable
+    /// tombstone; returns how many. (Reads treat them as expired already;
+    /// this makes it permanent.)
+    pub fn expire_idle(&self) -> Result<usize> {
+        let mut expired = 0;
+        for key in self.index.all_contexts() {
+            let Some(slot) = self.index.get(&key) else {
+                continue;
+            };
+            let _turn = slot.write.lock();
+            let state = slot.state.read();
+            if state.gone.is_none()
+                && state.life(now_ms(), self.options.retention) == Life::Gone(Gone::Expired)
+            {
+                let ts = now_ms().max(state.last_ms);
+                drop(state);
+                self.append_record(
+                    &slot,
+                    &key,
+                    None,
+                    RecordKind::Gone { expired: true },
+                    &[],
+                    ts,
+                )?;
+                expired += 1;
+            }
+        }
+        Ok(expired)
     }
 }
 
@@ -458,8 +545,15 @@ impl Drop for Store {
     }
 }
 
-fn info_of(slot: &ContextSlot, key: ContextKey) -> Option<ContextInfo> {
+fn info_of(
+    slot: &ContextSlot,
+    key: ContextKey,
+    retention: Option<std::time::Duration>,
+) -> Option<ContextInfo> {
     let state = slot.state.read();
+    if state.life(now_ms(), retention) != Life::Live {
+        return None;
+    }
     let meta = state.meta.as_ref()?;
     Some(ContextInfo {
         context_id: meta.context_id.clone(),
@@ -509,8 +603,11 @@ fn apply_recovered(
 /// checked it before appending: the task it names exists (or, for one that
 /// opens a task, does not yet), and the lifecycle allows it.
 fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Result<(), String> {
+    if state.gone.is_some() {
+        return Err("a record after its context was deleted or expired".into());
+    }
     let (task_id, op) = match &body.kind {
-        RecordKind::Message { task: None } => return Ok(()),
+        RecordKind::Message { task: None } | RecordKind::Gone { .. } => return Ok(()),
         RecordKind::Message { task: Some(link) } if link.opens_task => {
             return match state.task(&link.task_id) {
                 Some(_) => Err(format!("task {:?} opened twice", link.task_id)),
@@ -595,6 +692,23 @@ fn apply(
             if let Some(task) = state.task_mut(task_id) {
                 task.add_chunk(loc, artifact_id, *append, *last_chunk);
             }
+        }
+        RecordKind::Gone { expired } => {
+            if let Some(meta) = &state.meta {
+                index.unlist_in_tenant(&meta.tenant, meta.first_ms, key);
+                for task in &state.tasks {
+                    index.forget_task(&task_key(&meta.tenant, &task.id));
+                }
+            }
+            state.gone = Some(if *expired {
+                Gone::Expired
+            } else {
+                Gone::Deleted
+            });
+            // Only the name is kept: it keeps the id refused.
+            state.messages = Vec::new();
+            state.tasks = Vec::new();
+            state.task_pos = HashMap::new();
         }
     }
     state.next_seq = body.seq + 1;

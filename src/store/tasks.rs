@@ -11,7 +11,7 @@ use crate::a2a::{
     TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
-use crate::index::{ContextSlot, IdemStart};
+use crate::index::{ContextSlot, IdemStart, Life};
 use crate::log::segments::RecordLoc;
 use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
 use crate::record::{ContextName, RecordKind, TaskLink};
@@ -88,7 +88,15 @@ impl Store {
         let _owner = loop {
             match self.index.idem_start(idem) {
                 IdemStart::Done(context, seq) => {
-                    return self.duplicate(&msg.message_id, context, seq, &digest)
+                    let live = self
+                        .index
+                        .get(&context)
+                        .is_some_and(|s| self.life(&s) == Life::Live);
+                    if live {
+                        return self.duplicate(&msg.message_id, context, seq, &digest);
+                    }
+                    // Its context is gone: the messageId is free again.
+                    self.index.idem_forget(idem);
                 }
                 IdemStart::Wait(gate) => gate.wait(),
                 IdemStart::Owner(guard) => break guard,
@@ -159,6 +167,7 @@ impl Store {
         let key = ContextKey::derive(tenant, &context_id)?;
         let slot = self.index.get_or_insert(&key);
         let _turn = slot.write.lock();
+        self.refuse_if_gone(&slot, &key)?;
         let (new_context, timestamp_ms) = {
             let state = slot.state.read();
             (state.meta.is_none(), now_ms().max(state.last_ms))
@@ -466,6 +475,7 @@ impl Store {
                         metadata: None,
                     })
                 }
+                RecordKind::Gone { .. } => return Err("a task event points at a tombstone".into()),
                 RecordKind::Artifact {
                     append, last_chunk, ..
                 } => {
@@ -556,6 +566,9 @@ impl Store {
             .task_context(&task_key(tenant, task_id))
             .ok_or(Error::TaskNotFound)?;
         let slot = self.index.get(&key).ok_or(Error::TaskNotFound)?;
+        if self.life(&slot) != Life::Live {
+            return Err(Error::TaskNotFound);
+        }
         Ok((key, slot))
     }
 
@@ -601,6 +614,11 @@ impl Store {
                 .tenant_page(tenant, None, usize::MAX)
                 .into_iter()
                 .map(|(_, k)| k)
+                .filter(|k| {
+                    self.index
+                        .get(k)
+                        .is_some_and(|s| self.life(&s) == Life::Live)
+                })
                 .collect(),
         })
     }

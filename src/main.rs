@@ -31,6 +31,7 @@ commands:
   render CONTEXT [--last N] [--max-bytes N]
                                         the guarded rendering of the history, as text
   delete CONTEXT                        delete a context with its tasks, messages and artifacts
+  compact                               rewrite the log without deleted and expired contexts
   append CONTEXT                        save stdin, byte for byte, as a raw message of CONTEXT
   key CONTEXT                           the context's namespace key
   check                                 open the store and print what recovery found";
@@ -189,6 +190,17 @@ fn run(args: Vec<String>) -> Outcome {
         "history" => history(g, &args),
         "render" => render(g, &args),
         "append" => append(g, &args),
+        "compact" => {
+            Args::parse(&args, &[], &[])?.exactly::<0>()?;
+            let r = open(g)?.compact()?;
+            print_json(&json!({
+                "inputSegments": r.input_segments, "inputBytes": r.input_bytes,
+                "outputSegments": r.output_segments, "outputBytes": r.output_bytes,
+                "recordsKept": r.records_kept, "recordsDropped": r.records_dropped,
+                "livePayloadBytes": r.live_payload_bytes,
+            }));
+            Ok(())
+        }
         "delete" => {
             let [context] = Args::parse(&args, &[], &[])?.exactly::<1>()?;
             open(g)?.delete_context(&g.tenant, &context)?;

@@ -179,6 +179,11 @@ fn the_a2a_commands_work_together() {
     assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED");
 
     assert_eq!(ok_json(d, &["delete", &context], b"")["deleted"], true);
+    let compacted = ok_json(d, &["compact"], b"");
+    assert!(
+        compacted["recordsDropped"].as_u64().unwrap() >= 4,
+        "{compacted}"
+    );
     fails(d, &["history", &context], b"", "ContextNotFound", 1);
     fails(d, &["task", &task], b"", "TaskNotFound", 1);
     fails(

@@ -8,6 +8,9 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"CTXLSEG\0";
 pub const FORMAT_VERSION: u32 = 1;
 /// Size of the segment header.
 pub const HEADER_LEN: u64 = 32;
+/// Header flag: the segment was written by compaction (it is live only while
+/// the manifest lists it).
+pub const FLAG_COMPACTED: u32 = 1;
 /// Size of a record frame's header (length, durable watermark, CRC).
 pub const FRAME_HEADER_LEN: u64 = 12;
 
@@ -40,6 +43,8 @@ pub struct SegmentHeader {
     pub version: u32,
     /// The segment id.
     pub segment_id: u64,
+    /// Flags ([`FLAG_COMPACTED`]).
+    pub flags: u32,
 }
 
 /// Why a segment header does not validate.
@@ -51,13 +56,19 @@ pub enum HeaderError {
     Invalid,
 }
 
-/// Encodes a segment header of the current format version.
+/// Encodes a segment header of the current format version, without flags.
 pub fn encode_header(segment_id: u64) -> [u8; HEADER_LEN as usize] {
+    encode_header_with(segment_id, 0)
+}
+
+/// Encodes a segment header of the current format version.
+pub fn encode_header_with(segment_id: u64, flags: u32) -> [u8; HEADER_LEN as usize] {
     let mut h = [0u8; HEADER_LEN as usize];
     h[0..8].copy_from_slice(&SEGMENT_MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
     h[16..24].copy_from_slice(&segment_id.to_le_bytes());
+    h[24..28].copy_from_slice(&flags.to_le_bytes());
     let crc = crc32fast::hash(&h[0..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
     h
@@ -77,6 +88,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderError> {
     Ok(SegmentHeader {
         version: le_u32(&h[8..12]),
         segment_id: le_u64(&h[16..24]),
+        flags: le_u32(&h[24..28]),
     })
 }
 
@@ -217,7 +229,8 @@ mod tests {
             decode_header(&h),
             Ok(SegmentHeader {
                 version: FORMAT_VERSION,
-                segment_id: 7
+                segment_id: 7,
+                flags: 0,
             })
         );
         assert_eq!(decode_header(&h[..31]), Err(HeaderError::Short));

@@ -1,6 +1,7 @@
 //! The log: segment files of framed records, appended to and recovered.
 
 pub mod frame;
+pub mod manifest;
 pub mod recovery;
 pub mod segments;
 pub mod writer;

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::frame::{
-    decode_frame, decode_header, encode_header, find_next_frame, HeaderError, FORMAT_VERSION,
-    FRAME_HEADER_LEN, HEADER_LEN,
+    decode_frame, decode_header, encode_header, find_next_frame, HeaderError, FLAG_COMPACTED,
+    FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
 };
+use super::manifest::Manifest;
 use super::segments::{list_segment_ids, segment_path, RecordLoc, SegmentData, Segments};
 use super::writer::{create_segment, sync_dir};
 use crate::error::{Error, Result};
@@ -74,9 +75,21 @@ pub struct ActiveSegment {
     pub bytes: Vec<u8>,
 }
 
-/// Scans the log under `dir`, registering every segment in `segments` and
-/// handing each valid record to `on_record`, which may refuse one (a reason
-/// string) as damaged. Returns the segment to continue appending to.
+/// What recovery hands the writer: the segment to continue with, the
+/// manifest in force, and the next free segment id.
+pub struct Recovered {
+    /// The segment to continue appending to.
+    pub active: ActiveSegment,
+    /// The manifest in force.
+    pub manifest: Manifest,
+    /// The lowest segment id not in use.
+    pub next_id: u64,
+}
+
+/// Scans the log under `dir` in replay order (see [`Manifest`]), registering
+/// every segment in `segments` and handing each valid record to `on_record`,
+/// which may refuse one (a reason string) as damaged. Leftovers of an
+/// interrupted compaction are removed.
 pub fn recover(
     dir: &Path,
     mode: RecoveryMode,
@@ -84,18 +97,47 @@ pub fn recover(
     segments: &Segments,
     report: &mut OpenReport,
     mut on_record: impl FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>,
-) -> Result<ActiveSegment> {
+) -> Result<Recovered> {
+    remove_temporaries(dir)?;
+    let manifest = Manifest::read(dir)?;
     let ids = list_segment_ids(dir)?;
+    let next_id = ids.last().map_or(1, |&id| id + 1);
+    for &id in &manifest.compacted {
+        if !ids.contains(&id) {
+            return Err(Error::corrupt(
+                id,
+                0,
+                "the MANIFEST lists this segment but it is missing",
+            ));
+        }
+    }
+    let mut tail = Vec::new();
+    for &id in ids.iter().filter(|id| !manifest.compacted.contains(id)) {
+        if manifest.is_live(id, has_compacted_flag(dir, id)) {
+            tail.push(id);
+        } else {
+            let path = segment_path(dir, id);
+            std::fs::remove_file(&path)
+                .map_err(|e| Error::io("remove a segment left over from compaction", &path, e))?;
+            report.removed_segments.push(id);
+        }
+    }
+    if !report.removed_segments.is_empty() {
+        sync_dir(dir)?;
+    }
     let mut scan = Scan {
         mode,
         max_record,
         report,
         on_record: &mut on_record,
     };
-    let Some((&newest, sealed)) = ids.split_last() else {
-        return fresh_segment(dir, 1);
-    };
-    for &id in sealed {
+    let sealed: Vec<u64> = manifest
+        .compacted
+        .iter()
+        .copied()
+        .chain(tail.iter().copied().take(tail.len().saturating_sub(1)))
+        .collect();
+    for id in sealed {
         let path = segment_path(dir, id);
         let file = File::open(&path).map_err(|e| Error::io("open a segment", &path, e))?;
         let map = SealedMap::map(&file).map_err(|e| Error::io("map a segment", &path, e))?;
@@ -104,7 +146,43 @@ pub fn recover(
         segments.insert(id, SegmentData::Sealed(Arc::new(map)));
         scan.report.segments += 1;
     }
-    scan.newest(dir, newest)
+    let active = match tail.last() {
+        Some(&newest) => scan.newest(dir, newest, next_id)?,
+        None => fresh_segment(dir, next_id)?,
+    };
+    let next_id = next_id.max(active.id + 1);
+    Ok(Recovered {
+        active,
+        manifest,
+        next_id,
+    })
+}
+
+/// Whether segment `id`'s header says compaction wrote it (an unreadable
+/// header counts as no).
+fn has_compacted_flag(dir: &Path, id: u64) -> bool {
+    let mut header = [0u8; HEADER_LEN as usize];
+    let read = File::open(segment_path(dir, id))
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0));
+    read.is_ok() && decode_header(&header).is_ok_and(|h| h.flags & FLAG_COMPACTED != 0)
+}
+
+/// Removes `*.tmp` files: segments or a manifest a crash left half made.
+fn remove_temporaries(dir: &Path) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::io("list the store directory", dir, e))?;
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(".tmp"))
+        {
+            let path = entry.path();
+            std::fs::remove_file(&path)
+                .map_err(|e| Error::io("remove a temporary file", &path, e))?;
+        }
+    }
+    Ok(())
 }
 
 struct Scan<'a, F> {
@@ -209,7 +287,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         }
     }
 
-    fn newest(&mut self, dir: &Path, id: u64) -> Result<ActiveSegment> {
+    fn newest(&mut self, dir: &Path, id: u64, fresh_id: u64) -> Result<ActiveSegment> {
         let path = segment_path(dir, id);
         let file = OpenOptions::new()
             .read(true)
@@ -225,7 +303,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
             sync_dir(dir)?;
             self.report.removed_segments.push(id);
-            return fresh_segment(dir, id + 1);
+            return fresh_segment(dir, fresh_id);
         }
         self.check_header(&path, id, &bytes)?;
         let len = bytes.len() as u64;

@@ -82,8 +82,19 @@ impl Segments {
         self.map.write().insert(id, data);
     }
 
-    fn get(&self, id: u64) -> Option<SegmentData> {
+    /// Segment `id`, if it is readable.
+    pub fn get(&self, id: u64) -> Option<SegmentData> {
         self.map.read().get(&id).cloned()
+    }
+
+    /// Removes segment `id`, handing back its data.
+    pub fn remove(&self, id: u64) -> Option<SegmentData> {
+        self.map.write().remove(&id)
+    }
+
+    /// The ids of the readable segments, ascending.
+    pub fn ids(&self) -> Vec<u64> {
+        self.map.read().keys().copied().collect()
     }
 
     /// Reads the payload at `loc`, checking its frame's CRC, and hands it to `f`.

@@ -12,7 +12,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -85,6 +85,8 @@ pub struct Log {
     /// Signalled when an appender asks for a sync, or at shutdown.
     work: Condvar,
     poisoned: AtomicBool,
+    /// The next segment id to hand out (to a rotation or a compaction).
+    next_id: AtomicU64,
 }
 
 impl LogWriter {
@@ -95,6 +97,7 @@ impl LogWriter {
         durability: Durability,
         segments: Arc<Segments>,
         active: ActiveSegment,
+        next_id: u64,
     ) -> Self {
         let ActiveSegment { id, file, bytes } = active;
         let len = bytes.len() as u64;
@@ -123,6 +126,7 @@ impl LogWriter {
             synced_cv: Condvar::new(),
             work: Condvar::new(),
             poisoned: AtomicBool::new(false),
+            next_id: AtomicU64::new(next_id.max(id + 1)),
         });
         let syncer = (durability == Durability::GroupCommit).then(|| {
             let log = log.clone();
@@ -213,7 +217,7 @@ impl Log {
             self.poison();
             return Err(Error::io("sync the segment being sealed", old_path, e));
         }
-        let id = active.id + 1;
+        let id = self.allocate_segment_id();
         let file = create_segment(&self.dir, id)?;
         let sealed = SealedMap::map(&active.file)
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
@@ -233,6 +237,32 @@ impl Log {
         drop(sync);
         self.synced_cv.notify_all();
         Ok(())
+    }
+
+    /// A segment id no segment has or will have.
+    pub fn allocate_segment_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Seals the active segment now (if it holds any record) and starts the
+    /// next; returns the new active segment's id.
+    pub fn rotate_now(&self) -> Result<u64> {
+        let mut active = self.active.lock();
+        self.check_poison()?;
+        if active.len > HEADER_LEN {
+            self.rotate(&mut active)?;
+        }
+        Ok(active.id)
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The rotation size.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
     }
 
     /// `Sync`: sync the file this append went to.

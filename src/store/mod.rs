@@ -9,10 +9,12 @@ use crate::error::{Error, Result};
 use std::collections::HashMap;
 
 use crate::index::{ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
+use crate::log::manifest::Manifest;
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
 
+mod compact;
 mod tasks;
 mod turns;
 use crate::namespace::{message_key, task_key, ContextKey};
@@ -21,6 +23,7 @@ use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::tasks::{Op, TaskEntry};
 use crate::MAX_RECORD_BYTES;
+pub use compact::{CompactReport, CompactStep};
 pub use tasks::{EventRecord, ListTasksQuery, Receipt};
 pub use turns::TurnGuard;
 
@@ -41,6 +44,9 @@ pub struct Store {
     writer: LogWriter,
     index: Index,
     report: OpenReport,
+    /// The manifest in force; held for a whole compaction, so compactions
+    /// run one at a time.
+    manifest: parking_lot::Mutex<Manifest>,
     _lock: File,
 }
 
@@ -111,7 +117,7 @@ impl Store {
         let mut report = OpenReport::default();
         let mut served = 0u64;
         let mut foreign = 0u64;
-        let active = recover(
+        let recovered = recover(
             &dir,
             options.recovery,
             options.max_record_bytes,
@@ -136,7 +142,8 @@ impl Store {
             options.segment_bytes,
             options.durability,
             segments.clone(),
-            active,
+            recovered.active,
+            recovered.next_id,
         );
         Ok(Self {
             options,
@@ -144,6 +151,7 @@ impl Store {
             writer,
             index,
             report,
+            manifest: parking_lot::Mutex::new(recovered.manifest),
             _lock: lock,
         })
     }
@@ -243,23 +251,27 @@ impl Store {
         context_id: &str,
         n: usize,
     ) -> Result<Vec<StoredMessage>> {
-        let (refs, _) = self.newest_before(tenant, context_id, None, n)?;
-        refs.into_iter().map(|r| self.read_message(r.loc)).collect()
+        self.with_newest_before(tenant, context_id, None, n, |refs, _| {
+            refs.iter().map(|r| self.read_message(r.loc)).collect()
+        })
     }
 
-    /// Copies out up to `max` of the newest message refs before seq `before`,
-    /// and how many messages lie before it.
-    fn newest_before(
+    /// Hands `f` up to `max` of the newest message refs before seq `before`,
+    /// and how many messages lie before it. `f` runs under the context's read
+    /// lock, so a compaction cannot move the records between the copy of
+    /// their locations and their reads (it remaps under the write lock).
+    fn with_newest_before<T>(
         &self,
         tenant: &str,
         context_id: &str,
         before: Option<u64>,
         max: usize,
-    ) -> Result<(Vec<MessageRef>, u64)> {
+        f: impl FnOnce(&[MessageRef], u64) -> Result<T>,
+    ) -> Result<T> {
         let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
-        Ok((refs.to_vec(), total))
+        f(refs, total)
     }
 
     /// The context's history before the message of seq `before` (the one
@@ -276,16 +288,23 @@ impl Store {
         budget: Budget,
     ) -> Result<History> {
         budget.check()?;
-        let (refs, total) = self.newest_before(tenant, context_id, before, budget.max_messages)?;
         let room = budget.max_bytes;
         let cost = |t: &Turn| t.text.len();
-        let (turns, omitted) = render::choose(
-            self.turns(&refs),
-            total,
+        let (turns, omitted) = self.with_newest_before(
+            tenant,
+            context_id,
+            before,
             budget.max_messages,
-            room,
-            cost,
-            |t| render::cut_to_fit(t, room, cost),
+            |refs, total| {
+                render::choose(
+                    self.turns(refs),
+                    total,
+                    budget.max_messages,
+                    room,
+                    cost,
+                    |t| render::cut_to_fit(t, room, cost),
+                )
+            },
         )?;
         Ok(History { turns, omitted })
     }
@@ -304,24 +323,31 @@ impl Store {
         let room = budget
             .max_bytes
             .saturating_sub(render::frame_overhead(&nonce));
-        let (refs, total) = self.newest_before(tenant, context_id, before, budget.max_messages)?;
-        // Each turn is rendered once, as it is read; its length is its cost.
-        let rendered = self.turns(&refs).map(|t| {
-            t.map(|t| {
-                let text = render::turn_text(&nonce, &t);
-                (t, text)
-            })
-        });
-        let (turns, omitted) = render::choose(
-            rendered,
-            total,
+        let (turns, omitted) = self.with_newest_before(
+            tenant,
+            context_id,
+            before,
             budget.max_messages,
-            room,
-            |(_, text)| text.len(),
-            |(turn, _)| {
-                let turn = render::cut_to_fit(turn, room, |t| render::turn_cost(&nonce, t));
-                let text = render::turn_text(&nonce, &turn);
-                (turn, text)
+            |refs, total| {
+                // Each turn is rendered once, as it is read; its length is its cost.
+                let rendered = self.turns(refs).map(|t| {
+                    t.map(|t| {
+                        let text = render::turn_text(&nonce, &t);
+                        (t, text)
+                    })
+                });
+                render::choose(
+                    rendered,
+                    total,
+                    budget.max_messages,
+                    room,
+                    |(_, text)| text.len(),
+                    |(turn, _)| {
+                        let turn = render::cut_to_fit(turn, room, |t| render::turn_cost(&nonce, t));
+                        let text = render::turn_text(&nonce, &turn);
+                        (turn, text)
+                    },
+                )
             },
         )?;
         let texts: Vec<String> = turns.into_iter().map(|(_, text)| text).collect();
@@ -575,6 +601,23 @@ fn apply_recovered(
 ) -> std::result::Result<(), String> {
     let slot = index.get_or_insert(&key);
     let mut state = slot.state.write();
+    let tombstone = matches!(body.kind, RecordKind::Gone { .. });
+    // A compaction's tombstone opens and closes a context in one record, at
+    // the seq the context had reached; a tombstone after a tombstone (the
+    // context expired again in the tail) changes nothing.
+    if tombstone && (state.gone.is_some() || (state.meta.is_none() && body.opens.is_some())) {
+        if state.gone.is_none() {
+            if let Some(name) = &body.opens {
+                if ContextKey::derive_unchecked(&name.tenant, &name.context_id) != key {
+                    return Err(
+                        "the tombstone's key does not match its tenant and contextId".into(),
+                    );
+                }
+            }
+            apply(index, &mut state, key, &body, loc);
+        }
+        return Ok(());
+    }
     // When damaged records are being skipped, a gap in a context's order is
     // expected; going backwards never is.
     let gap_ok = mode == RecoveryMode::SkipCorrupt && body.seq > state.next_seq;

@@ -204,13 +204,11 @@ impl Store {
         digest: &[u8; 32],
     ) -> Result<Receipt> {
         let slot = self.index.get(&key).ok_or(Error::TaskNotFound)?;
-        let (context_id, loc) = {
-            let state = slot.state.read();
-            let at = state.messages.partition_point(|m| m.seq < seq);
-            let m = state.messages.get(at).filter(|m| m.seq == seq);
-            (context_of(&state)?.to_string(), m.map(|m| m.loc))
-        };
-        let loc = loc.ok_or(Error::TaskNotFound)?;
+        let state = slot.state.read();
+        let at = state.messages.partition_point(|m| m.seq < seq);
+        let m = state.messages.get(at).filter(|m| m.seq == seq);
+        let context_id = context_of(&state)?.to_string();
+        let loc = m.map(|m| m.loc).ok_or(Error::TaskNotFound)?;
         let link = self.with_record(loc, |body, _| match &body.kind {
             RecordKind::Message { task: Some(link) } => Some(link.clone()),
             _ => None,
@@ -353,12 +351,16 @@ impl Store {
         include_artifacts: bool,
     ) -> Result<Task> {
         let (_, slot) = self.task_slot(tenant, task_id)?;
-        let snapshot = {
-            let state = slot.state.read();
-            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-            snapshot(context_of(&state)?, task, history_length, include_artifacts)
-        };
-        self.read_task(snapshot)
+        // Records are read under the context's read lock, so a compaction
+        // cannot move them in between (it remaps under the write lock).
+        let state = slot.state.read();
+        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        self.read_task(snapshot(
+            context_of(&state)?,
+            task,
+            history_length,
+            include_artifacts,
+        ))
     }
 
     /// The tenant's tasks, filtered, newest status first (ties by id), in
@@ -411,17 +413,15 @@ impl Store {
             let Some(slot) = self.index.get(key) else {
                 continue;
             };
-            let snapshot = {
-                let state = slot.state.read();
-                let Some(task) = state.task(id) else { continue };
-                snapshot(
-                    context_of(&state)?,
-                    task,
-                    query.history_length,
-                    query.include_artifacts,
-                )
-            };
-            tasks.push(self.read_task(snapshot)?);
+            let state = slot.state.read();
+            let Some(task) = state.task(id) else { continue };
+            let s = snapshot(
+                context_of(&state)?,
+                task,
+                query.history_length,
+                query.include_artifacts,
+            );
+            tasks.push(self.read_task(s)?);
         }
         Ok(ListTasksResponse {
             tasks,
@@ -440,13 +440,11 @@ impl Store {
         after: u64,
     ) -> Result<Vec<(u64, StreamResponse)>> {
         let (_, slot) = self.task_slot(tenant, task_id)?;
-        let (context_id, locs) = {
-            let state = slot.state.read();
-            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-            let skip = usize::try_from(after).unwrap_or(usize::MAX);
-            let locs: Vec<RecordLoc> = task.events.iter().skip(skip).copied().collect();
-            (context_of(&state)?.to_string(), locs)
-        };
+        let state = slot.state.read();
+        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        let skip = usize::try_from(after).unwrap_or(usize::MAX);
+        let locs: Vec<RecordLoc> = task.events.iter().skip(skip).copied().collect();
+        let context_id = context_of(&state)?.to_string();
         locs.into_iter()
             .enumerate()
             .map(|(i, loc)| {

@@ -1,0 +1,157 @@
+//! The manifest: which segments make up the log, in replay order.
+//!
+//! ```text
+//! magic "CTXLMAN\0" | version:u32 = 1 | generation:u64 | tail_from:u64
+//! | count:u32 | count × segment id:u64 | crc32 of everything before:u32
+//! ```
+//!
+//! The log replays the compacted segments the manifest lists, in its order,
+//! then every segment with id ≥ `tail_from` that the manifest does not list,
+//! in id order. No manifest means no compaction has happened: every segment
+//! is tail. The manifest is replaced atomically (written to `MANIFEST.tmp`,
+//! synced, renamed over `MANIFEST`, directory synced): that rename is the
+//! moment a compaction takes effect.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use super::writer::sync_dir;
+use crate::error::{Error, Result};
+
+/// The manifest's file name.
+pub const MANIFEST: &str = "MANIFEST";
+const MAGIC: [u8; 8] = *b"CTXLMAN\0";
+const VERSION: u32 = 1;
+
+/// Which segments make up the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    /// Bumped by every compaction.
+    pub generation: u64,
+    /// Compacted segments, in replay order.
+    pub compacted: Vec<u64>,
+    /// Segments with this id or above (and not listed) replay after them.
+    pub tail_from: u64,
+}
+
+impl Manifest {
+    /// Whether segment `id` (with `compacted` telling its header flag) is
+    /// part of the log; anything else is left over from a compaction.
+    pub fn is_live(&self, id: u64, compacted: bool) -> bool {
+        if compacted {
+            self.compacted.contains(&id)
+        } else {
+            id >= self.tail_from
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.generation.to_le_bytes());
+        b.extend_from_slice(&self.tail_from.to_le_bytes());
+        b.extend_from_slice(&(self.compacted.len() as u32).to_le_bytes());
+        for id in &self.compacted {
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return None;
+        }
+        let mut r = Reader(body);
+        if r.take(8)? != MAGIC || r.u32()? != VERSION {
+            return None;
+        }
+        let generation = r.u64()?;
+        let tail_from = r.u64()?;
+        let count = r.u32()? as usize;
+        let compacted = (0..count).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
+        r.0.is_empty().then_some(Manifest {
+            generation,
+            compacted,
+            tail_from,
+        })
+    }
+
+    /// Reads the manifest of `dir`; none yet is the empty manifest.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(MANIFEST);
+        match fs::read(&path) {
+            Ok(bytes) => Self::decode(&bytes).ok_or_else(|| {
+                Error::corrupt(
+                    0,
+                    0,
+                    "the MANIFEST fails its checksum or format; restore it from a backup",
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(Error::io("read the manifest", path, e)),
+        }
+    }
+
+    /// Replaces the manifest of `dir` atomically and durably.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let tmp = dir.join("MANIFEST.tmp");
+        let mut f: File = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| Error::io("create the new manifest", &tmp, e))?;
+        f.write_all(&self.encode())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Error::io("write the new manifest", &tmp, e))?;
+        fs::rename(&tmp, dir.join(MANIFEST))
+            .map_err(|e| Error::io("switch to the new manifest", &tmp, e))?;
+        sync_dir(dir)
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage() {
+        let m = Manifest {
+            generation: 3,
+            compacted: vec![9, 10],
+            tail_from: 8,
+        };
+        let bytes = m.encode();
+        assert_eq!(Manifest::decode(&bytes), Some(m.clone()));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 1;
+            assert_eq!(Manifest::decode(&bad), None);
+            assert_eq!(Manifest::decode(&bytes[..i]), None);
+        }
+        assert!(m.is_live(9, true) && !m.is_live(11, true));
+        assert!(m.is_live(8, false) && !m.is_live(7, false));
+    }
+}

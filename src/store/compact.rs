@@ -1,0 +1,363 @@
+//! Compaction: rewrite the sealed segments without the records of deleted or
+//! expired contexts, each context's records next to each other, while the
+//! store keeps serving reads and writes. DESIGN.md §4 walks its crash cases.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{apply, now_ms, Store};
+use crate::error::{Error, Result};
+use crate::index::{ContextState, Gone, Life};
+use crate::log::frame::{
+    decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, HEADER_LEN,
+};
+use crate::log::manifest::Manifest;
+use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentData};
+use crate::log::writer::sync_dir;
+use crate::mmap::SealedMap;
+use crate::namespace::{ContextKey, NAMESPACE_VERSION};
+use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
+use crate::MAX_RECORD_BYTES;
+
+/// What a compaction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactReport {
+    /// Segments rewritten.
+    pub input_segments: usize,
+    /// Their bytes.
+    pub input_bytes: u64,
+    /// Segments written.
+    pub output_segments: usize,
+    /// Their bytes.
+    pub output_bytes: u64,
+    /// Records copied.
+    pub records_kept: u64,
+    /// Records dropped (of deleted or expired contexts).
+    pub records_dropped: u64,
+    /// Bytes of the records copied (payloads), to compare with `output_bytes`.
+    pub live_payload_bytes: u64,
+}
+
+/// Where a compaction can be stopped to test what a crash there leaves.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CompactStep {
+    /// New segments written and synced under temporary names.
+    Written,
+    /// New segments renamed to their final names.
+    Renamed,
+    /// The manifest switched to the new segments.
+    Switched,
+    /// Everything, including removing the old segments.
+    Done,
+}
+
+/// One record to copy, or a tombstone to write for a gone context.
+enum Out {
+    Copy(RecordLoc),
+    Tombstone(Vec<u8>),
+}
+
+/// Output segments being filled in memory.
+struct Output {
+    segments: Vec<(u64, Vec<u8>)>,
+    limit: u64,
+}
+
+impl Output {
+    fn push(&mut self, store: &Store, payload: &[u8]) -> RecordLoc {
+        let need = 12 + payload.len() as u64;
+        let full = self
+            .segments
+            .last()
+            .is_none_or(|(_, b)| b.len() as u64 > HEADER_LEN && b.len() as u64 + need > self.limit);
+        if full {
+            let id = store.writer.allocate_segment_id();
+            self.segments
+                .push((id, encode_header_with(id, FLAG_COMPACTED).to_vec()));
+        }
+        let Some((id, buf)) = self.segments.last_mut() else {
+            // Unreachable: a segment was pushed just above when there was none.
+            return RecordLoc {
+                segment: 0,
+                offset: 0,
+                len: 0,
+            };
+        };
+        let offset = buf.len() as u64;
+        encode_frame(*id, offset, offset as u32, payload, buf);
+        RecordLoc {
+            segment: *id,
+            offset: offset as u32,
+            len: payload.len() as u32,
+        }
+    }
+}
+
+impl Store {
+    /// Compacts the log: seals the active segment, rewrites every sealed
+    /// segment without the records of deleted or expired contexts (each gone
+    /// context keeps one tombstone that keeps its id refused), with each
+    /// context's records contiguous, then switches to the new segments.
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.compact_until(CompactStep::Done)
+    }
+
+    /// [`compact`](Self::compact), stopped after `step` as if the process
+    /// died there (for crash tests).
+    #[doc(hidden)]
+    pub fn compact_until(&self, step: CompactStep) -> Result<CompactReport> {
+        let mut manifest = self.manifest.lock();
+        let tail_from = self.writer.rotate_now()?;
+        let inputs: Vec<u64> = manifest
+            .compacted
+            .iter()
+            .copied()
+            .chain(
+                self.segments
+                    .ids()
+                    .into_iter()
+                    .filter(|id| *id < tail_from && !manifest.compacted.contains(id)),
+            )
+            .collect();
+        let mut report = CompactReport {
+            input_segments: inputs.len(),
+            ..CompactReport::default()
+        };
+        let plan = self.plan(&inputs, &mut report)?;
+        let mut out = Output {
+            segments: Vec::new(),
+            limit: self.options.segment_bytes,
+        };
+        let mut moved: HashMap<(u64, u32), RecordLoc> = HashMap::new();
+        for item in plan {
+            match item {
+                Out::Copy(loc) => {
+                    let payload = self.raw_payload(loc)?;
+                    report.live_payload_bytes += payload.len() as u64;
+                    moved.insert((loc.segment, loc.offset), out.push(self, &payload));
+                    report.records_kept += 1;
+                }
+                Out::Tombstone(payload) => {
+                    out.push(self, &payload);
+                }
+            }
+        }
+        let dir = self.writer.dir().to_path_buf();
+        report.output_segments = out.segments.len();
+        report.output_bytes = out.segments.iter().map(|(_, b)| b.len() as u64).sum();
+        for (id, bytes) in &out.segments {
+            write_temporary(&dir, *id, bytes)?;
+        }
+        if step == CompactStep::Written {
+            return Ok(report);
+        }
+        for (id, _) in &out.segments {
+            let tmp = dir.join(format!("{}.tmp", segment_file_name(*id)));
+            std::fs::rename(&tmp, segment_path(&dir, *id))
+                .map_err(|e| Error::io("name a compacted segment", &tmp, e))?;
+        }
+        sync_dir(&dir)?;
+        if step == CompactStep::Renamed {
+            return Ok(report);
+        }
+        let next = Manifest {
+            generation: manifest.generation + 1,
+            compacted: out.segments.iter().map(|(id, _)| *id).collect(),
+            tail_from,
+        };
+        next.write(&dir)?;
+        *manifest = next;
+        if step == CompactStep::Switched {
+            return Ok(report);
+        }
+        for (id, _) in &out.segments {
+            let path = segment_path(&dir, *id);
+            let file =
+                File::open(&path).map_err(|e| Error::io("open a compacted segment", &path, e))?;
+            let map = SealedMap::map(&file)
+                .map_err(|e| Error::io("map a compacted segment", &path, e))?;
+            self.segments
+                .insert(*id, SegmentData::Sealed(Arc::new(map)));
+        }
+        self.remap(&moved);
+        // Every reader that copied old locations did so under a context read
+        // lock, which the remap waited for: nothing reads the inputs any more.
+        for id in &inputs {
+            self.segments.remove(*id);
+            let path = segment_path(&dir, *id);
+            std::fs::remove_file(&path)
+                .map_err(|e| Error::io("remove a compacted-away segment", &path, e))?;
+        }
+        sync_dir(&dir)?;
+        Ok(report)
+    }
+
+    /// Walks the inputs and decides, per context (in order of first
+    /// appearance), which records to copy and which tombstones to write.
+    fn plan(&self, inputs: &[u64], report: &mut CompactReport) -> Result<Vec<Out>> {
+        let mut order: Vec<ContextKey> = Vec::new();
+        let mut groups: HashMap<ContextKey, Vec<RecordLoc>> = HashMap::new();
+        for &id in inputs {
+            let Some(SegmentData::Sealed(map)) = self.segments.get(id) else {
+                return Err(Error::corrupt(
+                    id,
+                    0,
+                    "a segment to compact is not readable",
+                ));
+            };
+            let bytes = map.bytes();
+            report.input_bytes += bytes.len() as u64;
+            let mut at = HEADER_LEN;
+            while at < bytes.len() as u64 {
+                let frame = decode_frame(bytes, id, at, MAX_RECORD_BYTES)
+                    .map_err(|e| Error::corrupt(id, at, e.reason()))?;
+                let payload = bytes
+                    .get(frame.payload_start() as usize..frame.end() as usize)
+                    .unwrap_or_default();
+                let key = match record::decode(payload) {
+                    Ok(Decoded::Current { key, .. }) | Ok(Decoded::ForeignNamespace(key)) => key,
+                    Err(e) => return Err(Error::corrupt(id, at, e.0)),
+                };
+                let loc = RecordLoc {
+                    segment: id,
+                    offset: at as u32,
+                    len: frame.len,
+                };
+                groups
+                    .entry(key)
+                    .or_insert_with(|| {
+                        order.push(key);
+                        Vec::new()
+                    })
+                    .push(loc);
+                at = frame.end();
+            }
+        }
+        let mut plan = Vec::new();
+        for key in order {
+            let locs = groups.remove(&key).unwrap_or_default();
+            match self.tombstone_for(&key, &locs)? {
+                Some(tombstone) => {
+                    report.records_dropped += locs.len() as u64;
+                    plan.push(Out::Tombstone(tombstone));
+                }
+                None => plan.extend(locs.into_iter().map(Out::Copy)),
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The tombstone that replaces the records of a gone context (`None`: the
+    /// context is live, or of another namespace, and keeps every record). An
+    /// expired context that had no tombstone yet is marked gone in memory too.
+    fn tombstone_for(&self, key: &ContextKey, locs: &[RecordLoc]) -> Result<Option<Vec<u8>>> {
+        if key.version() != NAMESPACE_VERSION {
+            return Ok(None);
+        }
+        let Some(slot) = self.index.get(key) else {
+            return Ok(None);
+        };
+        let _turn = slot.write.lock();
+        let mut state = slot.state.write();
+        let gone = match state.life(now_ms(), self.options.retention) {
+            Life::Gone(gone) => gone,
+            Life::Live | Life::Missing => return Ok(None),
+        };
+        let Some(meta) = state.meta.clone() else {
+            return Ok(None);
+        };
+        let last_seq = match locs.last() {
+            Some(&loc) => self.with_record(loc, |body, _| body.seq)?,
+            None => state.next_seq,
+        };
+        let body = RecordBody {
+            seq: last_seq,
+            timestamp_ms: state.last_ms,
+            opens: Some(ContextName {
+                tenant: meta.tenant.clone(),
+                context_id: meta.context_id.clone(),
+            }),
+            kind: RecordKind::Gone {
+                expired: gone == Gone::Expired,
+            },
+        };
+        let payload = record::encode(key, &body, &[]).map_err(|e| Error::InvalidParams {
+            field: "tombstone",
+            reason: e.0,
+        })?;
+        if state.gone.is_none() {
+            // Expired without a tombstone: gone from memory now, as on disk.
+            let next = RecordBody {
+                seq: state.next_seq,
+                opens: None,
+                ..body
+            };
+            apply(
+                &self.index,
+                &mut state,
+                *key,
+                &next,
+                locs.last().copied().unwrap_or(meta.opened),
+            );
+        }
+        Ok(Some(payload))
+    }
+
+    /// A record's payload, copied out of its segment.
+    fn raw_payload(&self, loc: RecordLoc) -> Result<Vec<u8>> {
+        self.segments.with_payload(loc, <[u8]>::to_vec)
+    }
+
+    /// Points every index entry at the records' new places.
+    fn remap(&self, moved: &HashMap<(u64, u32), RecordLoc>) {
+        if moved.is_empty() {
+            return;
+        }
+        let to = |loc: &mut RecordLoc| {
+            if let Some(new) = moved.get(&(loc.segment, loc.offset)) {
+                *loc = *new;
+            }
+        };
+        for key in self.index.all_contexts() {
+            let Some(slot) = self.index.get(&key) else {
+                continue;
+            };
+            let _turn = slot.write.lock();
+            let mut state = slot.state.write();
+            remap_state(&mut state, &to);
+        }
+    }
+}
+
+fn remap_state(state: &mut ContextState, to: &impl Fn(&mut RecordLoc)) {
+    if let Some(meta) = state.meta.as_mut() {
+        to(&mut meta.opened);
+    }
+    for m in &mut state.messages {
+        to(&mut m.loc);
+    }
+    for task in &mut state.tasks {
+        task.events.iter_mut().for_each(to);
+        if let Some(status) = task.status.as_mut() {
+            to(status);
+        }
+    }
+}
+
+/// Writes a compacted segment under a temporary name, synced.
+fn write_temporary(dir: &Path, id: u64, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{}.tmp", segment_file_name(id)));
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::io("create a compacted segment", &tmp, e))?;
+    file.write_all_at(bytes, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io("write a compacted segment", &tmp, e))
+}

@@ -1,0 +1,312 @@
+//! Compaction: every live record kept byte for byte, deleted contexts stay
+//! deleted, a crash at each step leaves a store that opens correctly, reads
+//! and writes go on meanwhile, and the space comes back.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ctxlog::store::CompactStep;
+use ctxlog::{Durability, Error, Options, Store};
+use proptest::prelude::*;
+use serde_json::json;
+
+fn options() -> Options {
+    Options::default()
+        .durability(Durability::Buffered)
+        .segment_bytes(4096)
+}
+
+/// What must be there: per context, its raw messages, or `None` if deleted.
+type Model = BTreeMap<String, Option<Vec<Vec<u8>>>>;
+
+fn check(store: &Store, model: &Model) -> Result<(), TestCaseError> {
+    for (context, want) in model {
+        match want {
+            Some(msgs) => {
+                let got: Vec<Vec<u8>> = store
+                    .last_messages("t", context, usize::MAX)
+                    .map_err(|e| TestCaseError::fail(format!("{context}: {e}")))?
+                    .into_iter()
+                    .map(|m| m.raw)
+                    .collect();
+                prop_assert_eq!(&got, msgs, "{}", context);
+            }
+            None => {
+                let read = store.last_messages("t", context, 1);
+                prop_assert!(matches!(read, Err(Error::ContextNotFound)), "{:?}", read);
+                let again = store.append_message("t", context, b"again");
+                prop_assert!(
+                    matches!(again, Err(Error::ContextRejected { .. })),
+                    "{:?}",
+                    again
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `check`, and the tenant lists exactly the live contexts of the model.
+fn check_all(store: &Store, model: &Model) -> Result<(), TestCaseError> {
+    check(store, model)?;
+    let listed = store.list_contexts("t", 100, None).unwrap().contexts.len();
+    prop_assert_eq!(listed, model.values().filter(|v| v.is_some()).count());
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append(u8, Vec<u8>),
+    Delete(u8),
+    Compact,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..6u8, proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(c, b)| Op::Append(c, b)),
+        1 => (0..6u8).prop_map(Op::Delete),
+        2 => Just(Op::Compact),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    #[test]
+    fn compaction_keeps_every_live_record_byte_for_byte(ops in proptest::collection::vec(op(), 1..50)) {
+        let dir = common::tmp();
+        let mut store = Store::open(dir.path(), options()).unwrap();
+        let mut model = Model::new();
+        for op in ops {
+            match op {
+                Op::Append(c, body) => {
+                    let context = format!("c{c}");
+                    let result = store.append_message("t", &context, &body);
+                    match model.entry(context).or_insert_with(|| Some(Vec::new())) {
+                        Some(msgs) => {
+                            result.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                            msgs.push(body);
+                        }
+                        None => prop_assert!(matches!(result, Err(Error::ContextRejected { .. })), "{:?}", result),
+                    }
+                }
+                Op::Delete(c) => {
+                    let context = format!("c{c}");
+                    let result = store.delete_context("t", &context);
+                    match model.get(&context) {
+                        Some(Some(_)) => {
+                            result.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                            model.insert(context, None);
+                        }
+                        _ => prop_assert!(matches!(result, Err(Error::ContextNotFound))),
+                    }
+                }
+                Op::Compact => {
+                    store.compact().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
+                Op::Reopen => {
+                    store.close().unwrap();
+                    store = Store::open(dir.path(), options()).unwrap();
+                }
+            }
+            check_all(&store, &model)?;
+        }
+        store.close().unwrap();
+        let store = Store::open(dir.path(), options()).unwrap();
+        check_all(&store, &model)?;
+    }
+}
+
+/// A store with tasks, artifacts and deleted contexts; returns the model.
+fn populate(dir: &Path) -> Model {
+    let store = Store::open(dir, options()).unwrap();
+    let mut model = Model::new();
+    for c in 0..8 {
+        let context = format!("c{c}");
+        let mut msgs = Vec::new();
+        for i in 0..30 {
+            let body = format!("context {c} message {i} {}", "x".repeat(i * 7)).into_bytes();
+            store.append_message("t", &context, &body).unwrap();
+            msgs.push(body);
+        }
+        model.insert(context, Some(msgs));
+    }
+    for c in [1, 4, 6] {
+        store.delete_context("t", &format!("c{c}")).unwrap();
+        model.insert(format!("c{c}"), None);
+    }
+    store.close().unwrap();
+    model
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn a_crash_at_each_step_of_compaction_leaves_a_store_that_opens_correctly() {
+    let original = common::tmp();
+    let model = populate(original.path());
+    for step in [
+        CompactStep::Written,
+        CompactStep::Renamed,
+        CompactStep::Switched,
+        CompactStep::Done,
+    ] {
+        let dir = common::tmp();
+        copy_dir(original.path(), dir.path());
+        let store = Store::open(dir.path(), options()).unwrap();
+        store.compact_until(step).unwrap();
+        // The process dies here: nothing more is written or cleaned up.
+        drop(store);
+        let store = Store::open(dir.path(), options())
+            .unwrap_or_else(|e| panic!("open after a crash at {step:?}: {e}"));
+        check_all(&store, &model).unwrap_or_else(|e| panic!("after a crash at {step:?}: {e}"));
+        // A later compaction finishes the job.
+        store.compact().unwrap();
+        drop(store);
+        let store = Store::open(dir.path(), options()).unwrap();
+        check_all(&store, &model).unwrap_or_else(|e| panic!("after recompacting ({step:?}): {e}"));
+        let leftovers: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
+
+#[test]
+fn tasks_survive_compaction_with_their_history_and_artifacts() {
+    let dir = common::tmp();
+    let store = Store::open(dir.path(), options()).unwrap();
+    let msg = |id: &str, extra: serde_json::Value| {
+        let mut m = json!({ "messageId": id, "role": "ROLE_USER", "parts": [{ "text": id }] });
+        if let (serde_json::Value::Object(m), serde_json::Value::Object(e)) = (&mut m, extra) {
+            m.extend(e);
+        }
+        serde_json::to_vec(&m).unwrap()
+    };
+    let r = store
+        .receive_message("t", &msg("m1", json!({ "contextId": "case" })))
+        .unwrap();
+    let event = json!({ "artifactUpdate": { "taskId": r.task_id, "contextId": "case",
+        "artifact": { "artifactId": "a", "parts": [{ "text": "chunk" }] } } });
+    store
+        .apply_event("t", event.to_string().as_bytes())
+        .unwrap();
+    store
+        .receive_message("t", &msg("m2", json!({ "taskId": r.task_id })))
+        .unwrap();
+    store
+        .receive_message("t", &msg("x1", json!({ "contextId": "doomed" })))
+        .unwrap();
+    store.delete_context("t", "doomed").unwrap();
+    let before = store.get_task("t", &r.task_id, None, true).unwrap();
+    let report = store.compact().unwrap();
+    // Kept: two messages and the artifact chunk; dropped: the deleted
+    // context's message and its tombstone (replaced by one compact tombstone).
+    assert_eq!(
+        (report.records_kept, report.records_dropped),
+        (3, 2),
+        "{report:?}"
+    );
+    assert_eq!(store.get_task("t", &r.task_id, None, true).unwrap(), before);
+    assert!(
+        store
+            .receive_message("t", &msg("m1", json!({ "contextId": "case" })))
+            .unwrap()
+            .duplicate
+    );
+    drop(store);
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert_eq!(store.get_task("t", &r.task_id, None, true).unwrap(), before);
+    assert_eq!(store.events_since("t", &r.task_id, 0).unwrap().len(), 3);
+    assert!(matches!(
+        store.receive_message("t", &msg("x2", json!({ "contextId": "doomed" }))),
+        Err(Error::ContextRejected { .. })
+    ));
+}
+
+#[test]
+fn reads_and_writes_go_on_during_compaction() {
+    let dir = common::tmp();
+    let model = populate(dir.path());
+    let store = Arc::new(Store::open(dir.path(), options()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (store, stop, model) = (store.clone(), stop.clone(), model.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !stop.load(Ordering::Acquire) || reads < 10 {
+                check(&store, &model).unwrap();
+                reads += 1;
+            }
+        })
+    };
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                store
+                    .append_message("t", "busy", format!("w{i}").as_bytes())
+                    .unwrap();
+            }
+        })
+    };
+    for _ in 0..3 {
+        store.compact().unwrap();
+    }
+    writer.join().unwrap();
+    stop.store(true, Ordering::Release);
+    reader.join().unwrap();
+    assert_eq!(
+        store.last_messages("t", "busy", usize::MAX).unwrap().len(),
+        200
+    );
+}
+
+#[test]
+fn space_after_compaction_is_close_to_the_live_payload() {
+    let dir = common::tmp();
+    let store = Store::open(
+        dir.path(),
+        Options::default()
+            .durability(Durability::Buffered)
+            .segment_bytes(1 << 20),
+    )
+    .unwrap();
+    let mut live = 0u64;
+    for c in 0..40 {
+        for i in 0..25 {
+            let body = vec![(c * 31 + i) as u8; 1024];
+            store.append_message("t", &format!("c{c}"), &body).unwrap();
+            if c % 2 == 0 {
+                live += body.len() as u64;
+            }
+        }
+    }
+    for c in (1..40).step_by(2) {
+        store.delete_context("t", &format!("c{c}")).unwrap();
+    }
+    store.compact().unwrap();
+    let on_disk: u64 = common::segment_files(dir.path())
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    let ratio = on_disk as f64 / live as f64;
+    assert!(
+        ratio <= 1.15,
+        "{on_disk} bytes on disk for {live} live bytes: {ratio:.3}x"
+    );
+}

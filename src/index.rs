@@ -79,6 +79,35 @@ pub struct MessageRef {
 }
 
 impl ContextState {
+    /// An estimate of the bytes this entry holds (vectors at their capacity).
+    pub fn approx_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let meta = self
+            .meta
+            .as_ref()
+            .map_or(0, |m| m.tenant.capacity() + m.context_id.capacity());
+        let tasks: usize = self
+            .tasks
+            .iter()
+            .map(|t| {
+                size_of::<TaskEntry>()
+                    + t.id.capacity() * 2
+                    + t.events.capacity() * size_of::<RecordLoc>()
+                    + t.history.capacity() * size_of::<u32>()
+                    + t.artifacts
+                        .iter()
+                        .map(|a| a.id.capacity() + a.chunks.capacity() * 4 + 48)
+                        .sum::<usize>()
+            })
+            .sum();
+        (size_of::<ContextSlot>()
+            + meta
+            + self.messages.capacity() * size_of::<MessageRef>()
+            + tasks
+            + self.task_pos.capacity() * (size_of::<String>() + size_of::<usize>() + 8))
+            as u64
+    }
+
     /// Whether the context can be used now, under `retention`.
     pub fn life(&self, now_ms: u64, retention: Option<std::time::Duration>) -> Life {
         if self.meta.is_none() {
@@ -350,6 +379,18 @@ impl Index {
             None => Box::new(set.iter()),
         };
         iter.take(limit).copied().collect()
+    }
+
+    /// An estimate of the bytes of the maps themselves (key → slot, task id
+    /// and messageId maps), counting each entry and a hash table's slack.
+    pub fn approx_map_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let contexts: usize = self.shards.iter().map(|s| s.read().capacity()).sum();
+        let tasks: usize = self.tasks.iter().map(|s| s.read().capacity()).sum();
+        let idem: usize = self.idem.iter().map(|s| s.lock().capacity()).sum();
+        (contexts * (size_of::<ContextKey>() + 8 + 1)
+            + tasks * (32 + size_of::<ContextKey>() + 1)
+            + idem * (32 + size_of::<Idem>() + 1)) as u64
     }
 
     /// Every context key the index holds.

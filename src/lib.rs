@@ -31,6 +31,7 @@ pub mod demo;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod import;
 pub mod index;
 pub mod log;
 mod mmap;
@@ -44,11 +45,12 @@ pub mod time;
 
 pub use error::{Error, Result};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
+pub use log::verify::{Damage, VerifyReport};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
 pub use options::{Durability, Options, RecoveryMode, TurnPolicy};
 pub use store::{
-    Appended, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Store, StoredMessage,
-    TurnGuard,
+    Appended, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Stats, Store,
+    StoredMessage, TurnGuard,
 };
 
 /// The largest record payload the format allows (16 MiB).

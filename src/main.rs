@@ -33,6 +33,9 @@ commands:
   delete CONTEXT                        delete a context with its tasks, messages and artifacts
   compact                               rewrite the log without deleted and expired contexts
   append CONTEXT                        save stdin, byte for byte, as a raw message of CONTEXT
+  verify                                a full checksum scan; exit 0 only when clean
+  stats                                 contexts, tasks, messages, segments, bytes on disk, live and index bytes
+  import-hermes DIR                     import Hermes A2A journals (<name>.jsonl) into --tenant (required)
   key CONTEXT                           the context's namespace key
   check                                 open the store and print what recovery found";
 
@@ -53,6 +56,8 @@ type Outcome = Result<(), Failure>;
 struct Global {
     dir: PathBuf,
     tenant: String,
+    /// Whether `--tenant` was given on the command line.
+    tenant_given: bool,
     durability: Durability,
 }
 
@@ -140,6 +145,7 @@ fn run(args: Vec<String>) -> Outcome {
     let mut global = Global {
         dir: std::env::var_os("CTXLOG_DIR").map_or_else(|| "ctxlog-data".into(), PathBuf::from),
         tenant: std::env::var("CTXLOG_TENANT").unwrap_or_else(|_| "default".into()),
+        tenant_given: false,
         durability: Durability::Sync,
     };
     let mut rest = args.into_iter();
@@ -150,7 +156,10 @@ fn run(args: Vec<String>) -> Outcome {
         };
         match rest.next().as_deref() {
             Some("--dir") => global.dir = next(&mut rest, "--dir")?.into(),
-            Some("--tenant") => global.tenant = next(&mut rest, "--tenant")?,
+            Some("--tenant") => {
+                global.tenant = next(&mut rest, "--tenant")?;
+                global.tenant_given = true;
+            }
             Some("--durability") => {
                 global.durability = match next(&mut rest, "--durability")?.as_str() {
                     "sync" => Durability::Sync,
@@ -192,7 +201,7 @@ fn run(args: Vec<String>) -> Outcome {
         "append" => append(g, &args),
         "compact" => {
             Args::parse(&args, &[], &[])?.exactly::<0>()?;
-            let r = open(g)?.compact()?;
+            let r = open(g)?.compact_with_progress(&mut progress("compact"))?;
             print_json(&json!({
                 "inputSegments": r.input_segments, "inputBytes": r.input_bytes,
                 "outputSegments": r.output_segments, "outputBytes": r.output_bytes,
@@ -207,6 +216,18 @@ fn run(args: Vec<String>) -> Outcome {
             print_json(&json!({ "contextId": context, "deleted": true }));
             Ok(())
         }
+        "verify" => verify(g, &args),
+        "stats" => {
+            Args::parse(&args, &[], &[])?.exactly::<0>()?;
+            let st = open(g)?.stats();
+            print_json(&json!({
+                "contexts": st.contexts, "tasks": st.tasks, "messages": st.messages,
+                "segments": st.segments, "diskBytes": st.disk_bytes, "liveBytes": st.live_bytes,
+                "indexBytes": st.index_bytes,
+            }));
+            Ok(())
+        }
+        "import-hermes" => import_hermes(g, &args),
         "key" => {
             let [context] = Args::parse(&args, &[], &[])?.exactly::<1>()?;
             println!("{}", ContextKey::derive(&g.tenant, &context)?);
@@ -218,6 +239,79 @@ fn run(args: Vec<String>) -> Outcome {
             Ok(())
         }
         other => Err(usage(format!("unknown command {other:?}"))),
+    }
+}
+
+fn verify(g: &Global, args: &[String]) -> Outcome {
+    Args::parse(args, &[], &[])?.exactly::<0>()?;
+    let report = Store::verify(&g.dir, &mut progress("verify"))?;
+    let damage: Vec<Value> = report
+        .damage
+        .iter()
+        .map(|d| json!({ "segment": d.segment, "offset": d.offset, "reason": d.reason }))
+        .collect();
+    print_json(&json!({
+        "clean": report.is_clean(), "segments": report.segments, "records": report.records,
+        "bytes": report.bytes, "damage": damage,
+    }));
+    match report.damage.first() {
+        None => Ok(()),
+        Some(d) => Err(Failure::Store(Error::Corrupt {
+            segment: d.segment,
+            offset: d.offset,
+            reason: format!(
+                "{} ({} damaged place(s) in all, listed on stdout)",
+                d.reason,
+                report.damage.len()
+            ),
+        })),
+    }
+}
+
+fn import_hermes(g: &Global, args: &[String]) -> Outcome {
+    let [from] = Args::parse(args, &[], &[])?.exactly::<1>()?;
+    if !g.tenant_given {
+        return Err(usage(
+            "import-hermes needs an explicit --tenant: the journals cannot prove whose they are"
+                .into(),
+        ));
+    }
+    let store = open(g)?;
+    let r = ctxlog::import::import_hermes(
+        &store,
+        &g.tenant,
+        std::path::Path::new(&from),
+        &mut progress("import"),
+    )?;
+    let skipped: Vec<Value> = r
+        .skipped_files
+        .iter()
+        .map(|(f, why)| json!({ "file": f.display().to_string(), "reason": why }))
+        .collect();
+    print_json(&json!({
+        "files": r.files, "contexts": r.contexts, "messages": r.messages,
+        "skippedLines": r.skipped_lines, "skippedFiles": skipped,
+    }));
+    Ok(store.close()?)
+}
+
+/// A progress bar on stderr when it is a terminal; nothing otherwise.
+fn progress(label: &'static str) -> impl FnMut(usize, usize) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    move |done, total| {
+        if !tty || total == 0 {
+            return;
+        }
+        let filled = done * 30 / total;
+        eprint!(
+            "\r{label} [{}{}] {done}/{total}",
+            "#".repeat(filled),
+            ".".repeat(30 - filled)
+        );
+        if done == total {
+            eprintln!();
+        }
     }
 }
 

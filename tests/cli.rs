@@ -277,3 +277,99 @@ fn check_reports_a_torn_tail_it_cut() {
     assert_eq!(report["tornTail"]["bytes"], 6);
     assert_eq!(report["records"], 1);
 }
+
+#[test]
+fn verify_stats_and_the_operator_tools() {
+    let dir = common::tmp();
+    let d = dir.path();
+    ok(d, &["demo"], b"");
+    let clean = ok_json(d, &["verify"], b"");
+    assert_eq!(clean["clean"], true);
+    assert!(clean["records"].as_u64().unwrap() >= 10);
+    let stats = ok_json(d, &["stats"], b"");
+    assert_eq!(stats["contexts"], 1);
+    assert_eq!(stats["tasks"], 2);
+    assert_eq!(stats["messages"], 5);
+    assert!(stats["diskBytes"].as_u64().unwrap() > stats["liveBytes"].as_u64().unwrap());
+    assert!(stats["indexBytes"].as_u64().unwrap() > 0);
+
+    // Damage in a record: verify names it and exits 1, changing nothing.
+    let seg = common::segment_files(d).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let len = bytes.len();
+    bytes[len / 2] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let out = ctxlog(d, &["verify"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["clean"], false);
+    assert!(report["damage"][0]["offset"].as_u64().unwrap() > 0);
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: Corrupt: "));
+    assert_eq!(
+        std::fs::read(&seg).unwrap(),
+        bytes,
+        "verify changed nothing"
+    );
+}
+
+#[test]
+fn hermes_journals_import_with_their_good_lines() {
+    let journals = common::tmp();
+    let j = journals.path();
+    let good = |n: u32, role: &str| {
+        format!(r#"{{"ts": {n}, "role": "{role}", "text": "line {n}", "task_id": "t1"}}"#)
+    };
+    std::fs::write(
+        j.join("support_case-1.jsonl"),
+        format!(
+            "{}\n{}\n{{\"ts\": 3, \"role\": \"user\", \"te\n{}\n",
+            good(1, "user"),
+            good(2, "assistant"),
+            good(4, "user")
+        ),
+    )
+    .unwrap();
+    // A cut inside a multi-byte character must not empty the whole file.
+    let mut cut = format!("{}\n", good(1, "user")).into_bytes();
+    cut.extend_from_slice(
+        "{\"ts\": 2, \"role\": \"user\", \"text\": \"caf\u{e9}"
+            .as_bytes()
+            .split_last()
+            .unwrap()
+            .1,
+    );
+    std::fs::write(j.join("other.jsonl"), cut).unwrap();
+    std::fs::write(j.join("notes.txt"), "ignored").unwrap();
+
+    let dir = common::tmp();
+    let d = dir.path();
+    let jd = j.to_str().unwrap();
+    fails(d, &["import-hermes", jd], b"", "Usage", 2);
+    let report = ok_json(d, &["--tenant", "hermes-users", "import-hermes", jd], b"");
+    assert_eq!(report["files"], 2);
+    assert_eq!(report["contexts"], 2);
+    assert_eq!(report["messages"], 4);
+    assert_eq!(report["skippedLines"], 2);
+    let history = ok_json(
+        d,
+        &["--tenant", "hermes-users", "history", "support_case-1"],
+        b"",
+    );
+    let texts: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message"]["parts"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["line 1", "line 2", "line 4"]);
+    assert_eq!(history[1]["message"]["role"], "ROLE_AGENT");
+    assert_eq!(
+        history[0]["message"]["metadata"]["importedFrom"]["file"],
+        "support_case-1.jsonl"
+    );
+    // Imported contexts are the tenant's own; running again imports nothing twice.
+    fails(d, &["history", "support_case-1"], b"", "ContextNotFound", 1);
+    let again = ok_json(d, &["--tenant", "hermes-users", "import-hermes", jd], b"");
+    assert_eq!(again["messages"], 0);
+    assert_eq!(again["skippedFiles"].as_array().unwrap().len(), 2);
+}

@@ -4,4 +4,5 @@ pub mod frame;
 pub mod manifest;
 pub mod recovery;
 pub mod segments;
+pub mod verify;
 pub mod writer;

@@ -104,13 +104,30 @@ impl Store {
     /// context keeps one tombstone that keeps its id refused), with each
     /// context's records contiguous, then switches to the new segments.
     pub fn compact(&self) -> Result<CompactReport> {
-        self.compact_until(CompactStep::Done)
+        self.compact_with(CompactStep::Done, &mut |_, _| {})
+    }
+
+    /// [`compact`](Self::compact), reporting progress as (segments read,
+    /// segments to read).
+    pub fn compact_with_progress(
+        &self,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CompactReport> {
+        self.compact_with(CompactStep::Done, progress)
     }
 
     /// [`compact`](Self::compact), stopped after `step` as if the process
     /// died there (for crash tests).
     #[doc(hidden)]
     pub fn compact_until(&self, step: CompactStep) -> Result<CompactReport> {
+        self.compact_with(step, &mut |_, _| {})
+    }
+
+    fn compact_with(
+        &self,
+        step: CompactStep,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CompactReport> {
         let mut manifest = self.manifest.lock();
         let tail_from = self.writer.rotate_now()?;
         let inputs: Vec<u64> = manifest
@@ -128,7 +145,7 @@ impl Store {
             input_segments: inputs.len(),
             ..CompactReport::default()
         };
-        let plan = self.plan(&inputs, &mut report)?;
+        let plan = self.plan(&inputs, &mut report, progress)?;
         let mut out = Output {
             segments: Vec::new(),
             limit: self.options.segment_bytes,
@@ -199,10 +216,16 @@ impl Store {
 
     /// Walks the inputs and decides, per context (in order of first
     /// appearance), which records to copy and which tombstones to write.
-    fn plan(&self, inputs: &[u64], report: &mut CompactReport) -> Result<Vec<Out>> {
+    fn plan(
+        &self,
+        inputs: &[u64],
+        report: &mut CompactReport,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<Out>> {
         let mut order: Vec<ContextKey> = Vec::new();
         let mut groups: HashMap<ContextKey, Vec<RecordLoc>> = HashMap::new();
-        for &id in inputs {
+        for (i, &id) in inputs.iter().enumerate() {
+            progress(i, inputs.len());
             let Some(SegmentData::Sealed(map)) = self.segments.get(id) else {
                 return Err(Error::corrupt(
                     id,
@@ -238,6 +261,7 @@ impl Store {
                 at = frame.end();
             }
         }
+        progress(inputs.len(), inputs.len());
         let mut plan = Vec::new();
         for key in order {
             let locs = groups.remove(&key).unwrap_or_default();

@@ -12,6 +12,7 @@ use crate::index::{ContextMeta, ContextSlot, ContextState, Gone, Index, Life, Me
 use crate::log::manifest::Manifest;
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
+use crate::log::verify::{verify_dir, VerifyReport};
 use crate::log::writer::LogWriter;
 
 mod compact;
@@ -91,6 +92,26 @@ pub struct ContextInfo {
     pub tasks: u64,
 }
 
+/// What [`Store::stats`] counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Live contexts.
+    pub contexts: u64,
+    /// Their tasks.
+    pub tasks: u64,
+    /// Their history messages.
+    pub messages: u64,
+    /// Readable segments.
+    pub segments: usize,
+    /// Bytes of every file in the store directory.
+    pub disk_bytes: u64,
+    /// Bytes of the live records' payloads.
+    pub live_bytes: u64,
+    /// An estimate of the in-memory index's bytes (entries and their vectors).
+    pub index_bytes: u64,
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextPage {
@@ -154,6 +175,65 @@ impl Store {
             manifest: parking_lot::Mutex::new(recovered.manifest),
             _lock: lock,
         })
+    }
+
+    /// Verifies every checksum of the store in `dir` without changing it
+    /// (takes the store's lock: fails with `Locked` while it is open).
+    pub fn verify(
+        dir: impl AsRef<Path>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<VerifyReport> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(Error::io(
+                "find the store directory",
+                dir,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        let _lock = lock_dir(dir)?;
+        verify_dir(dir, progress)
+    }
+
+    /// Counts of what the store holds, its size on disk and in memory.
+    pub fn stats(&self) -> Stats {
+        let mut st = Stats {
+            segments: self.segments.ids().len(),
+            ..Stats::default()
+        };
+        for key in self.index.all_contexts() {
+            let Some(slot) = self.index.get(&key) else {
+                continue;
+            };
+            let state = slot.state.read();
+            st.index_bytes += state.approx_bytes();
+            if state.life(now_ms(), self.options.retention) != Life::Live {
+                continue;
+            }
+            st.contexts += 1;
+            st.tasks += state.tasks.len() as u64;
+            st.messages += state.messages.len() as u64;
+            let mut live: std::collections::HashSet<RecordLoc> =
+                state.messages.iter().map(|m| m.loc).collect();
+            for task in &state.tasks {
+                live.extend(task.events.iter().copied());
+            }
+            if let Some(meta) = &state.meta {
+                live.insert(meta.opened);
+            }
+            st.live_bytes += live.iter().map(|l| u64::from(l.len)).sum::<u64>();
+        }
+        st.index_bytes += self.index.approx_map_bytes();
+        st.disk_bytes = std::fs::read_dir(self.writer.dir())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        st
     }
 
     /// What opening found: records, contexts, a torn tail, skipped damage.

@@ -66,6 +66,9 @@ pub struct Options {
     /// answer as missing ones, are never listed, and their ids are refused
     /// (`ContextRejected`, reason: expired). Default: `None`, nothing expires.
     pub retention: Option<std::time::Duration>,
+    /// Fault injection for tests; `None` (the default) in production.
+    #[doc(hidden)]
+    pub faults: Option<crate::log::file::Faults>,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             recovery: RecoveryMode::Strict,
             turns: TurnPolicy::Parallel,
             retention: None,
+            faults: None,
         }
     }
 }

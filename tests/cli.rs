@@ -244,6 +244,18 @@ fn every_error_kind_has_its_line_and_status() {
     fails(d, &["tasks", "--bogus"], b"", "Usage", 2);
     fails(d, &["--durability", "never", "check"], b"", "Usage", 2);
 
+    // A directory that is a file, and a segment of another format version.
+    let file = d.join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    fails(&file, &["check"], b"", "Io", 1);
+    let other = common::tmp();
+    let mut header = ctxlog::log::frame::encode_header(1);
+    header[8..12].copy_from_slice(&9u32.to_le_bytes());
+    let crc = crc32fast::hash(&header[..28]);
+    header[28..32].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(other.path().join("0000000000000001.seg"), header).unwrap();
+    fails(other.path(), &["check"], b"", "UnsupportedFormat", 1);
+
     // A second opener, here another process, gets Locked.
     let holder = ctxlog::Store::open(d, ctxlog::Options::default()).unwrap();
     fails(d, &["check"], b"", "Locked", 1);

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-fn replay(target: &str, body: fn(&[u8])) -> usize {
+fn replay(target: &str, body: fn(&[u8])) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/corpus")
         .join(target);
@@ -14,10 +14,30 @@ fn replay(target: &str, body: fn(&[u8])) -> usize {
         body(&fs::read(&path).unwrap());
         n += 1;
     }
-    n
+    assert!(n >= 3, "{target}: only {n} corpus inputs");
 }
 
 #[test]
-fn decode_corpus_replays_without_panic() {
-    assert!(replay("decode", ctxlog::fuzzing::decode) >= 3);
+fn decode_corpus() {
+    replay("decode", ctxlog::fuzzing::decode);
+}
+
+#[test]
+fn namespace_corpus() {
+    replay("namespace", ctxlog::fuzzing::namespace);
+}
+
+#[test]
+fn render_corpus() {
+    replay("render", ctxlog::fuzzing::render);
+}
+
+#[test]
+fn open_corpus() {
+    replay("open", ctxlog::fuzzing::open);
+}
+
+#[test]
+fn ops_corpus() {
+    replay("ops", ctxlog::fuzzing::ops);
 }

@@ -1,4 +1,4 @@
-//! Arbitrary bytes fed to the segment, frame and record decoders never panic.
+//! Fuzz target `decode`: see `ctxlog::fuzzing::decode` for the property it checks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

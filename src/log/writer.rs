@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::file::{wrap, Fault, Faults, FileOp, SegmentFile};
 use super::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
 use super::recovery::ActiveSegment;
 use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments};
@@ -26,7 +27,7 @@ use crate::options::Durability;
 
 struct Active {
     id: u64,
-    file: Arc<File>,
+    file: Arc<dyn SegmentFile>,
     mirror: Mirror,
     /// Bytes in the active segment (the next frame's offset).
     len: u64,
@@ -87,6 +88,8 @@ pub struct Log {
     poisoned: AtomicBool,
     /// The next segment id to hand out (to a rotation or a compaction).
     next_id: AtomicU64,
+    /// Fault injection (tests only).
+    faults: Option<Faults>,
 }
 
 impl LogWriter {
@@ -98,12 +101,13 @@ impl LogWriter {
         segments: Arc<Segments>,
         active: ActiveSegment,
         next_id: u64,
+        faults: Option<Faults>,
     ) -> Self {
         let ActiveSegment { id, file, bytes } = active;
         let len = bytes.len() as u64;
         let mirror = new_mirror(segment_bytes, bytes);
         segments.insert(id, SegmentData::Active(mirror.clone()));
-        let file = Arc::new(file);
+        let file = wrap(file, segment_path(&dir, id), len, faults.as_ref());
         let log = Arc::new(Log {
             dir,
             segment_bytes,
@@ -127,6 +131,7 @@ impl LogWriter {
             work: Condvar::new(),
             poisoned: AtomicBool::new(false),
             next_id: AtomicU64::new(next_id.max(id + 1)),
+            faults,
         });
         let syncer = (durability == Durability::GroupCommit).then(|| {
             let log = log.clone();
@@ -143,7 +148,7 @@ impl Log {
         let (locs, file, end) = self.write(payloads)?;
         let segment = locs.first().map_or(0, |l| l.segment);
         match self.durability {
-            Durability::Sync => self.sync_file(&file, segment, end)?,
+            Durability::Sync => self.sync_file(file.as_ref(), segment, end)?,
             Durability::GroupCommit => self.wait_durable(end)?,
             Durability::Buffered => {}
         }
@@ -152,7 +157,7 @@ impl Log {
 
     /// Writes the batch to the active segment; returns where each record went,
     /// the file, and the log position just past the batch.
-    fn write(&self, payloads: &[Vec<u8>]) -> Result<(Vec<RecordLoc>, Arc<File>, u64)> {
+    fn write(&self, payloads: &[Vec<u8>]) -> Result<(Vec<RecordLoc>, Arc<dyn SegmentFile>, u64)> {
         let batch: u64 = payloads
             .iter()
             .map(|p| FRAME_HEADER_LEN + p.len() as u64)
@@ -180,7 +185,7 @@ impl Log {
             encode_frame(active.id, offset, durable, p, &mut buf);
             locs.push(loc);
         }
-        if let Err(e) = active.file.write_all_at(&buf, active.len) {
+        if let Err(e) = active.file.write_at(&buf, active.len) {
             // Remove whatever part of the batch reached the file, so that the
             // next append starts from clean bytes; if even that fails, the
             // file's contents are unknown and the store must stop writing.
@@ -218,8 +223,14 @@ impl Log {
             return Err(Error::io("sync the segment being sealed", old_path, e));
         }
         let id = self.allocate_segment_id();
+        if let Some(Faults(plan)) = &self.faults {
+            if let Fault::Fail(e) | Fault::Short(_, e) = plan.before(FileOp::Create, &self.path(id))
+            {
+                return Err(Error::io("create a segment", self.path(id), e));
+            }
+        }
         let file = create_segment(&self.dir, id)?;
-        let sealed = SealedMap::map(&active.file)
+        let sealed = SealedMap::map(active.file.file())
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
         self.segments
             .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
@@ -227,7 +238,7 @@ impl Log {
         self.segments
             .insert(id, SegmentData::Active(mirror.clone()));
         active.id = id;
-        active.file = Arc::new(file);
+        active.file = wrap(file, self.path(id), HEADER_LEN, self.faults.as_ref());
         active.mirror = mirror;
         active.len = HEADER_LEN;
         active.base = active.written - HEADER_LEN;
@@ -266,7 +277,7 @@ impl Log {
     }
 
     /// `Sync`: sync the file this append went to.
-    fn sync_file(&self, file: &File, segment: u64, end: u64) -> Result<()> {
+    fn sync_file(&self, file: &dyn SegmentFile, segment: u64, end: u64) -> Result<()> {
         if let Err(e) = file.sync_data() {
             self.poison();
             return Err(Error::io("sync the active segment", self.path(segment), e));
@@ -321,11 +332,11 @@ impl Log {
     pub fn sync_all(&self) -> Result<()> {
         self.check_poison()?;
         let (file, segment, target) = self.snapshot();
-        self.sync_file(&file, segment, target)
+        self.sync_file(file.as_ref(), segment, target)
     }
 
     /// The active file, its id, and the log position written so far.
-    fn snapshot(&self) -> (Arc<File>, u64, u64) {
+    fn snapshot(&self) -> (Arc<dyn SegmentFile>, u64, u64) {
         let active = self.active.lock();
         (active.file.clone(), active.id, active.written)
     }

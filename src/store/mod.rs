@@ -165,6 +165,7 @@ impl Store {
             segments.clone(),
             recovered.active,
             recovered.next_id,
+            options.faults.clone(),
         );
         Ok(Self {
             options,

@@ -1,0 +1,6 @@
+//! Fuzz target `render`: see `ctxlog::fuzzing::render` for the property it checks.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| ctxlog::fuzzing::render(data));

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for SECONDS seconds each (default 60) and reports
+# what it found: executions, new corpus entries, and any failing input.
+#   cargo install cargo-fuzz   (once)
+#   fuzz/run.sh 300
+# Inputs that fail are saved under fuzz/artifacts/<target>/; turn each into a
+# regression test (copy it into fuzz/corpus/<target>/, which cargo test replays).
+set -u
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+export RUSTC_BOOTSTRAP=1
+status=0
+for t in decode namespace render open ops; do
+  work=fuzz/work/$t
+  mkdir -p "$work" fuzz/artifacts/$t
+  cp -n fuzz/corpus/$t/* "$work"/ 2>/dev/null
+  log=fuzz/artifacts/$t.log
+  if cargo fuzz run "$t" "$work" -- -max_total_time="$secs" -print_final_stats=1 \
+       -rss_limit_mb=2048 -artifact_prefix=fuzz/artifacts/$t/ >"$log" 2>&1; then
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+    echo "$t: ${secs}s, ${execs:-?} executions, $(ls "$work" | wc -l) corpus entries, no failure"
+  else
+    echo "$t: FAILURE found: see $log and fuzz/artifacts/$t/"
+    status=1
+  fi
+done
+exit $status

@@ -1,0 +1,266 @@
+//! Fault injection on the append path: failed syncs poison the store, failed
+//! or short writes store nothing half-written, a failed rotation leaves a
+//! store that opens, and a crash that loses unsynced bytes loses only
+//! unacknowledged appends.
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ctxlog::log::file::{Fault, FaultPlan, Faults, FileOp};
+use ctxlog::{Durability, Error, Options, Store};
+
+/// Fails the calls it is told to, and tracks how much of each file is synced.
+#[derive(Default)]
+struct Plan {
+    queued: Mutex<HashMap<&'static str, VecDeque<(Option<usize>, io::ErrorKind)>>>,
+    synced: Mutex<HashMap<PathBuf, Arc<AtomicU64>>>,
+}
+
+fn name(op: FileOp) -> &'static str {
+    match op {
+        FileOp::Write => "write",
+        FileOp::Truncate => "truncate",
+        FileOp::Sync => "sync",
+        FileOp::Create => "create",
+    }
+}
+
+impl Plan {
+    fn fail_next(&self, op: FileOp, kind: io::ErrorKind) {
+        self.queued
+            .lock()
+            .unwrap()
+            .entry(name(op))
+            .or_default()
+            .push_back((None, kind));
+    }
+
+    fn short_next(&self, bytes: usize) {
+        self.queued
+            .lock()
+            .unwrap()
+            .entry("write")
+            .or_default()
+            .push_back((Some(bytes), io::ErrorKind::StorageFull));
+    }
+
+    /// Cuts every tracked file to what was synced: what a power loss keeps.
+    fn crash(&self) {
+        for (path, synced) in self.synced.lock().unwrap().iter() {
+            if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
+                f.set_len(synced.load(Ordering::Acquire)).unwrap();
+            }
+        }
+    }
+}
+
+impl FaultPlan for Plan {
+    fn before(&self, op: FileOp, _path: &Path) -> Fault {
+        match self
+            .queued
+            .lock()
+            .unwrap()
+            .get_mut(name(op))
+            .and_then(VecDeque::pop_front)
+        {
+            None => Fault::Pass,
+            Some((None, kind)) => Fault::Fail(io::Error::from(kind)),
+            Some((Some(n), kind)) => Fault::Short(n, io::Error::from(kind)),
+        }
+    }
+
+    fn track(&self, path: &Path) -> Arc<AtomicU64> {
+        self.synced
+            .lock()
+            .unwrap()
+            .entry(path.to_path_buf())
+            .or_default()
+            .clone()
+    }
+}
+
+fn faulty(durability: Durability) -> (Arc<Plan>, Options) {
+    let plan = Arc::new(Plan::default());
+    let mut options = Options::default().durability(durability);
+    options.faults = Some(Faults(plan.clone()));
+    (plan, options)
+}
+
+fn bodies(store: &Store, context: &str) -> Vec<Vec<u8>> {
+    store
+        .last_messages("t", context, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.raw)
+        .collect()
+}
+
+#[test]
+fn a_failed_sync_poisons_the_store_until_reopened() {
+    for durability in [Durability::Sync, Durability::GroupCommit] {
+        let dir = common::tmp();
+        let (plan, options) = faulty(durability);
+        let store = Store::open(dir.path(), options).unwrap();
+        store.append_message("t", "c", b"acknowledged").unwrap();
+        plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+        assert!(store.append_message("t", "c", b"not acknowledged").is_err());
+        assert!(matches!(
+            store.append_message("t", "c", b"refused"),
+            Err(Error::Poisoned)
+        ));
+        // Reads go on, and show only what was acknowledged.
+        assert_eq!(bodies(&store, "c"), vec![b"acknowledged".to_vec()]);
+        drop(store);
+        plan.crash();
+        let store = Store::open(dir.path(), Options::default()).unwrap();
+        let after = bodies(&store, "c");
+        assert_eq!(
+            after.first().map(Vec::as_slice),
+            Some(&b"acknowledged"[..]),
+            "{durability:?}"
+        );
+        assert!(!after.contains(&b"refused".to_vec()));
+        store.append_message("t", "c", b"after reopen").unwrap();
+    }
+}
+
+#[test]
+fn a_full_disk_during_an_append_stores_nothing_half_written() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::Sync);
+    let store = Store::open(dir.path(), options).unwrap();
+    store.append_message("t", "c", b"one").unwrap();
+    plan.fail_next(FileOp::Write, io::ErrorKind::StorageFull);
+    match store.append_message("t", "c", b"two") {
+        Err(Error::Io { source, .. }) => assert_eq!(source.kind(), io::ErrorKind::StorageFull),
+        other => panic!("expected an Io error, got {other:?}"),
+    }
+    // A short write: part of the frame reached the file, then the disk was full.
+    plan.short_next(7);
+    assert!(store.append_message("t", "c", b"three").is_err());
+    assert_eq!(bodies(&store, "c"), vec![b"one".to_vec()]);
+    // Not poisoned: the partial bytes were cut off, the next append works.
+    store.append_message("t", "c", b"four").unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(bodies(&store, "c"), vec![b"one".to_vec(), b"four".to_vec()]);
+    assert_eq!(store.open_report().torn_tail, None);
+}
+
+#[test]
+fn a_short_write_that_cannot_be_cut_back_poisons_and_recovers_on_reopen() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::Sync);
+    let store = Store::open(dir.path(), options).unwrap();
+    store.append_message("t", "c", b"one").unwrap();
+    plan.short_next(9);
+    plan.fail_next(FileOp::Truncate, io::ErrorKind::Other);
+    assert!(store.append_message("t", "c", b"two").is_err());
+    assert!(matches!(
+        store.append_message("t", "c", b"three"),
+        Err(Error::Poisoned)
+    ));
+    drop(store);
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(bodies(&store, "c"), vec![b"one".to_vec()]);
+    assert_eq!(
+        store.open_report().torn_tail.as_ref().map(|t| t.bytes),
+        Some(9)
+    );
+}
+
+#[test]
+fn a_failed_rotation_leaves_a_store_that_opens() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::Sync);
+    let store = Store::open(dir.path(), options.segment_bytes(4096)).unwrap();
+    let body = vec![b'x'; 1000];
+    let mut acked = 0;
+    for _ in 0..3 {
+        store.append_message("t", "c", &body).unwrap();
+        acked += 1;
+    }
+    // The next append must rotate; creating the new segment fails.
+    plan.fail_next(FileOp::Create, io::ErrorKind::StorageFull);
+    assert!(store.append_message("t", "c", &body).is_err());
+    store.append_message("t", "c", &body).unwrap();
+    acked += 1;
+    // A failed sync of the segment being sealed poisons the store.
+    for _ in 0..2 {
+        store.append_message("t", "c", &body).unwrap();
+        acked += 1;
+    }
+    plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+    let _ = store.append_message("t", "c", &body);
+    drop(store);
+    plan.crash();
+    let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
+    assert!(bodies(&store, "c").len() >= acked);
+}
+
+#[test]
+fn a_crash_loses_only_unacknowledged_appends() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::GroupCommit);
+    let store = Arc::new(Store::open(dir.path(), options.segment_bytes(64 * 1024)).unwrap());
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                for i in 0..200 {
+                    let body = format!("t{t}-{i}").into_bytes();
+                    match store.append_message("t", &format!("c{t}"), &body) {
+                        Ok(_) => acked.push(body),
+                        Err(_) => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    // Somewhere in the middle, one sync fails: the store is poisoned and
+    // every thread stops at its first refused append.
+    let stored = |store: &Store| -> u64 {
+        (0..6)
+            .map(|t| {
+                store
+                    .context_info("t", &format!("c{t}"))
+                    .map_or(0, |i| i.messages)
+            })
+            .sum()
+    };
+    while stored(&store) < 300 {
+        std::thread::yield_now();
+    }
+    plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+    let acked: Vec<Vec<Vec<u8>>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let total: usize = acked.iter().map(Vec::len).sum();
+    assert!((300..1200).contains(&total), "{total} acknowledged");
+    drop(store);
+    plan.crash();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    for (t, acked) in acked.iter().enumerate() {
+        let got = bodies_or_empty(&store, &format!("c{t}"));
+        assert!(
+            got.len() >= acked.len(),
+            "c{t}: {} stored < {} acknowledged",
+            got.len(),
+            acked.len()
+        );
+        assert_eq!(&got[..acked.len()], &acked[..], "c{t}");
+    }
+}
+
+fn bodies_or_empty(store: &Store, context: &str) -> Vec<Vec<u8>> {
+    match store.last_messages("t", context, usize::MAX) {
+        Ok(m) => m.into_iter().map(|m| m.raw).collect(),
+        Err(Error::ContextNotFound) => Vec::new(),
+        Err(e) => panic!("{e}"),
+    }
+}

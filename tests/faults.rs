@@ -14,10 +14,13 @@ use std::sync::{Arc, Mutex};
 use ctxlog::log::file::{Fault, FaultPlan, Faults, FileOp};
 use ctxlog::{Durability, Error, Options, Store};
 
+/// A queued failure: a short write of that many bytes, or (`None`) a plain failure.
+type Queued = (Option<usize>, io::ErrorKind);
+
 /// Fails the calls it is told to, and tracks how much of each file is synced.
 #[derive(Default)]
 struct Plan {
-    queued: Mutex<HashMap<&'static str, VecDeque<(Option<usize>, io::ErrorKind)>>>,
+    queued: Mutex<HashMap<&'static str, VecDeque<Queued>>>,
     synced: Mutex<HashMap<PathBuf, Arc<AtomicU64>>>,
 }
 

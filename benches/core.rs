@@ -221,8 +221,45 @@ fn ratio_report() {
     );
 }
 
+/// Index bytes per stored message (the index's own estimate, `Store::stats`).
+fn memory_report() {
+    let messages = if quick() { 20_000 } else { 200_000 };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap();
+    for i in 0..messages {
+        store
+            .append_message("bench", &format!("ctx-{}", i % 2000), b"m")
+            .unwrap();
+    }
+    let raw = store.stats();
+    let dir2 = tempfile::tempdir().unwrap();
+    let store2 = Store::open(
+        dir2.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap();
+    for i in 0..messages {
+        let m = format!(
+            r#"{{"messageId":"m{i}","role":"ROLE_USER","contextId":"ctx-{}","parts":[{{"text":"m"}}]}}"#,
+            i % 2000
+        );
+        store2.receive_message("bench", m.as_bytes()).unwrap();
+    }
+    let received = store2.stats();
+    println!(
+        "  index memory: {:.1} B per message for raw appends, {:.1} B per received message (a task each, messageId map); target <= 64",
+        raw.index_bytes as f64 / raw.messages as f64,
+        received.index_bytes as f64 / received.messages as f64
+    );
+}
+
 fn main() {
     benches();
     ratio_report();
+    memory_report();
     Criterion::default().configure_from_args().final_summary();
 }

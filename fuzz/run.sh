@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for SECONDS seconds each (default 60) and reports
+# Runs every fuzz target (or those named) for SECONDS seconds each (default 60) and reports
 # what it found: executions, new corpus entries, and any failing input.
 #   cargo install cargo-fuzz   (once)
-#   fuzz/run.sh 300
+#   fuzz/run.sh 300            # every target
+#   fuzz/run.sh 60 open ops    # some
 # Inputs that fail are saved under fuzz/artifacts/<target>/; turn each into a
 # regression test (copy it into fuzz/corpus/<target>/, which cargo test replays).
 set -u
 cd "$(dirname "$0")/.."
 secs=${1:-60}
+shift || true
+targets=${*:-decode namespace render open ops}
 export RUSTC_BOOTSTRAP=1
 status=0
-for t in decode namespace render open ops; do
+for t in $targets; do
   work=fuzz/work/$t
   mkdir -p "$work" fuzz/artifacts/$t
   cp -n fuzz/corpus/$t/* "$work"/ 2>/dev/null

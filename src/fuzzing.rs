@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
+use crate::log::frame::{decode_frame, decode_header, find_next_frame, FLAG_COMPACTED, HEADER_LEN};
 use crate::log::segments::list_segment_ids;
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Options, RecoveryMode};
@@ -235,10 +235,21 @@ pub fn ops(data: &[u8]) {
                 store = Some(Store::open(&dir.0, options.clone()).unwrap());
             }
             _ => {
-                // Crash with part of an unacknowledged frame on disk.
+                // Crash with part of an unacknowledged frame on disk, at the
+                // end of the active segment: the highest id that compaction
+                // did not write (compacted segments get higher ids).
                 drop(store.take());
-                let newest = *list_segment_ids(&dir.0).unwrap().last().unwrap();
-                let path = crate::log::segments::segment_path(&dir.0, newest);
+                let active = list_segment_ids(&dir.0)
+                    .unwrap()
+                    .into_iter()
+                    .filter(|&id| {
+                        let path = crate::log::segments::segment_path(&dir.0, id);
+                        let bytes = std::fs::read(path).unwrap();
+                        decode_header(&bytes).is_ok_and(|h| h.flags & FLAG_COMPACTED == 0)
+                    })
+                    .max()
+                    .unwrap();
+                let path = crate::log::segments::segment_path(&dir.0, active);
                 let mut bytes = std::fs::read(&path).unwrap();
                 bytes.extend_from_slice(&input.bytes(40));
                 std::fs::write(&path, bytes).unwrap();

@@ -12,7 +12,7 @@ use super::{apply, now_ms, Store};
 use crate::error::{Error, Result};
 use crate::index::{ContextState, Gone, Life};
 use crate::log::frame::{
-    decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, HEADER_LEN,
+    decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, FRAME_HEADER_LEN, HEADER_LEN,
 };
 use crate::log::manifest::Manifest;
 use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentData};
@@ -70,7 +70,7 @@ struct Output {
 
 impl Output {
     fn push(&mut self, store: &Store, payload: &[u8]) -> RecordLoc {
-        let need = 12 + payload.len() as u64;
+        let need = FRAME_HEADER_LEN + payload.len() as u64;
         let full = self
             .segments
             .last()

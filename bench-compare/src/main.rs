@@ -1,0 +1,697 @@
+//! The same workloads on ctxlog, SQLite (WAL, synchronous=FULL), redb
+//! (Durability::Immediate) and fjall (PersistMode::SyncData), each in its own
+//! directory, printing one table per workload with every engine's figure and
+//! its ratio to ctxlog, next to the machine's floors measured in the same run.
+//!
+//! `cargo run --release -p ctxlog-bench-compare -- quick` (seconds) or `full`.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use ctxlog::{Durability, Options, Store};
+
+/// How big a run is.
+#[derive(Clone, Copy)]
+struct Scale {
+    contexts: u64,
+    per_context: u64,
+    reads: usize,
+    reopen_bytes: u64,
+}
+
+const QUICK: Scale = Scale {
+    contexts: 500,
+    per_context: 20,
+    reads: 2_000,
+    reopen_bytes: 64 << 20,
+};
+
+const FULL: Scale = Scale {
+    contexts: 10_000,
+    per_context: 20,
+    reads: 20_000,
+    reopen_bytes: 1 << 30,
+};
+
+const BODY: usize = 1024;
+
+/// A 1 KiB body of incompressible bytes, different for every (context, seq).
+fn body(ctx: u64, seq: u64) -> Vec<u8> {
+    let mut x = (ctx << 20 ^ seq).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..BODY)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// One storage engine under test.
+trait Engine: Send + Sync {
+    /// Appends one message durably (committed before returning).
+    fn append(&self, ctx: u64, seq: u64, body: &[u8]);
+    /// Appends a batch in one durable commit.
+    fn append_batch(&self, items: &[(u64, u64, Vec<u8>)]);
+    /// Reads the last `n` messages of a context, returning their bytes.
+    fn last(&self, ctx: u64, n: usize) -> usize;
+}
+
+const ENGINES: [&str; 4] = ["ctxlog", "sqlite", "redb", "fjall"];
+
+fn open(name: &str, dir: &Path, threads: usize) -> Box<dyn Engine> {
+    match name {
+        "ctxlog" => Box::new(CtxLog::open(dir, threads)),
+        "sqlite" => Box::new(Sqlite::open(dir)),
+        "redb" => Box::new(Redb::open(dir)),
+        _ => Box::new(Fjall::open(dir)),
+    }
+}
+
+struct CtxLog(Store);
+
+impl CtxLog {
+    fn open(dir: &Path, threads: usize) -> Self {
+        let durability = if threads > 1 {
+            Durability::GroupCommit
+        } else {
+            Durability::Sync
+        };
+        CtxLog(Store::open(dir, Options::default().durability(durability)).unwrap())
+    }
+}
+
+impl Engine for CtxLog {
+    fn append(&self, ctx: u64, _seq: u64, body: &[u8]) {
+        self.0
+            .append_message("bench", &format!("ctx-{ctx}"), body)
+            .unwrap();
+    }
+
+    fn append_batch(&self, items: &[(u64, u64, Vec<u8>)]) {
+        // Opened with Sync: each append is its own durable commit. (Batched
+        // commits use `CtxLogBatch`.)
+        for (ctx, seq, body) in items {
+            self.append(*ctx, *seq, body);
+        }
+    }
+
+    fn last(&self, ctx: u64, n: usize) -> usize {
+        let msgs = self
+            .0
+            .last_messages("bench", &format!("ctx-{ctx}"), n)
+            .unwrap();
+        msgs.iter().map(|m| m.raw.len()).sum()
+    }
+}
+
+/// ctxlog with Buffered appends and one sync per batch: its batch commit.
+struct CtxLogBatch(Store);
+
+impl Engine for CtxLogBatch {
+    fn append(&self, ctx: u64, _seq: u64, body: &[u8]) {
+        self.0
+            .append_message("bench", &format!("ctx-{ctx}"), body)
+            .unwrap();
+        self.0.sync().unwrap();
+    }
+
+    fn append_batch(&self, items: &[(u64, u64, Vec<u8>)]) {
+        for (ctx, _, body) in items {
+            self.0
+                .append_message("bench", &format!("ctx-{ctx}"), body)
+                .unwrap();
+        }
+        self.0.sync().unwrap();
+    }
+
+    fn last(&self, ctx: u64, n: usize) -> usize {
+        let msgs = self
+            .0
+            .last_messages("bench", &format!("ctx-{ctx}"), n)
+            .unwrap();
+        msgs.iter().map(|m| m.raw.len()).sum()
+    }
+}
+
+struct Sqlite(std::sync::Mutex<rusqlite::Connection>);
+
+impl Sqlite {
+    fn open(dir: &Path) -> Self {
+        let conn = rusqlite::Connection::open(dir.join("bench.sqlite")).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS msgs(id INTEGER PRIMARY KEY, ctx INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);
+             CREATE INDEX IF NOT EXISTS by_ctx ON msgs(ctx, seq);",
+        )
+        .unwrap();
+        Sqlite(std::sync::Mutex::new(conn))
+    }
+}
+
+impl Engine for Sqlite {
+    fn append(&self, ctx: u64, seq: u64, body: &[u8]) {
+        let conn = self.0.lock().unwrap();
+        conn.prepare_cached("INSERT INTO msgs(ctx, seq, body) VALUES (?1, ?2, ?3)")
+            .unwrap()
+            .execute(rusqlite::params![ctx as i64, seq as i64, body])
+            .unwrap();
+    }
+
+    fn append_batch(&self, items: &[(u64, u64, Vec<u8>)]) {
+        let mut conn = self.0.lock().unwrap();
+        let tx = conn.transaction().unwrap();
+        {
+            let mut st = tx
+                .prepare_cached("INSERT INTO msgs(ctx, seq, body) VALUES (?1, ?2, ?3)")
+                .unwrap();
+            for (ctx, seq, body) in items {
+                st.execute(rusqlite::params![*ctx as i64, *seq as i64, body])
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+
+    fn last(&self, ctx: u64, n: usize) -> usize {
+        let conn = self.0.lock().unwrap();
+        let mut st = conn
+            .prepare_cached("SELECT body FROM msgs WHERE ctx = ?1 ORDER BY seq DESC LIMIT ?2")
+            .unwrap();
+        let rows = st
+            .query_map(rusqlite::params![ctx as i64, n as i64], |r| {
+                r.get::<_, Vec<u8>>(0)
+            })
+            .unwrap();
+        rows.map(|r| r.unwrap().len()).sum()
+    }
+}
+
+const REDB_TABLE: redb::TableDefinition<(u64, u64), &[u8]> = redb::TableDefinition::new("msgs");
+
+struct Redb(redb::Database);
+
+impl Redb {
+    fn open(dir: &Path) -> Self {
+        let db = redb::Database::create(dir.join("bench.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(REDB_TABLE).unwrap();
+        tx.commit().unwrap();
+        Redb(db)
+    }
+}
+
+impl Engine for Redb {
+    fn append(&self, ctx: u64, seq: u64, body: &[u8]) {
+        self.append_batch(&[(ctx, seq, body.to_vec())]);
+    }
+
+    fn append_batch(&self, items: &[(u64, u64, Vec<u8>)]) {
+        let tx = self.0.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(REDB_TABLE).unwrap();
+            for (ctx, seq, body) in items {
+                t.insert((*ctx, *seq), body.as_slice()).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+
+    fn last(&self, ctx: u64, n: usize) -> usize {
+        let tx = self.0.begin_read().unwrap();
+        let t = tx.open_table(REDB_TABLE).unwrap();
+        let range = t.range((ctx, 0)..=(ctx, u64::MAX)).unwrap();
+        range
+            .rev()
+            .take(n)
+            .map(|r| r.unwrap().1.value().len())
+            .sum()
+    }
+}
+
+struct Fjall {
+    keyspace: fjall::Keyspace,
+    msgs: fjall::PartitionHandle,
+}
+
+impl Fjall {
+    fn open(dir: &Path) -> Self {
+        let keyspace = fjall::Config::new(dir.join("fjall")).open().unwrap();
+        let msgs = keyspace
+            .open_partition("msgs", fjall::PartitionCreateOptions::default())
+            .unwrap();
+        Fjall { keyspace, msgs }
+    }
+
+    fn key(ctx: u64, seq: u64) -> [u8; 16] {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&ctx.to_be_bytes());
+        k[8..].copy_from_slice(&seq.to_be_bytes());
+        k
+    }
+}
+
+impl Engine for Fjall {
+    fn append(&self, ctx: u64, seq: u64, body: &[u8]) {
+        self.msgs.insert(Self::key(ctx, seq), body).unwrap();
+        self.keyspace.persist(fjall::PersistMode::SyncData).unwrap();
+    }
+
+    fn append_batch(&self, items: &[(u64, u64, Vec<u8>)]) {
+        let mut batch = self.keyspace.batch();
+        for (ctx, seq, body) in items {
+            batch.insert(&self.msgs, Self::key(*ctx, *seq), body.as_slice());
+        }
+        batch.commit().unwrap();
+        self.keyspace.persist(fjall::PersistMode::SyncData).unwrap();
+    }
+
+    fn last(&self, ctx: u64, n: usize) -> usize {
+        self.msgs
+            .prefix(ctx.to_be_bytes())
+            .rev()
+            .take(n)
+            .map(|kv| kv.unwrap().1.len())
+            .sum()
+    }
+}
+
+/// Percentile of sorted durations.
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p) as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A table row: each engine's figure, with its ratio to ctxlog's.
+fn table(title: &str, unit: &str, lower_is_better: bool, rows: &[(String, Vec<f64>)]) {
+    println!("\n### {title}\n");
+    print!("| measure |");
+    for e in ENGINES {
+        print!(" {e} |");
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(ENGINES.len()));
+    for (name, values) in rows {
+        print!("| {name} ({unit}) |");
+        let base = values[0];
+        for (i, v) in values.iter().enumerate() {
+            if i == 0 {
+                print!(" {v:.1} |");
+            } else {
+                let ratio = if lower_is_better { v / base } else { base / v };
+                print!(" {v:.1} ({ratio:.2}x ctxlog's cost) |");
+            }
+        }
+        println!();
+    }
+}
+
+/// W1a: one writer, one durable commit per append, round-robin over contexts.
+fn w1a(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+    let mut p50 = Vec::new();
+    let mut p99 = Vec::new();
+    let mut rate = Vec::new();
+    let n = (scale.contexts * scale.per_context).min(if scale.contexts > 1000 {
+        20_000
+    } else {
+        2_000
+    });
+    for name in ENGINES {
+        let dir = root.join(format!("w1a-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let engine = open(name, &dir, 1);
+        let mut lat = Vec::with_capacity(n as usize);
+        let start = Instant::now();
+        for i in 0..n {
+            let (ctx, seq) = (i % scale.contexts, i / scale.contexts);
+            let b = body(ctx, seq);
+            let t = Instant::now();
+            engine.append(ctx, seq, &b);
+            lat.push(t.elapsed());
+        }
+        let total = start.elapsed();
+        lat.sort();
+        p50.push(us(pct(&lat, 0.5)));
+        p99.push(us(pct(&lat, 0.99)));
+        rate.push(n as f64 / total.as_secs_f64());
+    }
+    vec![
+        ("p50 latency".into(), p50),
+        ("p99 latency".into(), p99),
+        ("appends per second, higher is better; ratio".into(), rate),
+    ]
+}
+
+/// W1b: batches of 100 appends per durable commit.
+fn w1b(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+    let mut rate = Vec::new();
+    let n = scale.contexts * scale.per_context;
+    for name in ENGINES {
+        let dir = root.join(format!("w1b-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let engine: Box<dyn Engine> = if name == "ctxlog" {
+            Box::new(CtxLogBatch(
+                Store::open(&dir, Options::default().durability(Durability::Buffered)).unwrap(),
+            ))
+        } else {
+            open(name, &dir, 1)
+        };
+        let start = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let batch: Vec<_> = (i..(i + 100).min(n))
+                .map(|j| {
+                    (
+                        j % scale.contexts,
+                        j / scale.contexts,
+                        body(j % scale.contexts, j / scale.contexts),
+                    )
+                })
+                .collect();
+            engine.append_batch(&batch);
+            i += 100;
+        }
+        rate.push(n as f64 / start.elapsed().as_secs_f64());
+    }
+    vec![("appends per second, higher is better; ratio".into(), rate)]
+}
+
+/// W1c: 4 and 16 writer threads, durable per append, distinct contexts.
+fn w1c(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+    let mut rows = Vec::new();
+    for threads in [4usize, 16] {
+        let mut rate = Vec::new();
+        let per = (if scale.contexts > 1000 { 4_000 } else { 800 }) / threads as u64;
+        for name in ENGINES {
+            let dir = root.join(format!("w1c-{threads}-{name}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let engine: Arc<dyn Engine> = Arc::from(open(name, &dir, threads));
+            let barrier = Arc::new(Barrier::new(threads + 1));
+            let handles: Vec<_> = (0..threads as u64)
+                .map(|t| {
+                    let (engine, barrier) = (engine.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        for i in 0..per {
+                            let ctx = t * 1_000_000 + i % 50;
+                            engine.append(ctx, i, &body(ctx, i));
+                        }
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let start = Instant::now();
+            for h in handles {
+                h.join().unwrap();
+            }
+            rate.push((per * threads as u64) as f64 / start.elapsed().as_secs_f64());
+        }
+        rows.push((
+            format!("{threads} threads: appends per second, higher is better; ratio"),
+            rate,
+        ));
+    }
+    rows
+}
+
+/// Fills a store of `contexts` × `per_context` messages with large commits.
+fn fill(engine: &dyn Engine, contexts: u64, per_context: u64) {
+    let mut batch = Vec::with_capacity(1000);
+    for seq in 0..per_context {
+        for ctx in 0..contexts {
+            batch.push((ctx, seq, body(ctx, seq)));
+            if batch.len() == 1000 {
+                engine.append_batch(&batch);
+                batch.clear();
+            }
+        }
+    }
+    if !batch.is_empty() {
+        engine.append_batch(&batch);
+    }
+}
+
+/// Zipf(1.0)-ish pick of a context: low ids far more often.
+fn zipf(state: &mut u64, n: u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let u = ((*state >> 11) as f64 / (1u64 << 53) as f64).max(1e-12);
+    ((n as f64).powf(u) as u64).saturating_sub(1).min(n - 1)
+}
+
+fn uniform(state: &mut u64, n: u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (*state >> 33) % n
+}
+
+/// W2: reads of the full 20-message history, warm and right after reopening.
+fn w2(scale: Scale, root: &Path) -> (Vec<(String, Vec<f64>)>, Vec<(String, Vec<f64>)>) {
+    let mut rows: Vec<(String, Vec<f64>)> = [
+        "uniform warm p50",
+        "uniform warm p99",
+        "zipf warm p50",
+        "uniform after reopen p50",
+        "uniform after reopen p99",
+    ]
+    .iter()
+    .map(|n| (n.to_string(), Vec::new()))
+    .collect();
+    let mut space = vec![
+        ("bytes on disk / raw payload".to_string(), Vec::new()),
+        ("resident memory after reads, MiB".to_string(), Vec::new()),
+    ];
+    let raw = (scale.contexts * scale.per_context) as f64 * BODY as f64;
+    for name in ENGINES {
+        let dir = root.join(format!("w2-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let engine: Box<dyn Engine> = if name == "ctxlog" {
+                Box::new(CtxLogBatch(
+                    Store::open(&dir, Options::default().durability(Durability::Buffered)).unwrap(),
+                ))
+            } else {
+                open(name, &dir, 1)
+            };
+            fill(engine.as_ref(), scale.contexts, scale.per_context);
+        }
+        let measure = |engine: &dyn Engine, pick: fn(&mut u64, u64) -> u64, reads: usize| {
+            let mut state = 42u64;
+            let mut lat: Vec<Duration> = (0..reads)
+                .map(|_| {
+                    let ctx = pick(&mut state, scale.contexts);
+                    let t = Instant::now();
+                    let bytes = engine.last(ctx, 20);
+                    let d = t.elapsed();
+                    assert_eq!(bytes, BODY * scale.per_context.min(20) as usize, "{name}");
+                    d
+                })
+                .collect();
+            lat.sort();
+            lat
+        };
+        // Right after reopening: the first reads after open.
+        let engine = open(name, &dir, 1);
+        let cold = measure(engine.as_ref(), uniform, scale.reads / 10);
+        let warm = measure(engine.as_ref(), uniform, scale.reads);
+        let hot = measure(engine.as_ref(), zipf, scale.reads);
+        rows[0].1.push(us(pct(&warm, 0.5)));
+        rows[1].1.push(us(pct(&warm, 0.99)));
+        rows[2].1.push(us(pct(&hot, 0.5)));
+        rows[3].1.push(us(pct(&cold, 0.5)));
+        rows[4].1.push(us(pct(&cold, 0.99)));
+        space[0].1.push(dir_bytes(&dir) as f64 / raw);
+        space[1].1.push(rss_kib() as f64 / 1024.0);
+        drop(engine);
+    }
+    (rows, space)
+}
+
+/// W3 helper, run in a child process: fill `dir` with about `bytes` of
+/// messages, print "committed" after the last durable commit, then wait to
+/// be killed (or for stdin to close, for a clean close).
+fn child_fill(name: &str, dir: &Path, bytes: u64) {
+    let contexts = 10_000;
+    let per = (bytes / BODY as u64 / contexts).max(1);
+    let engine: Box<dyn Engine> = if name == "ctxlog" {
+        Box::new(CtxLogBatch(
+            Store::open(dir, Options::default().durability(Durability::Buffered)).unwrap(),
+        ))
+    } else {
+        open(name, dir, 1)
+    };
+    fill(engine.as_ref(), contexts, per);
+    println!("committed");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// W3: reopen of a store of about `reopen_bytes`, after a clean close and
+/// after the writer was killed right after its last durable commit.
+fn w3(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+    let mut clean = Vec::new();
+    let mut crash = Vec::new();
+    let mut first = Vec::new();
+    let exe = std::env::current_exe().unwrap();
+    for name in ENGINES {
+        for killed in [false, true] {
+            let dir = root.join(format!("w3-{name}-{killed}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut child = Command::new(&exe)
+                .args([
+                    "fill",
+                    name,
+                    dir.to_str().unwrap(),
+                    &scale.reopen_bytes.to_string(),
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line.trim(), "committed");
+            if killed {
+                child.kill().unwrap();
+            } else {
+                drop(child.stdin.take());
+            }
+            child.wait().unwrap();
+            let t = Instant::now();
+            let engine = open(name, &dir, 1);
+            let opened = t.elapsed();
+            let t = Instant::now();
+            engine.last(7, 20);
+            let read = t.elapsed();
+            if killed {
+                crash.push(opened.as_secs_f64() * 1e3);
+                first.push(us(read));
+            } else {
+                clean.push(opened.as_secs_f64() * 1e3);
+            }
+            drop(engine);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+    vec![
+        ("reopen after clean close, ms".into(), clean),
+        ("reopen after kill, ms".into(), crash),
+        ("first read after kill, us".into(), first),
+    ]
+}
+
+fn floors(root: &Path) {
+    let path: PathBuf = root.join("floor");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    for size in [1024usize, 4096] {
+        let block = vec![7u8; size];
+        let mut lat: Vec<Duration> = (0..500)
+            .map(|_| {
+                let t = Instant::now();
+                f.write_all(&block).unwrap();
+                f.sync_data().unwrap();
+                t.elapsed()
+            })
+            .collect();
+        lat.sort();
+        println!(
+            "- append of {size} B + fdatasync: p50 {:.1} us",
+            us(pct(&lat, 0.5))
+        );
+    }
+    let src: Vec<Vec<u8>> = (0..20).map(|i| body(1, i)).collect();
+    let mut lat: Vec<Duration> = (0..10_000)
+        .map(|_| {
+            let t = Instant::now();
+            let copy = std::hint::black_box(&src).to_vec();
+            std::hint::black_box(copy);
+            t.elapsed()
+        })
+        .collect();
+    lat.sort();
+    println!(
+        "- memory copy of 20 x 1 KiB (warm): p50 {:.2} us",
+        us(pct(&lat, 0.5))
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("fill") {
+        child_fill(&args[1], Path::new(&args[2]), args[3].parse().unwrap());
+        return;
+    }
+    let full = args.first().map(String::as_str) == Some("full");
+    let scale = if full { FULL } else { QUICK };
+    let root =
+        tempfile::tempdir_in(std::env::var_os("CTXLOG_BENCH_DIR").unwrap_or_else(|| ".".into()))
+            .unwrap();
+    println!(
+        "# ctxlog vs SQLite, redb, fjall ({} mode: {} contexts x {} messages of 1 KiB; reopen store {} MiB)",
+        if full { "full" } else { "quick" },
+        scale.contexts,
+        scale.per_context,
+        scale.reopen_bytes >> 20
+    );
+    println!("\nFloors measured in this run:");
+    floors(root.path());
+    println!("\nFigures are per engine; in brackets, the engine's cost as a multiple of ctxlog's (above 1: ctxlog is faster).");
+    let w1 = w1a(scale, root.path());
+    table("W1a: durable append, one writer", "us", true, &w1[..2]);
+    table("W1a: throughput", "ops/s", false, &w1[2..]);
+    table(
+        "W1b: batches of 100 per durable commit",
+        "ops/s",
+        false,
+        &w1b(scale, root.path()),
+    );
+    table(
+        "W1c: writer threads, durable per append",
+        "ops/s",
+        false,
+        &w1c(scale, root.path()),
+    );
+    let (reads, space) = w2(scale, root.path());
+    table("W2: read of a 20-message history", "us", true, &reads);
+    table("Space and memory", "x or MiB", true, &space);
+    table("W3: reopen", "ms or us", true, &w3(scale, root.path()));
+}

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
+use serde::{Deserialize, Serialize};
 
 use crate::log::segments::RecordLoc;
 use crate::namespace::ContextKey;
@@ -17,7 +18,7 @@ use crate::tasks::TaskEntry;
 pub const SHARDS: usize = 64;
 
 /// Who owns a context and what it is called; set by its opening record.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ContextMeta {
     /// The tenant, byte for byte.
     pub tenant: String,
@@ -30,7 +31,7 @@ pub struct ContextMeta {
 }
 
 /// What the index knows of one context.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ContextState {
     /// `None` until the opening record is durable: such a context is invisible.
     pub meta: Option<ContextMeta>,
@@ -43,14 +44,15 @@ pub struct ContextState {
     pub messages: Vec<MessageRef>,
     /// The context's tasks, in the order they were opened.
     pub tasks: Vec<TaskEntry>,
-    /// Task id to its position in `tasks`.
+    /// Task id to its position in `tasks` (rebuilt, not checkpointed).
+    #[serde(skip)]
     pub task_pos: HashMap<String, usize>,
     /// Set once the context is deleted or expired: it keeps only its name.
     pub gone: Option<Gone>,
 }
 
 /// Why a context is gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Gone {
     /// Deleted by `delete_context`.
     Deleted,
@@ -70,7 +72,7 @@ pub enum Life {
 }
 
 /// Where a message is, and its seq: 24 bytes per stored message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageRef {
     /// The message's seq in its context.
     pub seq: u64,
@@ -131,6 +133,16 @@ impl ContextState {
     /// The task of `id`, to change.
     pub fn task_mut(&mut self, id: &str) -> Option<&mut TaskEntry> {
         self.task_pos.get(id).and_then(|&i| self.tasks.get_mut(i))
+    }
+
+    /// Rebuilds `task_pos` from `tasks` (after loading a checkpoint).
+    pub fn rebuild_task_pos(&mut self) {
+        self.task_pos = self
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
     }
 
     /// Adds a new task.
@@ -306,6 +318,19 @@ impl Index {
                 })
             }
         }
+    }
+
+    /// Every received messageId: its key, context and seq.
+    pub fn idem_entries(&self) -> Vec<([u8; 32], ContextKey, u64)> {
+        let mut out = Vec::new();
+        for shard in &self.idem {
+            for (k, v) in shard.lock().iter() {
+                if let Idem::Done { context, seq } = v {
+                    out.push((*k, *context, *seq));
+                }
+            }
+        }
+        out
     }
 
     /// Records where a received messageId went.

@@ -24,7 +24,7 @@ pub enum Op<'a> {
 }
 
 /// What the index knows of one artifact.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ArtifactEntry {
     /// Its id, unique within the task.
     pub id: String,
@@ -36,7 +36,7 @@ pub struct ArtifactEntry {
 }
 
 /// What the index knows of one task.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TaskEntry {
     /// Made by the store.
     pub id: String,

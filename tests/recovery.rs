@@ -39,6 +39,9 @@ fn write_acked(dir: &Path, options: Options, n: usize) -> Vec<Acked> {
         });
     }
     store.close().unwrap();
+    // These tests exercise the open's scan of the log: without the index
+    // checkpoint the close wrote, the next open reads everything.
+    fs::remove_file(dir.join("CHECKPOINT")).unwrap();
     acked
 }
 
@@ -320,4 +323,88 @@ fn a_rotation_torn_before_its_header_was_durable_is_removed() {
         store.last_messages("t", "ctx-0", 1).unwrap()[0].raw,
         b"next"
     );
+}
+
+#[test]
+fn a_clean_reopen_loads_the_checkpoint_and_reads_only_what_follows() {
+    let dir = tmp();
+    let options = Options::default().segment_bytes(4096);
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    for i in 0..50 {
+        store
+            .append_message("t", &format!("c{}", i % 3), &body(i, 60))
+            .unwrap();
+    }
+    store.close().unwrap();
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    assert!(store.open_report().from_checkpoint);
+    assert_eq!(store.open_report().records, 50);
+    for i in 50..70 {
+        store
+            .append_message("t", &format!("c{}", i % 3), &body(i, 60))
+            .unwrap();
+    }
+    // A crash now: the directory as it is, with the checkpoint of the last close.
+    let crashed = tmp();
+    for entry in fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "LOCK" {
+            fs::copy(entry.path(), crashed.path().join(entry.file_name())).unwrap();
+        }
+    }
+    let reopened = Store::open(crashed.path(), options.clone()).unwrap();
+    assert!(reopened.open_report().from_checkpoint);
+    assert_eq!(reopened.open_report().records, 70);
+    for c in 0..3 {
+        let want: Vec<Vec<u8>> = (0..70)
+            .filter(|i| i % 3 == c)
+            .map(|i| body(i, 60))
+            .collect();
+        let got: Vec<Vec<u8>> = reopened
+            .last_messages("t", &format!("c{c}"), usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.raw)
+            .collect();
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn a_damaged_or_mismatched_checkpoint_falls_back_to_a_scan() {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    for i in 0..20 {
+        store.append_message("t", "c", &body(i, 40)).unwrap();
+    }
+    store.close().unwrap();
+    let path = dir.path().join("CHECKPOINT");
+    let good = fs::read(&path).unwrap();
+    let mut bad = good.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x55;
+    fs::write(&path, &bad).unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let report = store.open_report().clone();
+    assert!(!report.from_checkpoint);
+    assert!(report.checkpoint_ignored.is_some(), "{report:?}");
+    assert_eq!(store.last_messages("t", "c", usize::MAX).unwrap().len(), 20);
+    drop(store);
+
+    // A checkpoint that claims more log than there is (the segment was cut).
+    fs::write(&path, &good).unwrap();
+    let seg = segment_files(dir.path()).pop().unwrap();
+    let len = fs::metadata(&seg).unwrap().len();
+    let frames = frame_offsets(&fs::read(&seg).unwrap());
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(frames[10] as u64)
+        .unwrap();
+    assert!(len > frames[10] as u64);
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(!store.open_report().from_checkpoint);
+    assert!(store.open_report().checkpoint_ignored.is_some());
+    assert_eq!(store.last_messages("t", "c", usize::MAX).unwrap().len(), 10);
 }

@@ -276,10 +276,13 @@ impl Engine for Fjall {
             .prefix(ctx.to_be_bytes())
             .rev()
             .take(n)
-            .map(|kv| kv.unwrap().1.len())
+            .map(|kv| kv.unwrap().1.to_vec().len())
             .sum()
     }
 }
+
+/// A table row: a measure's name and each engine's figure.
+type Row = (String, Vec<f64>);
 
 /// Percentile of sorted durations.
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -313,7 +316,7 @@ fn rss_kib() -> u64 {
 }
 
 /// A table row: each engine's figure, with its ratio to ctxlog's.
-fn table(title: &str, unit: &str, lower_is_better: bool, rows: &[(String, Vec<f64>)]) {
+fn table(title: &str, unit: &str, lower_is_better: bool, rows: &[Row]) {
     println!("\n### {title}\n");
     print!("| measure |");
     for e in ENGINES {
@@ -337,7 +340,7 @@ fn table(title: &str, unit: &str, lower_is_better: bool, rows: &[(String, Vec<f6
 }
 
 /// W1a: one writer, one durable commit per append, round-robin over contexts.
-fn w1a(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+fn w1a(scale: Scale, root: &Path) -> Vec<Row> {
     let mut p50 = Vec::new();
     let mut p99 = Vec::new();
     let mut rate = Vec::new();
@@ -373,7 +376,7 @@ fn w1a(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
 }
 
 /// W1b: batches of 100 appends per durable commit.
-fn w1b(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+fn w1b(scale: Scale, root: &Path) -> Vec<Row> {
     let mut rate = Vec::new();
     let n = scale.contexts * scale.per_context;
     for name in ENGINES {
@@ -407,7 +410,7 @@ fn w1b(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
 }
 
 /// W1c: 4 and 16 writer threads, durable per append, distinct contexts.
-fn w1c(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+fn w1c(scale: Scale, root: &Path) -> Vec<Row> {
     let mut rows = Vec::new();
     for threads in [4usize, 16] {
         let mut rate = Vec::new();
@@ -478,8 +481,8 @@ fn uniform(state: &mut u64, n: u64) -> u64 {
 }
 
 /// W2: reads of the full 20-message history, warm and right after reopening.
-fn w2(scale: Scale, root: &Path) -> (Vec<(String, Vec<f64>)>, Vec<(String, Vec<f64>)>) {
-    let mut rows: Vec<(String, Vec<f64>)> = [
+fn w2(scale: Scale, root: &Path) -> (Vec<Row>, Vec<Row>) {
+    let mut rows: Vec<Row> = [
         "uniform warm p50",
         "uniform warm p99",
         "zipf warm p50",
@@ -561,7 +564,7 @@ fn child_fill(name: &str, dir: &Path, bytes: u64) {
 
 /// W3: reopen of a store of about `reopen_bytes`, after a clean close and
 /// after the writer was killed right after its last durable commit.
-fn w3(scale: Scale, root: &Path) -> Vec<(String, Vec<f64>)> {
+fn w3(scale: Scale, root: &Path) -> Vec<Row> {
     let mut clean = Vec::new();
     let mut crash = Vec::new();
     let mut first = Vec::new();

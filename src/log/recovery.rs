@@ -34,8 +34,13 @@ pub struct OpenReport {
     /// Records of a namespace version this build does not serve: kept on disk,
     /// never served or listed.
     pub foreign_namespace_records: u64,
-    /// Segments removed because a crash left them holding less than a header.
+    /// Segments removed because a crash left them holding less than a header,
+    /// or because an interrupted compaction left them behind.
     pub removed_segments: Vec<u64>,
+    /// The index came from the checkpoint; only the log after it was read.
+    pub from_checkpoint: bool,
+    /// Why a checkpoint there was not used (the whole log was read instead).
+    pub checkpoint_ignored: Option<String>,
 }
 
 /// A torn tail that recovery cut off.
@@ -94,6 +99,7 @@ pub fn recover(
     dir: &Path,
     mode: RecoveryMode,
     max_record: u32,
+    resume: Option<Resume>,
     segments: &Segments,
     report: &mut OpenReport,
     mut on_record: impl FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>,
@@ -125,11 +131,22 @@ pub fn recover(
     if !report.removed_segments.is_empty() {
         sync_dir(dir)?;
     }
+    if let Some(r) = resume {
+        if r.generation != manifest.generation || !tail.contains(&r.segment) {
+            return Err(Error::corrupt(
+                r.segment,
+                r.offset,
+                "the checkpoint does not match the log",
+            ));
+        }
+    }
     let mut scan = Scan {
         mode,
         max_record,
         report,
         on_record: &mut on_record,
+        resume,
+        reached: resume.is_none(),
     };
     let sealed: Vec<u64> = manifest
         .compacted
@@ -142,7 +159,10 @@ pub fn recover(
         let file = File::open(&path).map_err(|e| Error::io("open a segment", &path, e))?;
         let map = SealedMap::map(&file).map_err(|e| Error::io("map a segment", &path, e))?;
         scan.check_header(&path, id, map.bytes())?;
-        scan.frames(id, map.bytes(), false)?;
+        let from = scan.start_of(id, map.bytes().len() as u64)?;
+        if let Some(from) = from {
+            scan.frames(id, map.bytes(), false, from)?;
+        }
         segments.insert(id, SegmentData::Sealed(Arc::new(map)));
         scan.report.segments += 1;
     }
@@ -150,6 +170,13 @@ pub fn recover(
         Some(&newest) => scan.newest(dir, newest, next_id)?,
         None => fresh_segment(dir, next_id)?,
     };
+    if !scan.reached {
+        return Err(Error::corrupt(
+            0,
+            0,
+            "the checkpoint's segment was not found",
+        ));
+    }
     let next_id = next_id.max(active.id + 1);
     Ok(Recovered {
         active,
@@ -185,14 +212,51 @@ fn remove_temporaries(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Where a checkpoint says the log still needs reading: everything before
+/// `offset` of `segment` (under manifest `generation`) is in the checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// The manifest generation the checkpoint was taken under.
+    pub generation: u64,
+    /// The segment that was active.
+    pub segment: u64,
+    /// Its length then.
+    pub offset: u64,
+}
+
 struct Scan<'a, F> {
     mode: RecoveryMode,
     max_record: u32,
     report: &'a mut OpenReport,
     on_record: &'a mut F,
+    resume: Option<Resume>,
+    /// Whether the replay has passed the checkpoint's position.
+    reached: bool,
 }
 
 impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
+    /// Where to start reading segment `id` (`len` bytes), in replay order:
+    /// `None` for a segment the checkpoint covers whole.
+    fn start_of(&mut self, id: u64, len: u64) -> Result<Option<u64>> {
+        if self.reached {
+            return Ok(Some(HEADER_LEN));
+        }
+        match self.resume {
+            Some(r) if r.segment == id => {
+                self.reached = true;
+                if len < r.offset {
+                    return Err(Error::corrupt(
+                        id,
+                        len,
+                        "the segment is shorter than the checkpoint says",
+                    ));
+                }
+                Ok(Some(r.offset.max(HEADER_LEN)))
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn check_header(&self, path: &Path, id: u64, bytes: &[u8]) -> Result<()> {
         let header = decode_header(bytes).map_err(|e| match e {
             HeaderError::Short => Error::corrupt(id, 0, "the segment header is cut short"),
@@ -217,9 +281,9 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
 
     /// Walks the frames of one segment. In the newest segment, a bad frame
     /// with nothing valid after it is a torn tail: its offset is returned.
-    fn frames(&mut self, id: u64, bytes: &[u8], newest: bool) -> Result<Option<u64>> {
+    fn frames(&mut self, id: u64, bytes: &[u8], newest: bool, from: u64) -> Result<Option<u64>> {
         let end = bytes.len() as u64;
-        let mut at = HEADER_LEN;
+        let mut at = from;
         while at < end {
             let reason = match decode_frame(bytes, id, at, self.max_record) {
                 Ok(frame) => {
@@ -307,7 +371,10 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         }
         self.check_header(&path, id, &bytes)?;
         let len = bytes.len() as u64;
-        if let Some(cut) = self.frames(id, &bytes, true)? {
+        let from = self
+            .start_of(id, bytes.len() as u64)?
+            .unwrap_or(bytes.len() as u64);
+        if let Some(cut) = self.frames(id, &bytes, true, from)? {
             let records = count_started_frames(&bytes, cut, self.max_record);
             file.set_len(cut)
                 .and_then(|()| file.sync_all())

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::mmap::SealedMap;
 
 /// Where one record lives: 16 bytes, the unit of the in-memory index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RecordLoc {
     /// The segment id.
     pub segment: u64,
@@ -107,20 +107,14 @@ impl Segments {
             )
         })?;
         match data {
-            SegmentData::Sealed(map) => Self::payload_in(loc, map.bytes(), true, f),
-            // The mirror holds the bytes exactly as this process framed them
-            // (or as recovery verified them): a CRC would check memory
-            // against itself.
-            SegmentData::Active(mirror) => Self::payload_in(loc, &mirror.read(), false, f),
+            SegmentData::Sealed(map) => Self::payload_in(loc, map.bytes(), f),
+            // Checked too: after an open from a checkpoint, the mirror holds
+            // bytes read from disk that no scan has verified.
+            SegmentData::Active(mirror) => Self::payload_in(loc, &mirror.read(), f),
         }
     }
 
-    fn payload_in<T>(
-        loc: RecordLoc,
-        segment: &[u8],
-        verify: bool,
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> Result<T> {
+    fn payload_in<T>(loc: RecordLoc, segment: &[u8], f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         let start = loc.offset as usize;
         let end = start + FRAME_HEADER_LEN as usize + loc.len as usize;
         let frame = segment.get(start..end).ok_or_else(|| {
@@ -131,7 +125,7 @@ impl Segments {
             )
         })?;
         let (head, payload) = frame.split_at(FRAME_HEADER_LEN as usize);
-        if verify && !verify_payload(loc.segment, u64::from(loc.offset), head, payload) {
+        if !verify_payload(loc.segment, u64::from(loc.offset), head, payload) {
             return Err(Error::corrupt(
                 loc.segment,
                 u64::from(loc.offset),

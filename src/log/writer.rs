@@ -266,6 +266,12 @@ impl Log {
         Ok(active.id)
     }
 
+    /// The active segment's id and length.
+    pub fn position(&self) -> (u64, u64) {
+        let active = self.active.lock();
+        (active.id, active.len)
+    }
+
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir

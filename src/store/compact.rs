@@ -129,6 +129,16 @@ impl Store {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<CompactReport> {
         let mut manifest = self.manifest.lock();
+        // The checkpoint describes the segments this replaces: drop it, and
+        // write none until the index matches the new manifest again.
+        self.no_checkpoint
+            .store(true, std::sync::atomic::Ordering::Release);
+        let stale = self.writer.dir().join(super::checkpoint::CHECKPOINT);
+        match std::fs::remove_file(&stale) {
+            Ok(()) => sync_dir(self.writer.dir())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove the old checkpoint", stale, e)),
+        }
         let tail_from = self.writer.rotate_now()?;
         let inputs: Vec<u64> = manifest
             .compacted

@@ -15,11 +15,12 @@ use crate::log::segments::{RecordLoc, Segments};
 use crate::log::verify::{verify_dir, VerifyReport};
 use crate::log::writer::LogWriter;
 
+mod checkpoint;
 mod compact;
 mod tasks;
 mod turns;
 use crate::namespace::{message_key, task_key, ContextKey};
-use crate::options::{Durability, Options, RecoveryMode};
+use crate::options::{Options, RecoveryMode};
 use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::tasks::{Op, TaskEntry};
@@ -45,9 +46,16 @@ pub struct Store {
     writer: LogWriter,
     index: Index,
     report: OpenReport,
+    /// Records served, for the checkpoint.
+    records: std::sync::atomic::AtomicU64,
     /// The manifest in force; held for a whole compaction, so compactions
     /// run one at a time.
     manifest: parking_lot::Mutex<Manifest>,
+    /// `close` ran: nothing left for `drop` to do.
+    closed: bool,
+    /// A compaction is running or stopped half-way: the index may not match
+    /// the manifest, so no checkpoint may be written.
+    no_checkpoint: std::sync::atomic::AtomicBool,
     _lock: File,
 }
 
@@ -133,31 +141,33 @@ impl Store {
         check_options(&options)?;
         create_dir(&dir)?;
         let lock = lock_dir(&dir)?;
-        let segments = Arc::new(Segments::default());
-        let index = Index::default();
-        let mut report = OpenReport::default();
-        let mut served = 0u64;
-        let mut foreign = 0u64;
-        let recovered = recover(
-            &dir,
-            options.recovery,
-            options.max_record_bytes,
-            &segments,
-            &mut report,
-            |loc, payload| {
-                match record::decode(payload).map_err(|e| e.0)? {
-                    Decoded::ForeignNamespace(_) => foreign += 1,
-                    Decoded::Current { key, body, .. } => {
-                        apply_recovered(&index, key, body, loc, options.recovery)?;
-                        served += 1;
+        // With a sound checkpoint, load the index and read only the log
+        // after it; if the log does not match it, read everything instead.
+        let first = Index::default();
+        let attempt = checkpoint::load(&dir, &first).map(|loaded| {
+            let segments = Arc::new(Segments::default());
+            (
+                scan_log(&dir, &options, &first, &segments, Some(loaded)),
+                segments,
+            )
+        });
+        let (index, segments, recovered, report) = match attempt {
+            Some((Ok((recovered, report)), segments)) => (first, segments, recovered, report),
+            other => {
+                let ignored = match other {
+                    Some((Err(e), _)) => Some(format!("{e}")),
+                    _ if dir.join(checkpoint::CHECKPOINT).exists() => {
+                        Some("the checkpoint is damaged or of another version".to_string())
                     }
-                }
-                Ok(())
-            },
-        )?;
-        report.records = served;
-        report.foreign_namespace_records = foreign;
-        report.contexts = index.visible_contexts();
+                    _ => None,
+                };
+                let index = Index::default();
+                let segments = Arc::new(Segments::default());
+                let (recovered, mut report) = scan_log(&dir, &options, &index, &segments, None)?;
+                report.checkpoint_ignored = ignored;
+                (index, segments, recovered, report)
+            }
+        };
         let writer = LogWriter::resume(
             dir,
             options.segment_bytes,
@@ -172,10 +182,18 @@ impl Store {
             segments,
             writer,
             index,
+            records: std::sync::atomic::AtomicU64::new(report.records),
             report,
             manifest: parking_lot::Mutex::new(recovered.manifest),
+            closed: false,
+            no_checkpoint: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         })
+    }
+
+    /// Records served now (of the current namespace).
+    pub(crate) fn records(&self) -> u64 {
+        self.records.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Verifies every checksum of the store in `dir` without changing it
@@ -250,7 +268,7 @@ impl Store {
     /// Saves an inbound message exactly as received, before anyone processes it.
     ///
     /// The bytes are stored unchanged and never rewritten; the call returns
-    /// once they are as durable as the store's [`Durability`] promises (on disk,
+    /// once they are as durable as the store's [`Durability`](crate::Durability) promises (on disk,
     /// for the default `Sync`). The first message of a context opens it.
     pub fn append_message(&self, tenant: &str, context_id: &str, raw: &[u8]) -> Result<Appended> {
         let key = ContextKey::derive(tenant, context_id)?;
@@ -300,6 +318,8 @@ impl Store {
         for loc in locs {
             apply(&self.index, &mut state, *key, &body, loc);
         }
+        self.records
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(seq)
     }
 
@@ -550,9 +570,18 @@ impl Store {
         self.writer.sync_all()
     }
 
-    /// Syncs and closes the store, reporting any failure to sync.
-    pub fn close(self) -> Result<()> {
-        self.writer.sync_all()
+    /// Syncs and closes the store, writing the index checkpoint so that the
+    /// next open reads only what is appended after it; reports any failure.
+    pub fn close(mut self) -> Result<()> {
+        self.closed = true;
+        self.writer.sync_all()?;
+        if self
+            .no_checkpoint
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        self.write_checkpoint()
     }
 
     fn visible_slot(&self, tenant: &str, context_id: &str) -> Result<Arc<ContextSlot>> {
@@ -645,9 +674,15 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if self.options.durability == Durability::Buffered {
-            // Best effort: `close` is the way to learn whether this worked.
-            let _ = self.writer.sync_all();
+        if self.closed {
+            return;
+        }
+        // Best effort: `close` is the way to learn whether this worked.
+        let unsafe_now = self
+            .no_checkpoint
+            .load(std::sync::atomic::Ordering::Acquire);
+        if !unsafe_now && self.writer.sync_all().is_ok() {
+            let _ = self.write_checkpoint();
         }
     }
 }
@@ -670,6 +705,42 @@ fn info_of(
         messages: state.messages.len() as u64,
         tasks: state.tasks.len() as u64,
     })
+}
+
+/// Reads the log into `index` (from the checkpoint's position, if given).
+fn scan_log(
+    dir: &Path,
+    options: &Options,
+    index: &Index,
+    segments: &Segments,
+    loaded: Option<checkpoint::Loaded>,
+) -> Result<(crate::log::recovery::Recovered, OpenReport)> {
+    let mut report = OpenReport::default();
+    let mut served = loaded.as_ref().map_or(0, |l| l.records);
+    let mut foreign = 0u64;
+    let recovered = recover(
+        dir,
+        options.recovery,
+        options.max_record_bytes,
+        loaded.as_ref().map(|l| l.resume),
+        segments,
+        &mut report,
+        |loc, payload| {
+            match record::decode(payload).map_err(|e| e.0)? {
+                Decoded::ForeignNamespace(_) => foreign += 1,
+                Decoded::Current { key, body, .. } => {
+                    apply_recovered(index, key, body, loc, options.recovery)?;
+                    served += 1;
+                }
+            }
+            Ok(())
+        },
+    )?;
+    report.records = served;
+    report.foreign_namespace_records = foreign;
+    report.contexts = index.visible_contexts();
+    report.from_checkpoint = loaded.is_some();
+    Ok((recovered, report))
 }
 
 /// Rebuilds the index from one recovered record; a refusal names what is wrong.

@@ -1,0 +1,167 @@
+//! The index checkpoint: written at a clean close, it lets the next open load
+//! the index instead of reading the whole log, then read only what was
+//! appended after it. A checkpoint that is damaged or does not match the log
+//! is ignored (the open falls back to a full scan), so it can never make an
+//! open fail or serve wrong data.
+//!
+//! ```text
+//! magic "CTXLCKP\0" | version:u32 = 1 | crc32 of the rest:u32 | bincode(Header)
+//! | count:u64 | count × bincode(Entry) | bincode(Vec<Idem>)
+//! ```
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::Store;
+use crate::error::{Error, Result};
+use crate::index::{ContextState, Index};
+use crate::log::recovery::Resume;
+use crate::log::writer::sync_dir;
+use crate::namespace::{task_key, ContextKey};
+
+/// The checkpoint's file name.
+pub const CHECKPOINT: &str = "CHECKPOINT";
+const MAGIC: [u8; 8] = *b"CTXLCKP\0";
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    resume: (u64, u64, u64),
+    records: u64,
+}
+
+/// One context: its key (version, digest) and its index entry.
+type Entry = (u8, [u8; 32], ContextState);
+/// One received messageId: its key, its context's key, its seq.
+type Idem = ([u8; 32], (u8, [u8; 32]), u64);
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<{ 1 << 30 }>()
+}
+
+/// What a loaded checkpoint gives the open.
+pub struct Loaded {
+    /// Where the log must still be read from.
+    pub resume: Resume,
+    /// Records the checkpoint accounts for.
+    pub records: u64,
+}
+
+impl Store {
+    /// Writes the checkpoint of the whole index. Only called with no
+    /// operation in flight (at close), so the index is exactly the log up to
+    /// the active segment's current end.
+    pub(crate) fn write_checkpoint(&self) -> Result<()> {
+        let (segment, offset) = self.writer.position();
+        let generation = self.manifest.lock().generation;
+        let mut body = Vec::new();
+        let header = Header {
+            resume: (generation, segment, offset),
+            records: self.records(),
+        };
+        encode(&header, &mut body)?;
+        let keys = self.index.all_contexts();
+        body.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        for key in &keys {
+            let Some(slot) = self.index.get(key) else {
+                continue;
+            };
+            let state = slot.state.read();
+            let entry = (key.version(), *key.digest(), &*state);
+            encode(&entry, &mut body)?;
+        }
+        let idem: Vec<Idem> = self
+            .index
+            .idem_entries()
+            .into_iter()
+            .map(|(k, ctx, seq)| (k, (ctx.version(), *ctx.digest()), seq))
+            .collect();
+        encode(&idem, &mut body)?;
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&VERSION.to_le_bytes());
+        file.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        file.extend_from_slice(&body);
+        let dir = self.writer.dir();
+        let tmp = dir.join("CHECKPOINT.tmp");
+        fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(&file).and_then(|()| f.sync_all()))
+            .map_err(|e| Error::io("write the checkpoint", &tmp, e))?;
+        fs::rename(&tmp, dir.join(CHECKPOINT))
+            .map_err(|e| Error::io("switch to the new checkpoint", &tmp, e))?;
+        sync_dir(dir)
+    }
+}
+
+/// Loads the checkpoint of `dir` into `index`, if there is a sound one.
+/// `None` (and an untouched index) when there is none or it is damaged.
+pub fn load(dir: &Path, index: &Index) -> Option<Loaded> {
+    let bytes = fs::read(dir.join(CHECKPOINT)).ok()?;
+    let body = bytes.strip_prefix(&MAGIC)?;
+    let (version, body) = body.split_at_checked(4)?;
+    let (crc, body) = body.split_at_checked(4)?;
+    if version != VERSION.to_le_bytes() || crc != crc32fast::hash(body).to_le_bytes() {
+        return None;
+    }
+    let (header, used): (Header, usize) = bincode::serde::decode_from_slice(body, config()).ok()?;
+    let mut rest = body.get(used..)?;
+    let (count, tail) = rest.split_at_checked(8)?;
+    let count = u64::from_le_bytes(count.try_into().ok()?);
+    rest = tail;
+    let mut entries = Vec::new();
+    for _ in 0..count {
+        let (entry, used): (Entry, usize) =
+            bincode::serde::decode_from_slice(rest, config()).ok()?;
+        entries.push(entry);
+        rest = rest.get(used..)?;
+    }
+    let (idem, used): (Vec<Idem>, usize) =
+        bincode::serde::decode_from_slice(rest, config()).ok()?;
+    if used != rest.len() {
+        return None;
+    }
+    for (version, digest, mut state) in entries {
+        let key = ContextKey::from_parts(version, digest);
+        state.rebuild_task_pos();
+        if let Some(meta) = &state.meta {
+            if state.gone.is_none() {
+                index.list_in_tenant(&meta.tenant, meta.first_ms, key);
+                for task in &state.tasks {
+                    index.set_task_context(task_key(&meta.tenant, &task.id), key);
+                }
+            }
+        }
+        *index.get_or_insert(&key).state.write() = state;
+    }
+    for (message, (version, digest), seq) in idem {
+        index.idem_done(message, ContextKey::from_parts(version, digest), seq);
+    }
+    let (generation, segment, offset) = header.resume;
+    Some(Loaded {
+        resume: Resume {
+            generation,
+            segment,
+            offset,
+        },
+        records: header.records,
+    })
+}
+
+fn encode_error(e: bincode::error::EncodeError) -> Error {
+    Error::InvalidParams {
+        field: "checkpoint",
+        reason: e.to_string(),
+    }
+}
+
+/// Appends `value` in the checkpoint's encoding.
+fn encode<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<()> {
+    bincode::serde::encode_into_std_write(value, out, config())
+        .map(|_| ())
+        .map_err(encode_error)
+}

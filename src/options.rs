@@ -53,7 +53,7 @@ pub struct Options {
     /// Durability of appends. Default: [`Durability::Sync`].
     pub durability: Durability,
     /// A segment is sealed and a new one started once it reaches this many
-    /// bytes. Default: 64 MiB; at least 4 KiB.
+    /// bytes. Default: 16 MiB; at least 4 KiB.
     pub segment_bytes: u64,
     /// The largest record payload accepted, in bytes. Default and maximum:
     /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) (16 MiB).
@@ -66,6 +66,11 @@ pub struct Options {
     /// answer as missing ones, are never listed, and their ids are refused
     /// (`ContextRejected`, reason: expired). Default: `None`, nothing expires.
     pub retention: Option<std::time::Duration>,
+    /// While the store runs, write the index checkpoint again once this many
+    /// bytes were appended since the last one (and at least twice the last
+    /// checkpoint's size), so that a reopen after a crash reads only the log
+    /// after it. Default: 64 MiB; `None`: only at a clean close.
+    pub checkpoint_interval: Option<u64>,
     /// Fault injection for tests; `None` (the default) in production.
     #[doc(hidden)]
     pub faults: Option<crate::log::file::Faults>,
@@ -75,11 +80,12 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             durability: Durability::Sync,
-            segment_bytes: 64 << 20,
+            segment_bytes: 16 << 20,
             max_record_bytes: crate::MAX_RECORD_BYTES,
             recovery: RecoveryMode::Strict,
             turns: TurnPolicy::Parallel,
             retention: None,
+            checkpoint_interval: Some(64 << 20),
             faults: None,
         }
     }
@@ -107,6 +113,12 @@ impl Options {
     /// Sets the retention policy (`None`: keep every context).
     pub fn retention(mut self, idle: Option<std::time::Duration>) -> Self {
         self.retention = idle;
+        self
+    }
+
+    /// Sets the checkpoint interval (`None`: checkpoint only at close).
+    pub fn checkpoint_interval(mut self, bytes: Option<u64>) -> Self {
+        self.checkpoint_interval = bytes;
         self
     }
 

@@ -90,6 +90,10 @@ pub struct Log {
     next_id: AtomicU64,
     /// Fault injection (tests only).
     faults: Option<Faults>,
+    /// Where each append that is written but not yet published starts
+    /// (segment, offset), with a count: a checkpoint taken while appends are
+    /// in flight must resume from the earliest of them.
+    in_flight: Mutex<std::collections::BTreeMap<(u64, u64), usize>>,
 }
 
 impl LogWriter {
@@ -132,6 +136,7 @@ impl LogWriter {
             poisoned: AtomicBool::new(false),
             next_id: AtomicU64::new(next_id.max(id + 1)),
             faults,
+            in_flight: Mutex::new(std::collections::BTreeMap::new()),
         });
         let syncer = (durability == Durability::GroupCommit).then(|| {
             let log = log.clone();
@@ -144,15 +149,55 @@ impl LogWriter {
 impl Log {
     /// Appends `payloads` as one write (all in one segment, in order) and
     /// returns once they are as durable as the store's durability promises.
+    /// The caller must call [`Log::published`] with the first location once
+    /// the records are visible in the index (or once it gives up on them).
     pub fn append(&self, payloads: &[Vec<u8>]) -> Result<Vec<RecordLoc>> {
         let (locs, file, end) = self.write(payloads)?;
+        let result = self.make_durable(&locs, &file, end);
+        if result.is_err() {
+            if let Some(first) = locs.first() {
+                self.published(*first);
+            }
+        }
+        result.map(|()| locs)
+    }
+
+    /// The records starting at `first` are published (or abandoned).
+    pub fn published(&self, first: RecordLoc) {
+        let mut in_flight = self.in_flight.lock();
+        let key = (first.segment, u64::from(first.offset));
+        if let Some(n) = in_flight.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&key);
+            }
+        }
+    }
+
+    /// Where a checkpoint taken now must resume reading: the start of the
+    /// earliest append not yet published, or the end of the log.
+    pub fn resume_point(&self) -> (u64, u64) {
+        let active = self.active.lock();
+        let in_flight = self.in_flight.lock();
+        in_flight
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or((active.id, active.len))
+    }
+
+    fn make_durable(
+        &self,
+        locs: &[RecordLoc],
+        file: &Arc<dyn SegmentFile>,
+        end: u64,
+    ) -> Result<()> {
         let segment = locs.first().map_or(0, |l| l.segment);
         match self.durability {
-            Durability::Sync => self.sync_file(file.as_ref(), segment, end)?,
-            Durability::GroupCommit => self.wait_durable(end)?,
-            Durability::Buffered => {}
+            Durability::Sync => self.sync_file(file.as_ref(), segment, end),
+            Durability::GroupCommit => self.wait_durable(end),
+            Durability::Buffered => Ok(()),
         }
-        Ok(locs)
     }
 
     /// Writes the batch to the active segment; returns where each record went,
@@ -199,6 +244,13 @@ impl Log {
             ));
         }
         active.mirror.write().extend_from_slice(&buf);
+        if let Some(first) = locs.first() {
+            *self
+                .in_flight
+                .lock()
+                .entry((first.segment, u64::from(first.offset)))
+                .or_insert(0) += 1;
+        }
         active.len += batch;
         active.written += batch;
         Ok((locs, active.file.clone(), active.written))

@@ -54,12 +54,41 @@ pub struct Loaded {
 }
 
 impl Store {
-    /// Writes the checkpoint of the whole index. Only called with no
-    /// operation in flight (at close), so the index is exactly the log up to
-    /// the active segment's current end.
+    /// Writes the checkpoint of the whole index if enough was appended since
+    /// the last one (see `Options::checkpoint_interval`); never while a
+    /// compaction runs. Failures are left for the close to report.
+    pub(crate) fn maybe_checkpoint(&self, appended: u64) {
+        use std::sync::atomic::Ordering;
+        let Some(interval) = self.options.checkpoint_interval else {
+            return;
+        };
+        let since = self.since_checkpoint.fetch_add(appended, Ordering::AcqRel) + appended;
+        let due = interval.max(2 * self.checkpoint_size.load(Ordering::Acquire));
+        if since < due || self.checkpointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.since_checkpoint.store(0, Ordering::Release);
+        if let Some(manifest) = self.manifest.try_lock() {
+            if !self.no_checkpoint.load(Ordering::Acquire) {
+                let _ = self.write_checkpoint_under(manifest.generation);
+            }
+        }
+        self.checkpointing.store(false, Ordering::Release);
+    }
+
+    /// Writes the checkpoint of the whole index.
     pub(crate) fn write_checkpoint(&self) -> Result<()> {
-        let (segment, offset) = self.writer.position();
         let generation = self.manifest.lock().generation;
+        self.write_checkpoint_under(generation)
+    }
+
+    /// Writes the checkpoint, for manifest `generation` (whose lock the
+    /// caller holds or which no compaction can change). Appends may run
+    /// meanwhile: the resume point is taken first, at the earliest append not
+    /// yet published, so every record before it is in the index read after;
+    /// records after it that the index already holds are skipped on replay.
+    fn write_checkpoint_under(&self, generation: u64) -> Result<()> {
+        let (segment, offset) = self.writer.resume_point();
         let mut body = Vec::new();
         let header = Header {
             resume: (generation, segment, offset),

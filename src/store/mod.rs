@@ -53,6 +53,12 @@ pub struct Store {
     manifest: parking_lot::Mutex<Manifest>,
     /// `close` ran: nothing left for `drop` to do.
     closed: bool,
+    /// Bytes appended since the last checkpoint.
+    since_checkpoint: std::sync::atomic::AtomicU64,
+    /// The last checkpoint's size.
+    checkpoint_size: std::sync::atomic::AtomicU64,
+    /// A checkpoint is being written (one at a time).
+    checkpointing: std::sync::atomic::AtomicBool,
     /// A compaction is running or stopped half-way: the index may not match
     /// the manifest, so no checkpoint may be written.
     no_checkpoint: std::sync::atomic::AtomicBool,
@@ -186,6 +192,9 @@ impl Store {
             report,
             manifest: parking_lot::Mutex::new(recovered.manifest),
             closed: false,
+            since_checkpoint: std::sync::atomic::AtomicU64::new(0),
+            checkpoint_size: std::sync::atomic::AtomicU64::new(0),
+            checkpointing: std::sync::atomic::AtomicBool::new(false),
             no_checkpoint: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         })
@@ -313,13 +322,19 @@ impl Store {
             kind,
         };
         let payload = self.encode(key, &body, blob)?;
+        let size = payload.len() as u64;
         let locs = self.writer.append(&[payload])?;
         let mut state = slot.state.write();
-        for loc in locs {
+        for &loc in &locs {
             apply(&self.index, &mut state, *key, &body, loc);
+        }
+        drop(state);
+        if let Some(&first) = locs.first() {
+            self.writer.published(first);
         }
         self.records
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.maybe_checkpoint(size);
         Ok(seq)
     }
 
@@ -716,6 +731,7 @@ fn scan_log(
     loaded: Option<checkpoint::Loaded>,
 ) -> Result<(crate::log::recovery::Recovered, OpenReport)> {
     let mut report = OpenReport::default();
+    let resumed = loaded.is_some();
     let mut served = loaded.as_ref().map_or(0, |l| l.records);
     let mut foreign = 0u64;
     let recovered = recover(
@@ -729,7 +745,7 @@ fn scan_log(
             match record::decode(payload).map_err(|e| e.0)? {
                 Decoded::ForeignNamespace(_) => foreign += 1,
                 Decoded::Current { key, body, .. } => {
-                    apply_recovered(index, key, body, loc, options.recovery)?;
+                    apply_recovered(index, key, body, loc, options.recovery, resumed)?;
                     served += 1;
                 }
             }
@@ -750,9 +766,15 @@ fn apply_recovered(
     body: RecordBody,
     loc: RecordLoc,
     mode: RecoveryMode,
+    from_checkpoint: bool,
 ) -> std::result::Result<(), String> {
     let slot = index.get_or_insert(&key);
     let mut state = slot.state.write();
+    // A checkpoint taken while appends were in flight resumes from the
+    // earliest of them: records after it that it already holds come again.
+    if from_checkpoint && state.meta.is_some() && body.seq < state.next_seq {
+        return Ok(());
+    }
     let tombstone = matches!(body.kind, RecordKind::Gone { .. });
     // A compaction's tombstone opens and closes a context in one record, at
     // the seq the context had reached; a tombstone after a tombstone (the

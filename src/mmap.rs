@@ -12,7 +12,10 @@
 //! - the store holds an exclusive lock on the directory's `LOCK` file for as
 //!   long as it is open, so no other ctxlog process writes the directory;
 //! - removing a mapped file (after a compaction) does not invalidate the map
-//!   on the platforms ctxlog supports: the inode lives until the map is dropped.
+//!   on the platforms ctxlog supports: the inode lives until the map is dropped;
+//! - the index checkpoint, also mapped while it is loaded, is only ever
+//!   replaced whole (written to a temporary file, then renamed over it), and
+//!   only by this store, which holds the lock; the mapped inode never changes.
 //!
 //! A process outside ctxlog that edits segment files by hand breaks the
 //! contract; nothing in a library can prevent that.
@@ -26,11 +29,12 @@ pub struct SealedMap {
 }
 
 impl SealedMap {
-    /// Maps `file`, which must be a sealed segment (see the module contract).
+    /// Maps `file`, which must be a sealed segment or a checkpoint (see the
+    /// module contract).
     pub fn map(file: &File) -> io::Result<Self> {
-        // SAFETY: `file` is a sealed segment: by the module contract nothing
-        // writes, truncates or extends it while this map lives, so the mapped
-        // bytes stay valid and unchanged for the map's whole life.
+        // SAFETY: `file` is a sealed segment or a checkpoint: by the module
+        // contract nothing writes, truncates or extends it while this map
+        // lives, so the mapped bytes stay valid and unchanged for its life.
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(Self { map })
     }

@@ -130,7 +130,12 @@ impl Store {
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one.
 /// `None` (and an untouched index) when there is none or it is damaged.
 pub fn load(dir: &Path, index: &Index) -> Option<Loaded> {
-    let bytes = fs::read(dir.join(CHECKPOINT)).ok()?;
+    // Mapped, not read: a large checkpoint then costs no fresh memory. The
+    // file is only ever replaced by a rename, never changed in place, which
+    // is the map's contract (see `mmap`).
+    let file = fs::File::open(dir.join(CHECKPOINT)).ok()?;
+    let map = crate::mmap::SealedMap::map(&file).ok()?;
+    let bytes = map.bytes();
     let body = bytes.strip_prefix(&MAGIC)?;
     let (version, body) = body.split_at_checked(4)?;
     let (crc, body) = body.split_at_checked(4)?;

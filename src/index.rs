@@ -118,7 +118,7 @@ mod message_refs {
         }
 
         fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
-            if bytes.len() % ENTRY != 0 {
+            if !bytes.len().is_multiple_of(ENTRY) {
                 return Err(E::custom("message refs are not a whole number of entries"));
             }
             let u64_at = |c: &[u8], i: usize| {

@@ -30,6 +30,7 @@ fn name(op: FileOp) -> &'static str {
         FileOp::Truncate => "truncate",
         FileOp::Sync => "sync",
         FileOp::Create => "create",
+        FileOp::Replace => "replace",
     }
 }
 
@@ -44,12 +45,17 @@ impl Plan {
     }
 
     fn short_next(&self, bytes: usize) {
+        self.short_next_on(FileOp::Write, bytes);
+    }
+
+    fn short_next_on(&self, op: FileOp, bytes: usize) {
+        let kind = io::ErrorKind::StorageFull;
         self.queued
             .lock()
             .unwrap()
-            .entry("write")
+            .entry(name(op))
             .or_default()
-            .push_back((Some(bytes), io::ErrorKind::StorageFull));
+            .push_back((Some(bytes), kind));
     }
 
     /// Cuts every tracked file to what was synced: what a power loss keeps.
@@ -266,4 +272,65 @@ fn bodies_or_empty(store: &Store, context: &str) -> Vec<Vec<u8>> {
         Err(Error::ContextNotFound) => Vec::new(),
         Err(e) => panic!("{e}"),
     }
+}
+
+#[test]
+fn a_failed_or_torn_checkpoint_leaves_a_store_that_opens_whole() {
+    for torn in [false, true] {
+        let dir = common::tmp();
+        let (plan, options) = faulty(Durability::Sync);
+        let store = Store::open(dir.path(), options.clone()).unwrap();
+        for i in 0..30 {
+            store
+                .append_message("t", "c", format!("m{i}").as_bytes())
+                .unwrap();
+        }
+        store.close().unwrap();
+        let store = Store::open(dir.path(), options).unwrap();
+        for i in 30..40 {
+            store
+                .append_message("t", "c", format!("m{i}").as_bytes())
+                .unwrap();
+        }
+        if torn {
+            plan.short_next_on(FileOp::Replace, 20);
+        } else {
+            plan.fail_next(FileOp::Replace, io::ErrorKind::StorageFull);
+        }
+        assert!(matches!(store.close(), Err(Error::Io { .. })));
+        let store = Store::open(dir.path(), Options::default()).unwrap();
+        let want: Vec<Vec<u8>> = (0..40).map(|i| format!("m{i}").into_bytes()).collect();
+        assert_eq!(bodies(&store, "c"), want, "torn: {torn}");
+        assert!(!dir.path().join("CHECKPOINT.tmp").exists());
+    }
+}
+
+#[test]
+fn a_failed_manifest_switch_leaves_the_old_log_in_force() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::Sync);
+    let store = Store::open(dir.path(), options.segment_bytes(4096)).unwrap();
+    for i in 0..60 {
+        store
+            .append_message("t", &format!("c{}", i % 3), &[b'x'; 200])
+            .unwrap();
+    }
+    store.delete_context("t", "c1").unwrap();
+    plan.short_next_on(FileOp::Replace, 10);
+    assert!(store.compact().is_err());
+    // The store keeps serving reads and writes.
+    assert_eq!(bodies(&store, "c0").len(), 20);
+    store.append_message("t", "c0", b"after").unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
+    assert_eq!(bodies(&store, "c0").len(), 21);
+    assert_eq!(bodies(&store, "c2").len(), 20);
+    assert!(matches!(
+        store.last_messages("t", "c1", 1),
+        Err(Error::ContextNotFound)
+    ));
+    store.compact().unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
+    assert_eq!(bodies(&store, "c0").len(), 21);
 }

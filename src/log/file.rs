@@ -51,6 +51,9 @@ pub enum FileOp {
     Sync,
     /// Creating a segment (rotation).
     Create,
+    /// Writing a checkpoint or a manifest (to its temporary file, before the
+    /// rename that switches to it).
+    Replace,
 }
 
 /// What a [`FaultPlan`] does to one call.
@@ -73,6 +76,35 @@ pub trait FaultPlan: Send + Sync {
     /// many of its bytes are durable (for crash simulation).
     fn track(&self, _path: &Path) -> Arc<AtomicU64> {
         Arc::new(AtomicU64::new(0))
+    }
+}
+
+/// Writes `bytes` to `path` (a temporary file about to be renamed into
+/// place) and syncs it, through the fault plan if there is one: a `Short`
+/// fault leaves a torn file behind, as a crash would.
+pub fn write_replacement(path: &Path, bytes: &[u8], faults: Option<&Faults>) -> io::Result<()> {
+    let mut len = bytes.len();
+    let mut failure = None;
+    if let Some(Faults(plan)) = faults {
+        match plan.before(FileOp::Replace, path) {
+            Fault::Pass => {}
+            Fault::Fail(e) => return Err(e),
+            Fault::Short(n, e) => {
+                len = n.min(len);
+                failure = Some(e);
+            }
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    file.write_all_at(bytes.get(..len).unwrap_or(bytes), 0)?;
+    file.sync_all()?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 

@@ -12,10 +12,10 @@
 //! synced, renamed over `MANIFEST`, directory synced): that rename is the
 //! moment a compaction takes effect.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 
+use super::file::{write_replacement, Faults};
 use super::writer::sync_dir;
 use crate::error::{Error, Result};
 
@@ -97,16 +97,9 @@ impl Manifest {
     }
 
     /// Replaces the manifest of `dir` atomically and durably.
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    pub fn write(&self, dir: &Path, faults: Option<&Faults>) -> Result<()> {
         let tmp = dir.join("MANIFEST.tmp");
-        let mut f: File = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| Error::io("create the new manifest", &tmp, e))?;
-        f.write_all(&self.encode())
-            .and_then(|()| f.sync_all())
+        write_replacement(&tmp, &self.encode(), faults)
             .map_err(|e| Error::io("write the new manifest", &tmp, e))?;
         fs::rename(&tmp, dir.join(MANIFEST))
             .map_err(|e| Error::io("switch to the new manifest", &tmp, e))?;

@@ -10,7 +10,6 @@
 //! ```
 
 use std::fs;
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use crate::error::{Error, Result};
 use crate::index::{ContextState, Index};
+use crate::log::file::write_replacement;
 use crate::log::recovery::Resume;
 use crate::log::writer::sync_dir;
 use crate::namespace::{task_key, ContextKey};
@@ -118,8 +118,7 @@ impl Store {
         file.extend_from_slice(&body);
         let dir = self.writer.dir();
         let tmp = dir.join("CHECKPOINT.tmp");
-        fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(&file).and_then(|()| f.sync_all()))
+        write_replacement(&tmp, &file, self.options.faults.as_ref())
             .map_err(|e| Error::io("write the checkpoint", &tmp, e))?;
         fs::rename(&tmp, dir.join(CHECKPOINT))
             .map_err(|e| Error::io("switch to the new checkpoint", &tmp, e))?;

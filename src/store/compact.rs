@@ -197,7 +197,7 @@ impl Store {
             compacted: out.segments.iter().map(|(id, _)| *id).collect(),
             tail_from,
         };
-        next.write(&dir)?;
+        next.write(&dir, self.options.faults.as_ref())?;
         *manifest = next;
         if step == CompactStep::Switched {
             return Ok(report);

@@ -493,6 +493,7 @@ fn w2(scale: Scale, root: &Path) -> (Vec<Row>, Vec<Row>) {
         "zipf warm p50",
         "uniform after reopen p50",
         "uniform after reopen p99",
+        "uniform warm mean (1e6 / contexts per second)",
     ]
     .iter()
     .map(|n| (n.to_string(), Vec::new()))
@@ -534,6 +535,10 @@ fn w2(scale: Scale, root: &Path) -> (Vec<Row>, Vec<Row>) {
         rows[2].1.push(us(pct(&hot, 0.5)));
         rows[3].1.push(us(pct(&cold, 0.5)));
         rows[4].1.push(us(pct(&cold, 0.99)));
+        let total: Duration = warm.iter().sum();
+        rows[5]
+            .1
+            .push(total.as_secs_f64() / warm.len() as f64 * 1e6);
         space[0].1.push(dir_bytes(&dir) as f64 / raw);
         space[1].1.push(rss_kib() as f64 / 1024.0);
         drop(engine);

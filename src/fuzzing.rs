@@ -115,7 +115,7 @@ pub fn render(data: &[u8]) {
     let mut input = Input(data);
     let mut turns = Vec::new();
     while let Some(b) = input.byte() {
-        let role = [Role::User, Role::Agent, Role::Unknown][usize::from(b % 3)];
+        let role = [Role::User, Role::Agent, Role::Unknown, Role::Artifact][usize::from(b % 4)];
         let task_id = (b & 4 != 0).then(|| input.text(20));
         turns.push(Turn {
             position: turns.len() as u64,

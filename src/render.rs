@@ -37,6 +37,8 @@ pub enum Role {
     Agent,
     /// A message whose role is missing or not one of the two.
     Unknown,
+    /// A short line for an artifact (with `Budget::include_artifacts`).
+    Artifact,
 }
 
 impl Role {
@@ -45,11 +47,12 @@ impl Role {
             Role::User => "user",
             Role::Agent => "agent",
             Role::Unknown => "unknown",
+            Role::Artifact => "artifact",
         }
     }
 
     fn from_label(s: &str) -> Option<Self> {
-        [Role::User, Role::Agent, Role::Unknown]
+        [Role::User, Role::Agent, Role::Unknown, Role::Artifact]
             .into_iter()
             .find(|r| r.label() == s)
     }
@@ -78,8 +81,11 @@ pub struct Budget {
     /// structured form, text bytes). Default 16 KiB; at least
     /// [`MIN_BUDGET_BYTES`].
     pub max_bytes: usize,
-    /// At most this many messages. Default 50.
+    /// At most this many messages (artifact lines count too). Default 50.
     pub max_messages: usize,
+    /// Also a short line per artifact, at the place of its latest chunk.
+    /// Default: false.
+    pub include_artifacts: bool,
 }
 
 /// The smallest byte budget accepted: the frame itself needs room.
@@ -90,6 +96,7 @@ impl Default for Budget {
         Self {
             max_bytes: 16 * 1024,
             max_messages: 50,
+            include_artifacts: false,
         }
     }
 }
@@ -100,7 +107,14 @@ impl Budget {
         Self {
             max_bytes,
             max_messages,
+            include_artifacts: false,
         }
+    }
+
+    /// The same budget, with a short line per artifact.
+    pub fn with_artifacts(mut self) -> Self {
+        self.include_artifacts = true;
+        self
     }
 
     pub(crate) fn check(&self) -> Result<()> {

@@ -40,7 +40,12 @@ fn hostile_text() -> impl Strategy<Value = String> {
 fn turn_strategy() -> impl Strategy<Value = Turn> {
     (
         0u64..1000,
-        prop_oneof![Just(Role::User), Just(Role::Agent), Just(Role::Unknown)],
+        prop_oneof![
+            Just(Role::User),
+            Just(Role::Agent),
+            Just(Role::Unknown),
+            Just(Role::Artifact)
+        ],
         proptest::option::of(hostile_text()),
         hostile_text(),
     )
@@ -315,4 +320,57 @@ fn a_budget_below_the_frame_is_refused() {
     assert!(store
         .render_history("t", "c", None, Budget::new(100, 10))
         .is_err());
+}
+
+#[test]
+fn artifacts_appear_as_short_lines_only_when_asked() {
+    let (_dir, store) = store();
+    let r = store
+        .receive_message("t", &serde_json::to_vec(&json!({
+            "messageId": "m1", "role": "ROLE_USER", "contextId": "c", "parts": [{ "text": "make a report" }]
+        })).unwrap())
+        .unwrap();
+    for (i, append) in [false, true].into_iter().enumerate() {
+        let event = json!({ "artifactUpdate": { "taskId": r.task_id, "contextId": "c", "append": append,
+            "artifact": { "artifactId": "rep", "name": "Report", "parts": [{ "text": format!("part {i}") }] } } });
+        store
+            .apply_event("t", event.to_string().as_bytes())
+            .unwrap();
+    }
+    let status = json!({ "statusUpdate": { "taskId": r.task_id, "contextId": "c", "status": {
+        "state": "TASK_STATE_COMPLETED", "message": { "messageId": "a1", "role": "ROLE_AGENT", "parts": [{ "text": "done" }] } } } });
+    store
+        .apply_event("t", status.to_string().as_bytes())
+        .unwrap();
+
+    let plain = store.history("t", "c", None, Budget::default()).unwrap();
+    assert!(plain.turns.iter().all(|t| t.role != Role::Artifact));
+    assert_eq!(plain.turns.len(), 2);
+
+    let with = store
+        .history("t", "c", None, Budget::default().with_artifacts())
+        .unwrap();
+    let roles: Vec<Role> = with.turns.iter().map(|t| t.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Artifact, Role::Agent],
+        "the artifact sits at its latest chunk"
+    );
+    assert_eq!(with.turns[1].text, "artifact \"Report\" (rep), 2 chunk(s)");
+    assert_eq!(with.turns[1].task_id.as_deref(), Some(r.task_id.as_str()));
+
+    let out = store
+        .render_history("t", "c", None, Budget::default().with_artifacts())
+        .unwrap();
+    let parsed = render::parse(&out.text).unwrap();
+    assert_eq!(parsed.turns, with.turns);
+    // The budget counts artifact lines: the newest two items only.
+    let two = store
+        .history("t", "c", None, Budget::new(4096, 2).with_artifacts())
+        .unwrap();
+    assert_eq!(
+        two.turns.iter().map(|t| t.role).collect::<Vec<_>>(),
+        [Role::Artifact, Role::Agent]
+    );
+    assert_eq!(two.omitted, 1);
 }

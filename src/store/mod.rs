@@ -106,6 +106,25 @@ pub struct ContextInfo {
     pub tasks: u64,
 }
 
+/// One item of a context's history: a message, or (`chunks > 0`) an
+/// artifact, at the place of its latest chunk.
+#[derive(Debug, Clone, Copy)]
+struct HistoryItem {
+    seq: u64,
+    loc: RecordLoc,
+    chunks: u32,
+}
+
+impl HistoryItem {
+    fn message(r: MessageRef) -> Self {
+        HistoryItem {
+            seq: r.seq,
+            loc: r.loc,
+            chunks: 0,
+        }
+    }
+}
+
 /// What [`Store::stats`] counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -390,6 +409,51 @@ impl Store {
         f(refs, total)
     }
 
+    /// Like [`with_newest_before`](Self::with_newest_before), for history
+    /// items: the messages and, if `budget.include_artifacts`, one item per
+    /// artifact at the place of its latest chunk, in the context's order.
+    fn with_history<T>(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        before: Option<u64>,
+        budget: &Budget,
+        f: impl FnOnce(&[HistoryItem], u64) -> Result<T>,
+    ) -> Result<T> {
+        let slot = self.visible_slot(tenant, context_id)?;
+        let state = slot.state.read();
+        if !budget.include_artifacts {
+            let (refs, total) = state.newest_before(before, budget.max_messages);
+            let items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
+            return f(&items, total);
+        }
+        let (refs, _) = state.newest_before(before, usize::MAX);
+        let mut items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
+        for task in &state.tasks {
+            for artifact in &task.artifacts {
+                let Some(&loc) = artifact
+                    .chunks
+                    .last()
+                    .and_then(|&i| task.events.get(i as usize))
+                else {
+                    continue;
+                };
+                let seq = self.with_record(loc, |body, _| body.seq)?;
+                if before.is_none_or(|b| seq < b) {
+                    items.push(HistoryItem {
+                        seq,
+                        loc,
+                        chunks: artifact.chunks.len() as u32,
+                    });
+                }
+            }
+        }
+        items.sort_unstable_by_key(|i| i.seq);
+        let total = items.len() as u64;
+        let skip = items.len().saturating_sub(budget.max_messages);
+        f(items.get(skip..).unwrap_or_default(), total)
+    }
+
     /// The context's history before the message of seq `before` (the one
     /// being processed, which is never part of its own history; `None`: the
     /// whole history), in the structured form: role and text per turn, within
@@ -406,12 +470,8 @@ impl Store {
         budget.check()?;
         let room = budget.max_bytes;
         let cost = |t: &Turn| t.text.len();
-        let (turns, omitted) = self.with_newest_before(
-            tenant,
-            context_id,
-            before,
-            budget.max_messages,
-            |refs, total| {
+        let (turns, omitted) =
+            self.with_history(tenant, context_id, before, &budget, |refs, total| {
                 render::choose(
                     self.turns(refs),
                     total,
@@ -420,8 +480,7 @@ impl Store {
                     cost,
                     |t| render::cut_to_fit(t, room, cost),
                 )
-            },
-        )?;
+            })?;
         Ok(History { turns, omitted })
     }
 
@@ -439,12 +498,8 @@ impl Store {
         let room = budget
             .max_bytes
             .saturating_sub(render::frame_overhead(&nonce));
-        let (turns, omitted) = self.with_newest_before(
-            tenant,
-            context_id,
-            before,
-            budget.max_messages,
-            |refs, total| {
+        let (turns, omitted) =
+            self.with_history(tenant, context_id, before, &budget, |refs, total| {
                 // Each turn is rendered once, as it is read; its length is its cost.
                 let rendered = self.turns(refs).map(|t| {
                     t.map(|t| {
@@ -464,15 +519,17 @@ impl Store {
                         (turn, text)
                     },
                 )
-            },
-        )?;
+            })?;
         let texts: Vec<String> = turns.into_iter().map(|(_, text)| text).collect();
         Ok(render::frame(&texts, omitted, &nonce))
     }
 
     /// Turns of `refs`, newest first, each read only when asked for.
-    fn turns<'a>(&'a self, refs: &'a [MessageRef]) -> impl Iterator<Item = Result<Turn>> + 'a {
-        refs.iter().rev().map(|r| {
+    fn turns<'a>(&'a self, items: &'a [HistoryItem]) -> impl Iterator<Item = Result<Turn>> + 'a {
+        items.iter().rev().map(|r| {
+            if r.chunks > 0 {
+                return self.artifact_turn(r);
+            }
             self.with_message(r.loc, |body, blob| {
                 let mut turn = render::turn_from_message(body.seq, blob);
                 // The task the store put the message in, which a client's
@@ -482,6 +539,27 @@ impl Store {
                 }
                 turn
             })
+        })
+    }
+
+    /// The short line of an artifact: its name or id, and its chunk count.
+    fn artifact_turn(&self, item: &HistoryItem) -> Result<Turn> {
+        self.with_record(item.loc, |body, blob| {
+            let artifact: Option<crate::a2a::Artifact> = serde_json::from_slice(blob).ok();
+            let label = match &artifact {
+                Some(a) => match &a.name {
+                    Some(name) => format!("artifact {name:?} ({})", a.artifact_id),
+                    None => format!("artifact {}", a.artifact_id),
+                },
+                None => "artifact".to_string(),
+            };
+            Turn {
+                position: body.seq,
+                role: render::Role::Artifact,
+                task_id: body.kind.task_id().map(str::to_string),
+                text: format!("{label}, {} chunk(s)", item.chunks),
+                cut: 0,
+            }
         })
     }
 

@@ -658,7 +658,7 @@ impl Store {
         })
     }
 
-    /// Makes every append so far durable (for [`Durability::Buffered`]).
+    /// Makes every append so far durable (for [`Durability::Buffered`](crate::Durability::Buffered)).
     pub fn sync(&self) -> Result<()> {
         self.writer.sync_all()
     }

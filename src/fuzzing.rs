@@ -160,8 +160,11 @@ pub fn open(data: &[u8]) {
     let ids = list_segment_ids(&dir.0).unwrap();
     let mut input = Input(data);
     while let (Some(pick), Some(at), Some(op)) = (input.byte(), input.u16(), input.byte()) {
-        let id = ids[usize::from(pick) % ids.len()];
-        let path = crate::log::segments::segment_path(&dir.0, id);
+        // One pick past the segments is the checkpoint the close wrote.
+        let path = match ids.get(usize::from(pick) % (ids.len() + 1)) {
+            Some(&id) => crate::log::segments::segment_path(&dir.0, id),
+            None => dir.0.join("CHECKPOINT"),
+        };
         let mut bytes = std::fs::read(&path).unwrap();
         if bytes.is_empty() {
             continue;

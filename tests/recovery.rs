@@ -339,6 +339,7 @@ fn a_clean_reopen_loads_the_checkpoint_and_reads_only_what_follows() {
     let store = Store::open(dir.path(), options.clone()).unwrap();
     assert!(store.open_report().from_checkpoint);
     assert_eq!(store.open_report().records, 50);
+    assert_eq!(store.open_report().replayed, 0);
     for i in 50..70 {
         store
             .append_message("t", &format!("c{}", i % 3), &body(i, 60))
@@ -468,4 +469,24 @@ fn checkpoints_taken_while_appends_are_in_flight_lose_nothing() {
         total += msgs.len();
     }
     assert_eq!(total, 8 * 120);
+}
+
+#[test]
+fn a_read_only_session_leaves_the_checkpoint_as_it_was() {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.append_message("t", "c", b"one").unwrap();
+    store.close().unwrap();
+    let path = dir.path().join("CHECKPOINT");
+    let before = fs::metadata(&path).unwrap().modified().unwrap();
+    let bytes = fs::read(&path).unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(store.last_messages("t", "c", 1).unwrap().len(), 1);
+    store.close().unwrap();
+    assert_eq!(fs::read(&path).unwrap(), bytes);
+    assert_eq!(
+        fs::metadata(&path).unwrap().modified().unwrap(),
+        before,
+        "rewritten by a read-only session"
+    );
 }

@@ -39,6 +39,8 @@ pub struct OpenReport {
     pub removed_segments: Vec<u64>,
     /// The index came from the checkpoint; only the log after it was read.
     pub from_checkpoint: bool,
+    /// Records read from the log (after the checkpoint's point, if one was used).
+    pub replayed: u64,
     /// Why a checkpoint there was not used (the whole log was read instead).
     pub checkpoint_ignored: Option<String>,
 }

@@ -221,6 +221,12 @@ impl Store {
                 .map_err(|e| Error::io("remove a compacted-away segment", &path, e))?;
         }
         sync_dir(&dir)?;
+        // The index now points into the new segments: a checkpoint may be
+        // written again, and the next one is due.
+        self.since_checkpoint
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.no_checkpoint
+            .store(false, std::sync::atomic::Ordering::Release);
         Ok(report)
     }
 

@@ -202,6 +202,7 @@ impl Store {
             recovered.next_id,
             options.faults.clone(),
         );
+        let stale_at_open = u64::from(!report.from_checkpoint || report.replayed > 0);
         Ok(Self {
             options,
             segments,
@@ -211,7 +212,9 @@ impl Store {
             report,
             manifest: parking_lot::Mutex::new(recovered.manifest),
             closed: false,
-            since_checkpoint: std::sync::atomic::AtomicU64::new(0),
+            // A checkpoint that holds everything read at open makes a new
+            // one at close needless until something changes.
+            since_checkpoint: std::sync::atomic::AtomicU64::new(stale_at_open),
             checkpoint_size: std::sync::atomic::AtomicU64::new(0),
             checkpointing: std::sync::atomic::AtomicBool::new(false),
             no_checkpoint: std::sync::atomic::AtomicBool::new(false),
@@ -668,13 +671,18 @@ impl Store {
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
         self.writer.sync_all()?;
-        if self
-            .no_checkpoint
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if !self.checkpoint_stale() {
             return Ok(());
         }
         self.write_checkpoint()
+    }
+
+    /// Whether a checkpoint written now would say more than the one on disk
+    /// (and may be written: no compaction is half done).
+    fn checkpoint_stale(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        !self.no_checkpoint.load(Ordering::Acquire)
+            && self.since_checkpoint.load(Ordering::Acquire) > 0
     }
 
     fn visible_slot(&self, tenant: &str, context_id: &str) -> Result<Arc<ContextSlot>> {
@@ -771,10 +779,7 @@ impl Drop for Store {
             return;
         }
         // Best effort: `close` is the way to learn whether this worked.
-        let unsafe_now = self
-            .no_checkpoint
-            .load(std::sync::atomic::Ordering::Acquire);
-        if !unsafe_now && self.writer.sync_all().is_ok() {
+        if self.checkpoint_stale() && self.writer.sync_all().is_ok() {
             let _ = self.write_checkpoint();
         }
     }
@@ -830,6 +835,7 @@ fn scan_log(
             Ok(())
         },
     )?;
+    report.replayed = served - loaded.as_ref().map_or(0, |l| l.records);
     report.records = served;
     report.foreign_namespace_records = foreign;
     report.contexts = index.visible_contexts();

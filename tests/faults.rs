@@ -334,3 +334,48 @@ fn a_failed_manifest_switch_leaves_the_old_log_in_force() {
     let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
     assert_eq!(bodies(&store, "c0").len(), 21);
 }
+
+/// A group-commit appender asleep waiting for its sync must wake and fail
+/// when another appender's rotation poisons the log.
+#[test]
+fn a_poisoning_rotation_wakes_group_commit_waiters() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::GroupCommit);
+    let store = Arc::new(Store::open(dir.path(), options.segment_bytes(8192)).unwrap());
+    plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut results = Vec::new();
+                for i in 0..40 {
+                    results.push(
+                        store
+                            .append_message("t", &format!("c{t}"), &[b'x'; 900])
+                            .is_ok(),
+                    );
+                    if !results[i] {
+                        break;
+                    }
+                }
+                results
+            })
+        })
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let all: Vec<Vec<bool>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let _ = tx.send(all);
+    });
+    let all = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("an appender never woke after the log was poisoned");
+    assert!(
+        all.iter().all(|r| r.last() == Some(&false)),
+        "every thread ends on a refused append"
+    );
+    assert!(matches!(
+        store.append_message("t", "c0", b"x"),
+        Err(Error::Poisoned)
+    ));
+}

@@ -380,7 +380,7 @@ impl Log {
             state = self.sync.lock();
             match result {
                 Ok(()) => state.synced = state.synced.max(target),
-                Err(_) => self.poison(),
+                Err(_) => self.poisoned.store(true, Ordering::Release),
             }
             self.synced_cv.notify_all();
         }
@@ -407,8 +407,14 @@ impl Log {
         }
     }
 
+    /// Marks the log poisoned and wakes every appender waiting for a sync
+    /// (it then fails). Takes the sync lock to make the wake-up impossible to
+    /// miss, so it must not be called with that lock held: the syncer, which
+    /// holds it, sets the flag and wakes the waiters itself.
     fn poison(&self) {
         self.poisoned.store(true, Ordering::Release);
+        drop(self.sync.lock());
+        self.synced_cv.notify_all();
     }
 
     fn path(&self, id: u64) -> PathBuf {

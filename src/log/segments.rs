@@ -99,7 +99,10 @@ impl Segments {
 
     /// Reads the payload at `loc`, checking its frame's CRC, and hands it to `f`.
     pub fn with_payload<T>(&self, loc: RecordLoc, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
-        let data = self.get(loc.segment).ok_or_else(|| {
+        // Read under the set's read lock rather than cloning the segment's
+        // handle: `f` only decodes and copies, and never touches the set.
+        let map = self.map.read();
+        let data = map.get(&loc.segment).ok_or_else(|| {
             Error::corrupt(
                 loc.segment,
                 u64::from(loc.offset),

@@ -631,7 +631,7 @@ fn w3(scale: Scale, root: &Path) -> Vec<Row> {
     ]
 }
 
-fn floors(root: &Path) {
+fn floors(scale: Scale, root: &Path) {
     let path: PathBuf = root.join("floor");
     let mut f = OpenOptions::new()
         .create(true)
@@ -668,6 +668,32 @@ fn floors(root: &Path) {
         "- memory copy of 20 x 1 KiB (warm): p50 {:.2} us",
         us(pct(&lat, 0.5))
     );
+    // The same copy, of the 20 blocks of a random context among all of W2's
+    // (laid out round-robin as W2 writes them): what any store must at least
+    // pay to hand back a history that is not in the CPU's caches.
+    let blocks = (scale.contexts * scale.per_context) as usize;
+    let all: Vec<u8> = (0..blocks * BODY).map(|i| (i * 31 % 251) as u8).collect();
+    let mut state = 7u64;
+    let mut lat: Vec<Duration> = (0..10_000)
+        .map(|_| {
+            let ctx = uniform(&mut state, scale.contexts) as usize;
+            let t = Instant::now();
+            let copy: Vec<Vec<u8>> = (0..scale.per_context as usize)
+                .map(|seq| {
+                    let at = (seq * scale.contexts as usize + ctx) * BODY;
+                    all[at..at + BODY].to_vec()
+                })
+                .collect();
+            std::hint::black_box(copy);
+            t.elapsed()
+        })
+        .collect();
+    lat.sort();
+    println!(
+        "- memory copy of a random context's 20 x 1 KiB out of {} MiB: p50 {:.2} us",
+        all.len() >> 20,
+        us(pct(&lat, 0.5))
+    );
 }
 
 fn main() {
@@ -689,7 +715,7 @@ fn main() {
         scale.reopen_bytes >> 20
     );
     println!("\nFloors measured in this run:");
-    floors(root.path());
+    floors(scale, root.path());
     println!("\nFigures are per engine; in brackets, the engine's cost as a multiple of ctxlog's (above 1: ctxlog is faster).");
     let w1 = w1a(scale, root.path());
     table("W1a: durable append, one writer", "us", true, &w1[..2]);

@@ -4,7 +4,7 @@
 mod common;
 
 use ctxlog::render::{self, Budget, History, Role, Turn};
-use ctxlog::{Durability, Options, Store};
+use ctxlog::Store;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -109,13 +109,7 @@ fn message(role: &str, task: &str, text: &str) -> Vec<u8> {
 }
 
 fn store() -> (tempfile::TempDir, Store) {
-    let dir = common::tmp();
-    let store = Store::open(
-        dir.path(),
-        Options::default().durability(Durability::Buffered),
-    )
-    .unwrap();
-    (dir, store)
+    common::buffered_store()
 }
 
 proptest! {

@@ -12,13 +12,7 @@ use ctxlog::{Durability, Error, ListTasksQuery, Options, Receipt, Store};
 use serde_json::{json, Value};
 
 fn store() -> (tempfile::TempDir, Store) {
-    let dir = common::tmp();
-    let store = Store::open(
-        dir.path(),
-        Options::default().durability(Durability::Buffered),
-    )
-    .unwrap();
-    (dir, store)
+    common::buffered_store()
 }
 
 fn reopen(dir: &tempfile::TempDir, store: Store) -> Store {

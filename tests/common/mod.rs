@@ -11,6 +11,14 @@ pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temporary directory")
 }
 
+/// A store with `Durability::Buffered` in a fresh temporary directory.
+pub fn buffered_store() -> (tempfile::TempDir, ctxlog::Store) {
+    let dir = tmp();
+    let options = ctxlog::Options::default().durability(ctxlog::Durability::Buffered);
+    let store = ctxlog::Store::open(dir.path(), options).unwrap();
+    (dir, store)
+}
+
 /// The paths of the store's segment files, oldest first.
 pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
     list_segment_ids(dir)

@@ -91,9 +91,9 @@ pub struct Log {
     /// Fault injection (tests only).
     faults: Option<Faults>,
     /// Where each append that is written but not yet published starts
-    /// (segment, offset), with a count: a checkpoint taken while appends are
+    /// (segment, offset): a checkpoint taken while appends are
     /// in flight must resume from the earliest of them.
-    in_flight: Mutex<std::collections::BTreeMap<(u64, u64), usize>>,
+    in_flight: Mutex<std::collections::BTreeSet<(u64, u64)>>,
 }
 
 impl LogWriter {
@@ -136,7 +136,7 @@ impl LogWriter {
             poisoned: AtomicBool::new(false),
             next_id: AtomicU64::new(next_id.max(id + 1)),
             faults,
-            in_flight: Mutex::new(std::collections::BTreeMap::new()),
+            in_flight: Mutex::new(std::collections::BTreeSet::new()),
         });
         let syncer = (durability == Durability::GroupCommit).then(|| {
             let log = log.clone();
@@ -147,31 +147,28 @@ impl LogWriter {
 }
 
 impl Log {
-    /// Appends `payloads` as one write (all in one segment, in order) and
-    /// returns once they are as durable as the store's durability promises.
-    /// The caller must call [`Log::published`] with the first location once
-    /// the records are visible in the index (or once it gives up on them).
-    pub fn append(&self, payloads: &[Vec<u8>]) -> Result<Vec<RecordLoc>> {
-        let (locs, file, end) = self.write(payloads)?;
-        let result = self.make_durable(&locs, &file, end);
-        if result.is_err() {
-            if let Some(first) = locs.first() {
-                self.published(*first);
-            }
+    /// Appends one record and returns once it is as durable as the store's
+    /// durability promises. The caller must call [`Log::published`] with its
+    /// location once the record is visible in the index (on failure this
+    /// does it).
+    pub fn append(&self, payload: &[u8]) -> Result<RecordLoc> {
+        let (loc, file, end) = self.write(payload)?;
+        let durable = match self.durability {
+            Durability::Sync => self.sync_file(file.as_ref(), loc.segment, end),
+            Durability::GroupCommit => self.wait_durable(end),
+            Durability::Buffered => Ok(()),
+        };
+        if durable.is_err() {
+            self.published(loc);
         }
-        result.map(|()| locs)
+        durable.map(|()| loc)
     }
 
-    /// The records starting at `first` are published (or abandoned).
-    pub fn published(&self, first: RecordLoc) {
-        let mut in_flight = self.in_flight.lock();
-        let key = (first.segment, u64::from(first.offset));
-        if let Some(n) = in_flight.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                in_flight.remove(&key);
-            }
-        }
+    /// The record at `loc` is published (or abandoned).
+    pub fn published(&self, loc: RecordLoc) {
+        self.in_flight
+            .lock()
+            .remove(&(loc.segment, u64::from(loc.offset)));
     }
 
     /// Where a checkpoint taken now must resume reading: the start of the
@@ -180,58 +177,35 @@ impl Log {
         let active = self.active.lock();
         let in_flight = self.in_flight.lock();
         in_flight
-            .keys()
-            .next()
+            .first()
             .copied()
             .unwrap_or((active.id, active.len))
     }
 
-    fn make_durable(
-        &self,
-        locs: &[RecordLoc],
-        file: &Arc<dyn SegmentFile>,
-        end: u64,
-    ) -> Result<()> {
-        let segment = locs.first().map_or(0, |l| l.segment);
-        match self.durability {
-            Durability::Sync => self.sync_file(file.as_ref(), segment, end),
-            Durability::GroupCommit => self.wait_durable(end),
-            Durability::Buffered => Ok(()),
-        }
-    }
-
-    /// Writes the batch to the active segment; returns where each record went,
-    /// the file, and the log position just past the batch.
-    fn write(&self, payloads: &[Vec<u8>]) -> Result<(Vec<RecordLoc>, Arc<dyn SegmentFile>, u64)> {
-        let batch: u64 = payloads
-            .iter()
-            .map(|p| FRAME_HEADER_LEN + p.len() as u64)
-            .sum();
+    /// Writes one framed record to the active segment; returns where it went,
+    /// the file, and the log position just past it.
+    fn write(&self, payload: &[u8]) -> Result<(RecordLoc, Arc<dyn SegmentFile>, u64)> {
+        let size = FRAME_HEADER_LEN + payload.len() as u64;
         let mut active = self.active.lock();
         self.check_poison()?;
-        if active.len > HEADER_LEN && active.len + batch > self.segment_bytes {
+        if active.len > HEADER_LEN && active.len + size > self.segment_bytes {
             self.rotate(&mut active)?;
         }
-        // The durable watermark stored in each frame (lock order: active, then sync).
+        // The durable watermark stored in the frame (lock order: active, then sync).
         let synced = self.sync.lock().synced;
         let durable = synced
             .saturating_sub(active.base)
             .clamp(HEADER_LEN, active.len);
         let durable = u32::try_from(durable).map_err(|_| self.too_big(active.id))?;
-        let mut buf = Vec::with_capacity(batch as usize);
-        let mut locs = Vec::with_capacity(payloads.len());
-        for p in payloads {
-            let offset = active.len + buf.len() as u64;
-            let loc = RecordLoc {
-                segment: active.id,
-                offset: u32::try_from(offset).map_err(|_| self.too_big(active.id))?,
-                len: u32::try_from(p.len()).map_err(|_| self.too_big(active.id))?,
-            };
-            encode_frame(active.id, offset, durable, p, &mut buf);
-            locs.push(loc);
-        }
+        let loc = RecordLoc {
+            segment: active.id,
+            offset: u32::try_from(active.len).map_err(|_| self.too_big(active.id))?,
+            len: u32::try_from(payload.len()).map_err(|_| self.too_big(active.id))?,
+        };
+        let mut buf = Vec::with_capacity(size as usize);
+        encode_frame(active.id, active.len, durable, payload, &mut buf);
         if let Err(e) = active.file.write_at(&buf, active.len) {
-            // Remove whatever part of the batch reached the file, so that the
+            // Remove whatever part of the frame reached the file, so that the
             // next append starts from clean bytes; if even that fails, the
             // file's contents are unknown and the store must stop writing.
             if active.file.set_len(active.len).is_err() {
@@ -244,16 +218,12 @@ impl Log {
             ));
         }
         active.mirror.write().extend_from_slice(&buf);
-        if let Some(first) = locs.first() {
-            *self
-                .in_flight
-                .lock()
-                .entry((first.segment, u64::from(first.offset)))
-                .or_insert(0) += 1;
-        }
-        active.len += batch;
-        active.written += batch;
-        Ok((locs, active.file.clone(), active.written))
+        self.in_flight
+            .lock()
+            .insert((loc.segment, u64::from(loc.offset)));
+        active.len += size;
+        active.written += size;
+        Ok((loc, active.file.clone(), active.written))
     }
 
     fn too_big(&self, id: u64) -> Error {

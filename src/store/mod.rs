@@ -308,7 +308,7 @@ impl Store {
         self.refuse_if_gone(&slot, &key)?;
         let (opened, timestamp_ms) = {
             let state = slot.state.read();
-            (state.meta.is_some(), now_ms().max(state.last_ms))
+            (state.meta.is_some(), next_timestamp(&state))
         };
         let name = (!opened).then(|| ContextName {
             tenant: tenant.to_string(),
@@ -344,19 +344,12 @@ impl Store {
             kind,
         };
         let payload = self.encode(key, &body, blob)?;
-        let size = payload.len() as u64;
-        let locs = self.writer.append(&[payload])?;
-        let mut state = slot.state.write();
-        for &loc in &locs {
-            apply(&self.index, &mut state, *key, &body, loc);
-        }
-        drop(state);
-        if let Some(&first) = locs.first() {
-            self.writer.published(first);
-        }
+        let loc = self.writer.append(&payload)?;
+        apply(&self.index, &mut slot.state.write(), *key, &body, loc);
+        self.writer.published(loc);
         self.records
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.maybe_checkpoint(size);
+        self.maybe_checkpoint(payload.len() as u64);
         Ok(seq)
     }
 
@@ -406,7 +399,7 @@ impl Store {
         max: usize,
         f: impl FnOnce(&[MessageRef], u64) -> Result<T>,
     ) -> Result<T> {
-        let slot = self.visible_slot(tenant, context_id)?;
+        let (_, slot) = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
         f(refs, total)
@@ -423,7 +416,7 @@ impl Store {
         budget: &Budget,
         f: impl FnOnce(&[HistoryItem], u64) -> Result<T>,
     ) -> Result<T> {
-        let slot = self.visible_slot(tenant, context_id)?;
+        let (_, slot) = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         if !budget.include_artifacts {
             let (refs, total) = state.newest_before(before, budget.max_messages);
@@ -617,8 +610,7 @@ impl Store {
 
     /// What the store knows of one context.
     pub fn context_info(&self, tenant: &str, context_id: &str) -> Result<ContextInfo> {
-        let key = ContextKey::derive(tenant, context_id)?;
-        let slot = self.visible_slot(tenant, context_id)?;
+        let (key, slot) = self.visible_slot(tenant, context_id)?;
         info_of(&slot, key, self.options.retention).ok_or(Error::ContextNotFound)
     }
 
@@ -632,12 +624,7 @@ impl Store {
         page_size: usize,
         page_token: Option<&str>,
     ) -> Result<ContextPage> {
-        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-            return Err(Error::InvalidParams {
-                field: "page_size",
-                reason: format!("{page_size} is not between 1 and {MAX_PAGE_SIZE}"),
-            });
-        }
+        check_page_size(page_size, "page_size")?;
         let after = page_token.map(decode_page_token).transpose()?;
         let mut page = self.index.tenant_page(tenant, after, page_size + 1);
         let more = page.len() > page_size;
@@ -685,13 +672,18 @@ impl Store {
             && self.since_checkpoint.load(Ordering::Acquire) > 0
     }
 
-    fn visible_slot(&self, tenant: &str, context_id: &str) -> Result<Arc<ContextSlot>> {
+    /// The key and slot of a live context of this tenant.
+    fn visible_slot(
+        &self,
+        tenant: &str,
+        context_id: &str,
+    ) -> Result<(ContextKey, Arc<ContextSlot>)> {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get(&key).ok_or(Error::ContextNotFound)?;
         if self.life(&slot) != Life::Live {
             return Err(Error::ContextNotFound);
         }
-        Ok(slot)
+        Ok((key, slot))
     }
 
     /// Whether the context of `slot` can be used now.
@@ -707,10 +699,8 @@ impl Store {
             Life::Gone(gone) => gone,
             Life::Live | Life::Missing => return Ok(()),
         };
-        let tombstoned = slot.state.read().gone.is_some();
-        if gone == Gone::Expired && !tombstoned {
-            let ts = now_ms().max(slot.state.read().last_ms);
-            self.append_record(slot, key, None, RecordKind::Gone { expired: true }, &[], ts)?;
+        if gone == Gone::Expired && slot.state.read().gone.is_none() {
+            self.append_tombstone(slot, key, Gone::Expired)?;
         }
         let reason = match gone {
             Gone::Expired => "expired: it was idle longer than the retention policy allows",
@@ -721,24 +711,25 @@ impl Store {
         })
     }
 
+    /// Appends the tombstone that makes a context gone (the caller holds its
+    /// write lock).
+    fn append_tombstone(&self, slot: &ContextSlot, key: &ContextKey, gone: Gone) -> Result<u64> {
+        let kind = RecordKind::Gone {
+            expired: gone == Gone::Expired,
+        };
+        let ts = next_timestamp(&slot.state.read());
+        self.append_record(slot, key, None, kind, &[], ts)
+    }
+
     /// Deletes a context with its tasks, messages and artifacts from every
     /// read and listing at once, durably. Its id stays refused.
     pub fn delete_context(&self, tenant: &str, context_id: &str) -> Result<()> {
-        let slot = self.visible_slot(tenant, context_id)?;
-        let key = ContextKey::derive(tenant, context_id)?;
+        let (key, slot) = self.visible_slot(tenant, context_id)?;
         let _turn = slot.write.lock();
         if self.life(&slot) != Life::Live {
             return Err(Error::ContextNotFound);
         }
-        let ts = now_ms().max(slot.state.read().last_ms);
-        self.append_record(
-            &slot,
-            &key,
-            None,
-            RecordKind::Gone { expired: false },
-            &[],
-            ts,
-        )?;
+        self.append_tombstone(&slot, &key, Gone::Deleted)?;
         Ok(())
     }
 
@@ -756,16 +747,8 @@ impl Store {
             if state.gone.is_none()
                 && state.life(now_ms(), self.options.retention) == Life::Gone(Gone::Expired)
             {
-                let ts = now_ms().max(state.last_ms);
                 drop(state);
-                self.append_record(
-                    &slot,
-                    &key,
-                    None,
-                    RecordKind::Gone { expired: true },
-                    &[],
-                    ts,
-                )?;
+                self.append_tombstone(&slot, &key, Gone::Expired)?;
                 expired += 1;
             }
         }
@@ -1017,26 +1000,54 @@ fn apply(
 }
 
 fn encode_page_token(first_ms: u64, key: &ContextKey) -> String {
-    let mut bytes = Vec::with_capacity(41);
-    bytes.extend_from_slice(&first_ms.to_le_bytes());
-    bytes.push(key.version());
-    bytes.extend_from_slice(key.digest());
-    hex::encode(bytes)
+    let mut tail = vec![key.version()];
+    tail.extend_from_slice(key.digest());
+    encode_cursor(first_ms, &tail)
 }
 
 fn decode_page_token(token: &str) -> Result<(u64, ContextKey)> {
-    let invalid = || Error::InvalidParams {
-        field: "page_token",
+    let (ms, tail) = decode_cursor(token, "page_token")?;
+    match tail.split_first() {
+        Some((&version, digest)) => match <[u8; 32]>::try_from(digest) {
+            Ok(digest) => Ok((ms, ContextKey::from_parts(version, digest))),
+            Err(_) => Err(bad_cursor("page_token")),
+        },
+        None => Err(bad_cursor("page_token")),
+    }
+}
+
+/// A listing's cursor: hex of a millisecond timestamp (u64 LE) and the bytes
+/// that break ties at that timestamp.
+pub(crate) fn encode_cursor(ms: u64, tail: &[u8]) -> String {
+    let mut bytes = ms.to_le_bytes().to_vec();
+    bytes.extend_from_slice(tail);
+    hex::encode(bytes)
+}
+
+/// Undoes [`encode_cursor`]; a token it did not make is `InvalidParams`.
+pub(crate) fn decode_cursor(token: &str, field: &'static str) -> Result<(u64, Vec<u8>)> {
+    let bytes = hex::decode(token).map_err(|_| bad_cursor(field))?;
+    let (ms, tail) = bytes.split_at_checked(8).ok_or_else(|| bad_cursor(field))?;
+    let ms = u64::from_le_bytes(ms.try_into().map_err(|_| bad_cursor(field))?);
+    Ok((ms, tail.to_vec()))
+}
+
+pub(crate) fn bad_cursor(field: &'static str) -> Error {
+    Error::InvalidParams {
+        field,
         reason: "it is not a token this store handed out; start again without one".into(),
-    };
-    let mut bytes = [0u8; 41];
-    hex::decode_to_slice(token, &mut bytes).map_err(|_| invalid())?;
-    let (ms, rest) = bytes.split_at(8);
-    let (version, digest) = rest.split_at(1);
-    let ms = u64::from_le_bytes(ms.try_into().map_err(|_| invalid())?);
-    let digest: [u8; 32] = digest.try_into().map_err(|_| invalid())?;
-    let version = version.first().copied().ok_or_else(invalid)?;
-    Ok((ms, ContextKey::from_parts(version, digest)))
+    }
+}
+
+/// A listing's page size must be 1 to [`MAX_PAGE_SIZE`].
+pub(crate) fn check_page_size(size: usize, field: &'static str) -> Result<()> {
+    if (1..=MAX_PAGE_SIZE).contains(&size) {
+        return Ok(());
+    }
+    Err(Error::InvalidParams {
+        field,
+        reason: format!("{size} is not between 1 and {MAX_PAGE_SIZE}"),
+    })
 }
 
 fn check_options(o: &Options) -> Result<()> {
@@ -1083,6 +1094,12 @@ fn lock_dir(dir: &Path) -> Result<File> {
         Err(TryLockError::WouldBlock) => Err(Error::Locked { path }),
         Err(TryLockError::Error(e)) => Err(Error::io("lock the store", &path, e)),
     }
+}
+
+/// The timestamp of a context's next record: now, but never before its
+/// latest, so a context's timestamps never go backwards.
+pub(crate) fn next_timestamp(state: &ContextState) -> u64 {
+    now_ms().max(state.last_ms)
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{now_ms, Store, MAX_PAGE_SIZE};
+use super::{bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, Store};
 use crate::a2a::{
     Artifact, ListTasksResponse, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
     TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -82,8 +83,7 @@ impl Store {
     /// returning. See DESIGN.md, "The task model", for the rules.
     pub fn receive_message(&self, tenant: &str, raw: &[u8]) -> Result<Receipt> {
         check_tenant(tenant)?;
-        let msg = parse_message(raw)?;
-        let digest = canonical_digest(raw)?;
+        let (msg, digest) = parse_message(raw)?;
         let idem = message_key(tenant, &msg.message_id);
         let _owner = loop {
             match self.index.idem_start(idem) {
@@ -129,15 +129,9 @@ impl Store {
                 .task(task_id)
                 .ok_or(Error::TaskNotFound)?
                 .check(Op::Message)?;
-            (context_id.to_string(), now_ms().max(state.last_ms))
+            (context_id.to_string(), next_timestamp(&state))
         };
-        let link = TaskLink {
-            task_id: task_id.to_string(),
-            opens_task: false,
-            message_id: msg.message_id.clone(),
-            digest,
-        };
-        let kind = RecordKind::Message { task: Some(link) };
+        let kind = inbound(task_id, false, msg, digest);
         let seq = self.append_record(&slot, &key, None, kind, raw, timestamp_ms)?;
         Ok(Receipt {
             context_id,
@@ -170,20 +164,14 @@ impl Store {
         self.refuse_if_gone(&slot, &key)?;
         let (new_context, timestamp_ms) = {
             let state = slot.state.read();
-            (state.meta.is_none(), now_ms().max(state.last_ms))
+            (state.meta.is_none(), next_timestamp(&state))
         };
         let task_id = random_id()?;
         let name = new_context.then(|| ContextName {
             tenant: tenant.to_string(),
             context_id: context_id.clone(),
         });
-        let link = TaskLink {
-            task_id: task_id.clone(),
-            opens_task: true,
-            message_id: msg.message_id.clone(),
-            digest,
-        };
-        let kind = RecordKind::Message { task: Some(link) };
+        let kind = inbound(&task_id, true, msg, digest);
         let seq = self.append_record(&slot, &key, name, kind, raw, timestamp_ms)?;
         Ok(Receipt {
             context_id,
@@ -367,12 +355,7 @@ impl Store {
     /// pages with cursor tokens. See [`ListTasksQuery`].
     pub fn list_tasks(&self, tenant: &str, query: &ListTasksQuery) -> Result<ListTasksResponse> {
         let page_size = query.page_size.unwrap_or(super::DEFAULT_PAGE_SIZE);
-        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-            return Err(Error::InvalidParams {
-                field: "pageSize",
-                reason: format!("{page_size} is not between 1 and {MAX_PAGE_SIZE}"),
-            });
-        }
+        check_page_size(page_size, "pageSize")?;
         let after = query
             .page_token
             .as_deref()
@@ -584,7 +567,7 @@ impl Store {
             return Err(mismatch());
         }
         state.task(task_id).ok_or(Error::TaskNotFound)?.check(op)?;
-        Ok(now_ms().max(state.last_ms))
+        Ok(next_timestamp(&state))
     }
 
     fn event_record(&self, slot: &ContextSlot, task_id: &str) -> EventRecord {
@@ -603,7 +586,7 @@ impl Store {
     fn tenant_contexts(&self, tenant: &str, context_id: Option<&str>) -> Result<Vec<ContextKey>> {
         Ok(match context_id {
             Some(c) => match self.visible_slot(tenant, c) {
-                Ok(_) => vec![ContextKey::derive(tenant, c)?],
+                Ok((key, _)) => vec![key],
                 Err(Error::ContextNotFound) => Vec::new(),
                 Err(e) => return Err(e),
             },
@@ -659,6 +642,18 @@ fn snapshot(
     }
 }
 
+/// The record kind of a received message, joining or opening `task_id`.
+fn inbound(task_id: &str, opens_task: bool, msg: &Message, digest: [u8; 32]) -> RecordKind {
+    RecordKind::Message {
+        task: Some(TaskLink {
+            task_id: task_id.to_string(),
+            opens_task,
+            message_id: msg.message_id.clone(),
+            digest,
+        }),
+    }
+}
+
 fn context_of(state: &crate::index::ContextState) -> Result<&str> {
     state
         .meta
@@ -674,8 +669,10 @@ fn mismatch() -> Error {
     }
 }
 
-/// Parses and checks an inbound message.
-fn parse_message(raw: &[u8]) -> Result<Message> {
+/// Parses and checks an inbound message, and digests it: SHA-256 of its JSON
+/// with keys sorted and no insignificant white space, so two sends of one
+/// message digest alike however they were spaced. The bytes are parsed once.
+fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
     if std::str::from_utf8(raw).is_err() {
         let lossy = String::from_utf8_lossy(raw);
         if let Ok(m) = serde_json::from_str::<Message>(&lossy) {
@@ -686,10 +683,13 @@ fn parse_message(raw: &[u8]) -> Result<Message> {
             }
         }
     }
-    let msg: Message = serde_json::from_slice(raw).map_err(|e| Error::InvalidParams {
+    let not_a_message = |e: serde_json::Error| Error::InvalidParams {
         field: "message",
         reason: format!("not an A2A Message in JSON: {e}"),
-    })?;
+    };
+    let value: serde_json::Value = serde_json::from_slice(raw).map_err(not_a_message)?;
+    let digest = Sha256::digest(to_json(&value)?).into();
+    let msg = Message::deserialize(&value).map_err(not_a_message)?;
     let invalid = |field, reason: &str| {
         Err(Error::InvalidParams {
             field,
@@ -714,18 +714,7 @@ fn parse_message(raw: &[u8]) -> Result<Message> {
     if msg.task_id.as_deref() == Some("") {
         return invalid("taskId", "it is empty; omit it to start a new task");
     }
-    Ok(msg)
-}
-
-/// SHA-256 of the message's JSON with keys sorted and no insignificant white
-/// space: two sends of one message digest alike however they were spaced.
-fn canonical_digest(raw: &[u8]) -> Result<[u8; 32]> {
-    let value: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|e| Error::InvalidParams {
-            field: "message",
-            reason: e.to_string(),
-        })?;
-    Ok(Sha256::digest(to_json(&value)?).into())
+    Ok((msg, digest))
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -745,19 +734,11 @@ pub(crate) fn random_id() -> Result<String> {
 }
 
 fn encode_task_token(status_ms: u64, task_id: &str) -> String {
-    let mut bytes = status_ms.to_le_bytes().to_vec();
-    bytes.extend_from_slice(task_id.as_bytes());
-    hex::encode(bytes)
+    encode_cursor(status_ms, task_id.as_bytes())
 }
 
 fn decode_task_token(token: &str) -> Result<(u64, String)> {
-    let invalid = || Error::InvalidParams {
-        field: "pageToken",
-        reason: "it is not a token this store handed out; start again without one".into(),
-    };
-    let bytes = hex::decode(token).map_err(|_| invalid())?;
-    let (ms, id) = bytes.split_at_checked(8).ok_or_else(invalid)?;
-    let ms = u64::from_le_bytes(ms.try_into().map_err(|_| invalid())?);
-    let id = String::from_utf8(id.to_vec()).map_err(|_| invalid())?;
+    let (ms, id) = decode_cursor(token, "pageToken")?;
+    let id = String::from_utf8(id).map_err(|_| bad_cursor("pageToken"))?;
     Ok((ms, id))
 }

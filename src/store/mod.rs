@@ -418,13 +418,14 @@ impl Store {
     ) -> Result<T> {
         let (_, slot) = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
-        if !budget.include_artifacts {
-            let (refs, total) = state.newest_before(before, budget.max_messages);
-            let items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
-            return f(&items, total);
-        }
-        let (refs, _) = state.newest_before(before, usize::MAX);
+        // The newest `max` items hold at most the newest `max` messages, so
+        // older messages are never copied, even with artifacts to merge in.
+        let (refs, messages) = state.newest_before(before, budget.max_messages);
         let mut items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
+        if !budget.include_artifacts {
+            return f(&items, messages);
+        }
+        let mut total = messages;
         for task in &state.tasks {
             for artifact in &task.artifacts {
                 let Some(&loc) = artifact
@@ -436,6 +437,7 @@ impl Store {
                 };
                 let seq = self.with_record(loc, |body, _| body.seq)?;
                 if before.is_none_or(|b| seq < b) {
+                    total += 1;
                     items.push(HistoryItem {
                         seq,
                         loc,
@@ -445,7 +447,6 @@ impl Store {
             }
         }
         items.sort_unstable_by_key(|i| i.seq);
-        let total = items.len() as u64;
         let skip = items.len().saturating_sub(budget.max_messages);
         f(items.get(skip..).unwrap_or_default(), total)
     }
@@ -567,22 +568,27 @@ impl Store {
         })
     }
 
-    /// Hands the message of the history record at `loc` to `f`: an inbound
-    /// message straight from the segment's bytes (no copy), a status's
-    /// message re-encoded from the status.
+    /// Hands the message of the history record at `loc` to `f`, straight
+    /// from the segment's bytes (no copy): an inbound message's blob, or the
+    /// `message` member of a status's blob.
     fn with_message<T>(
         &self,
         loc: RecordLoc,
         f: impl FnOnce(&RecordBody, &[u8]) -> T,
     ) -> Result<T> {
+        /// A stored status, read only for the bytes of its message.
+        #[derive(serde::Deserialize)]
+        struct StatusMessage<'a> {
+            #[serde(borrow)]
+            message: Option<&'a serde_json::value::RawValue>,
+        }
         self.with_record(loc, |body, blob| match &body.kind {
             RecordKind::Message { .. } => Ok(f(body, blob)),
             RecordKind::Status { .. } => {
-                let status: crate::a2a::TaskStatus = serde_json::from_slice(blob)
+                let status: StatusMessage = serde_json::from_slice(blob)
                     .map_err(|e| format!("a stored status does not parse: {e}"))?;
                 let message = status.message.ok_or("a history status without a message")?;
-                let bytes = serde_json::to_vec(&message).map_err(|e| e.to_string())?;
-                Ok(f(body, &bytes))
+                Ok(f(body, message.get().as_bytes()))
             }
             RecordKind::Artifact { .. } | RecordKind::Gone { .. } => {
                 Err("the history points at a record that holds no message".to_string())

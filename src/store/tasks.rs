@@ -66,17 +66,6 @@ pub struct ListTasksQuery {
     pub include_artifacts: bool,
 }
 
-/// What a task read copies out of the index before reading records.
-struct TaskSnapshot {
-    id: String,
-    context_id: String,
-    state: TaskState,
-    status_ms: u64,
-    status: Option<RecordLoc>,
-    history: Vec<RecordLoc>,
-    artifacts: Option<Vec<Vec<RecordLoc>>>,
-}
-
 impl Store {
     /// Receives an inbound A2A message (JSON, as it came from the client)
     /// under the A2A rules, and saves it exactly as received, durably, before
@@ -343,12 +332,7 @@ impl Store {
         // cannot move them in between (it remaps under the write lock).
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        self.read_task(snapshot(
-            context_of(&state)?,
-            task,
-            history_length,
-            include_artifacts,
-        ))
+        self.read_task(context_of(&state)?, task, history_length, include_artifacts)
     }
 
     /// The tenant's tasks, filtered, newest status first (ties by id), in
@@ -398,13 +382,13 @@ impl Store {
             };
             let state = slot.state.read();
             let Some(task) = state.task(id) else { continue };
-            let s = snapshot(
-                context_of(&state)?,
+            let context_id = context_of(&state)?;
+            tasks.push(self.read_task(
+                context_id,
                 task,
                 query.history_length,
                 query.include_artifacts,
-            );
-            tasks.push(self.read_task(s)?);
+            )?);
         }
         Ok(ListTasksResponse {
             tasks,
@@ -426,14 +410,12 @@ impl Store {
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let skip = usize::try_from(after).unwrap_or(usize::MAX);
-        let locs: Vec<RecordLoc> = task.events.iter().skip(skip).copied().collect();
-        let context_id = context_of(&state)?.to_string();
-        locs.into_iter()
+        let context_id = context_of(&state)?;
+        task.events
+            .iter()
             .enumerate()
-            .map(|(i, loc)| {
-                let event = self.read_event(loc, task_id, &context_id)?;
-                Ok((after + i as u64 + 1, event))
-            })
+            .skip(skip)
+            .map(|(i, &loc)| Ok((i as u64 + 1, self.read_event(loc, task_id, context_id)?)))
             .collect()
     }
 
@@ -475,35 +457,52 @@ impl Store {
         event.map_err(bad)
     }
 
-    fn read_task(&self, s: TaskSnapshot) -> Result<Task> {
-        let status = match s.status {
+    /// A task as A2A shows it, read straight from its records (the caller
+    /// holds the context's read lock): the latest status, the last
+    /// `history_length` messages of its history, and, if asked, its artifacts.
+    fn read_task(
+        &self,
+        context_id: &str,
+        task: &TaskEntry,
+        history_length: Option<usize>,
+        include_artifacts: bool,
+    ) -> Result<Task> {
+        let status = match task.status {
             Some(loc) => self.read_json(loc)?,
             None => TaskStatus {
-                state: s.state,
+                state: task.state,
                 message: None,
-                timestamp: Some(iso8601_ms(s.status_ms)),
+                timestamp: Some(iso8601_ms(task.status_ms)),
                 extra: Default::default(),
             },
         };
-        let history = s
+        let event = |i: &u32| task.events.get(*i as usize).copied();
+        let skip = task
+            .history
+            .len()
+            .saturating_sub(history_length.unwrap_or(usize::MAX));
+        let history = task
             .history
             .iter()
-            .map(|&loc| {
+            .skip(skip)
+            .filter_map(event)
+            .map(|loc| {
                 self.with_message(loc, |_, bytes| from_json::<Message>(bytes))?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
             })
             .collect::<Result<Vec<_>>>()?;
-        let artifacts = match s.artifacts {
-            Some(list) => Some(
-                list.iter()
-                    .map(|chunks| self.read_artifact(chunks))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
-            None => None,
-        };
+        let artifacts = include_artifacts
+            .then(|| {
+                task.artifacts
+                    .iter()
+                    .filter(|a| !a.chunks.is_empty())
+                    .map(|a| self.read_artifact(a.chunks.iter().filter_map(event)))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?;
         Ok(Task {
-            id: s.id,
-            context_id: s.context_id,
+            id: task.id.clone(),
+            context_id: context_id.to_string(),
             status,
             artifacts,
             history,
@@ -513,9 +512,9 @@ impl Store {
 
     /// An artifact whole: its first chunk, with every later chunk's parts
     /// appended and any field a later chunk sets taking that chunk's value.
-    fn read_artifact(&self, chunks: &[RecordLoc]) -> Result<Artifact> {
+    fn read_artifact(&self, chunks: impl Iterator<Item = RecordLoc>) -> Result<Artifact> {
         let mut whole: Option<Artifact> = None;
-        for &loc in chunks {
+        for loc in chunks {
             let chunk: Artifact = self.read_json(loc)?;
             whole = Some(match whole {
                 None => chunk,
@@ -613,32 +612,6 @@ impl Store {
                 return Ok(id);
             }
         }
-    }
-}
-
-fn snapshot(
-    context_id: &str,
-    task: &TaskEntry,
-    history_length: Option<usize>,
-    include_artifacts: bool,
-) -> TaskSnapshot {
-    let keep = history_length.unwrap_or(usize::MAX);
-    let skip = task.history.len().saturating_sub(keep);
-    let loc = |i: &u32| task.events.get(*i as usize).copied();
-    TaskSnapshot {
-        id: task.id.clone(),
-        context_id: context_id.to_string(),
-        state: task.state,
-        status_ms: task.status_ms,
-        status: task.status,
-        history: task.history.iter().skip(skip).filter_map(loc).collect(),
-        artifacts: include_artifacts.then(|| {
-            task.artifacts
-                .iter()
-                .filter(|a| !a.chunks.is_empty())
-                .map(|a| a.chunks.iter().filter_map(loc).collect())
-                .collect()
-        }),
     }
 }
 

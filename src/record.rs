@@ -149,17 +149,27 @@ pub fn encode(key: &ContextKey, body: &RecordBody, blob: &[u8]) -> Result<Vec<u8
     Ok(out)
 }
 
+/// The context key at the front of a payload, of any namespace version,
+/// without decoding the body.
+pub fn key(payload: &[u8]) -> Result<ContextKey, DecodeError> {
+    let short = || DecodeError("payload shorter than its prefix".into());
+    let (&version, rest) = payload.split_first().ok_or_else(short)?;
+    let digest: [u8; 32] = rest
+        .get(..32)
+        .and_then(|d| d.try_into().ok())
+        .ok_or_else(short)?;
+    Ok(ContextKey::from_parts(version, digest))
+}
+
 /// Decodes a payload; never panics and never allocates more than the payload
 /// holds, whatever the bytes.
 pub fn decode(payload: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     let short = || DecodeError("payload shorter than its prefix".into());
-    let (&version, rest) = payload.split_first().ok_or_else(short)?;
-    let (digest, rest) = rest.split_at_checked(32).ok_or_else(short)?;
-    let digest: [u8; 32] = digest.try_into().map_err(|_| short())?;
-    let key = ContextKey::from_parts(version, digest);
-    if version != NAMESPACE_VERSION {
+    let key = key(payload)?;
+    if key.version() != NAMESPACE_VERSION {
         return Ok(Decoded::ForeignNamespace(key));
     }
+    let rest = payload.get(33..).ok_or_else(short)?;
     let (len, rest) = rest.split_at_checked(4).ok_or_else(short)?;
     let len = u32::from_le_bytes(len.try_into().map_err(|_| short())?) as usize;
     let (body_bytes, blob) = rest

@@ -19,7 +19,7 @@ use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentDa
 use crate::log::writer::sync_dir;
 use crate::mmap::SealedMap;
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
-use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
+use crate::record::{self, ContextName, RecordBody, RecordKind};
 use crate::MAX_RECORD_BYTES;
 
 /// What a compaction did.
@@ -164,9 +164,11 @@ impl Store {
         for item in plan {
             match item {
                 Out::Copy(loc) => {
-                    let payload = self.raw_payload(loc)?;
-                    report.live_payload_bytes += payload.len() as u64;
-                    moved.insert((loc.segment, loc.offset), out.push(self, &payload));
+                    let new = self
+                        .segments
+                        .with_payload(loc, |payload| out.push(self, payload))?;
+                    report.live_payload_bytes += u64::from(loc.len);
+                    moved.insert((loc.segment, loc.offset), new);
                     report.records_kept += 1;
                 }
                 Out::Tombstone(payload) => {
@@ -258,10 +260,7 @@ impl Store {
                 let payload = bytes
                     .get(frame.payload_start() as usize..frame.end() as usize)
                     .unwrap_or_default();
-                let key = match record::decode(payload) {
-                    Ok(Decoded::Current { key, .. }) | Ok(Decoded::ForeignNamespace(key)) => key,
-                    Err(e) => return Err(Error::corrupt(id, at, e.0)),
-                };
+                let key = record::key(payload).map_err(|e| Error::corrupt(id, at, e.0))?;
                 let loc = RecordLoc {
                     segment: id,
                     offset: at as u32,
@@ -346,11 +345,6 @@ impl Store {
             );
         }
         Ok(Some(payload))
-    }
-
-    /// A record's payload, copied out of its segment.
-    fn raw_payload(&self, loc: RecordLoc) -> Result<Vec<u8>> {
-        self.segments.with_payload(loc, <[u8]>::to_vec)
     }
 
     /// Points every index entry at the records' new places.

@@ -854,13 +854,7 @@ fn apply_recovered(
     // context expired again in the tail) changes nothing.
     if tombstone && (state.gone.is_some() || (state.meta.is_none() && body.opens.is_some())) {
         if state.gone.is_none() {
-            if let Some(name) = &body.opens {
-                if ContextKey::derive_unchecked(&name.tenant, &name.context_id) != key {
-                    return Err(
-                        "the tombstone's key does not match its tenant and contextId".into(),
-                    );
-                }
-            }
+            check_owner(&body, key)?;
             apply(index, &mut state, key, &body, loc);
         }
         return Ok(());
@@ -874,10 +868,8 @@ fn apply_recovered(
             body.seq, state.next_seq
         ));
     }
+    check_owner(&body, key)?;
     match &body.opens {
-        Some(name) if ContextKey::derive_unchecked(&name.tenant, &name.context_id) != key => {
-            return Err("the opening record's key does not match its tenant and contextId".into())
-        }
         Some(_) if state.meta.is_some() => return Err("a context opened twice".into()),
         None if state.meta.is_none() => {
             return Err("a record of a context with no opening record".into())
@@ -887,6 +879,17 @@ fn apply_recovered(
     check_recovered(&state, &body)?;
     apply(index, &mut state, key, &body, loc);
     Ok(())
+}
+
+/// A record that names its context's owner must hash to the record's key:
+/// a context's ownership is proven by its own bytes.
+fn check_owner(body: &RecordBody, key: ContextKey) -> std::result::Result<(), String> {
+    match &body.opens {
+        Some(name) if ContextKey::derive_unchecked(&name.tenant, &name.context_id) != key => {
+            Err("the opening record's key does not match its tenant and contextId".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks a recovered record against its context's state, as the live path

@@ -5,34 +5,27 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::log::frame::{decode_frame, decode_header, find_next_frame, FLAG_COMPACTED, HEADER_LEN};
-use crate::log::segments::list_segment_ids;
+use crate::fs::{Crash, MemFs};
+use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
+use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Options, RecoveryMode};
 use crate::render::{self, History, Role, Turn};
 use crate::store::Store;
 use crate::{record, Error};
 
-/// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("ctxlog-fuzz-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        Scratch(dir)
-    }
+/// A fresh in-memory store directory: fuzzing never touches the disk.
+fn scratch() -> (MemFs, PathBuf) {
+    let fs = MemFs::new();
+    (fs, PathBuf::from("/fuzz/store"))
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// `options` on the in-memory file system `fs`.
+fn on(fs: &MemFs, options: Options) -> Options {
+    options.fs(Arc::new(fs.clone()))
 }
 
 /// Reads bytes off the front of the fuzzer's input.
@@ -97,8 +90,9 @@ pub fn namespace(data: &[u8]) {
     if a.1.is_empty() || b.1.is_empty() || a == b {
         return;
     }
-    let dir = Scratch::new();
-    let store = Store::open(&dir.0, Options::default().durability(Durability::Buffered)).unwrap();
+    let (fs, dir) = scratch();
+    let options = on(&fs, Options::default().durability(Durability::Buffered));
+    let store = Store::open(&dir, options).unwrap();
     store.append_message(&a.0, &a.1, b"first").unwrap();
     store.append_message(&b.0, &b.1, b"second").unwrap();
     let read = |(t, c): &(String, String)| -> Vec<Vec<u8>> {
@@ -133,10 +127,13 @@ pub fn render(data: &[u8]) {
 }
 
 /// A small store to mutate, built the same way every time.
-fn seed_store(dir: &std::path::Path) {
-    let options = Options::default()
-        .durability(Durability::Buffered)
-        .segment_bytes(4096);
+fn seed_store(fs: &MemFs, dir: &Path) {
+    let options = on(
+        fs,
+        Options::default()
+            .durability(Durability::Buffered)
+            .segment_bytes(4096),
+    );
     let store = Store::open(dir, options).unwrap();
     for i in 0..60u32 {
         let body = format!(
@@ -155,17 +152,17 @@ fn seed_store(dir: &std::path::Path) {
 /// without panicking, in both recovery modes, and either fails with an error
 /// or serves only records that pass their checksums.
 pub fn open(data: &[u8]) {
-    let dir = Scratch::new();
-    seed_store(&dir.0);
-    let ids = list_segment_ids(&dir.0).unwrap();
+    let (fs, dir) = scratch();
+    seed_store(&fs, &dir);
+    let ids = list_segment_ids(&fs, &dir).unwrap();
     let mut input = Input(data);
     while let (Some(pick), Some(at), Some(op)) = (input.byte(), input.u16(), input.byte()) {
         // One pick past the segments is the checkpoint the close wrote.
         let path = match ids.get(usize::from(pick) % (ids.len() + 1)) {
-            Some(&id) => crate::log::segments::segment_path(&dir.0, id),
-            None => dir.0.join("CHECKPOINT"),
+            Some(&id) => segment_path(&dir, id),
+            None => dir.join("CHECKPOINT"),
         };
-        let mut bytes = std::fs::read(&path).unwrap();
+        let mut bytes = fs.contents(&path).unwrap();
         if bytes.is_empty() {
             continue;
         }
@@ -176,11 +173,11 @@ pub fn open(data: &[u8]) {
             2 => bytes.splice(at..at, input.bytes(16)).for_each(drop),
             _ => bytes[at..].iter_mut().for_each(|b| *b = 0),
         }
-        std::fs::write(&path, bytes).unwrap();
+        fs.set_contents(&path, bytes).unwrap();
     }
     for mode in [RecoveryMode::Strict, RecoveryMode::SkipCorrupt] {
-        let options = Options::default().recovery(mode).segment_bytes(4096);
-        match Store::open(&dir.0, options) {
+        let options = on(&fs, Options::default().recovery(mode).segment_bytes(4096));
+        match Store::open(&dir, options) {
             Ok(store) => {
                 let page = store.list_contexts("t", 100, None).unwrap();
                 for c in page.contexts {
@@ -196,14 +193,17 @@ pub fn open(data: &[u8]) {
 }
 
 /// Target `ops`: a sequence of appends, deletes, compactions, reopens and
-/// torn writes (a crash that left some bytes of an unacknowledged append),
-/// checked after each step against a plain model.
+/// crashes (a power loss at that instant, with the unsynced bytes and names
+/// torn as the input says), checked after each step against a plain model.
+/// With `Sync` durability every step that returned is durable, so a crash
+/// must lose nothing the model holds.
 pub fn ops(data: &[u8]) {
-    let dir = Scratch::new();
+    let (mut fs, dir) = scratch();
     let options = Options::default()
         .durability(Durability::Sync)
-        .segment_bytes(4096);
-    let mut store = Some(Store::open(&dir.0, options.clone()).unwrap());
+        .segment_bytes(4096)
+        .checkpoint_interval(Some(2048));
+    let mut store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
     let mut model: BTreeMap<String, Option<Vec<Vec<u8>>>> = BTreeMap::new();
     let mut input = Input(data);
     while let Some(op) = input.byte() {
@@ -235,28 +235,15 @@ pub fn ops(data: &[u8]) {
             }
             4 => {
                 store.take().unwrap().close().unwrap();
-                store = Some(Store::open(&dir.0, options.clone()).unwrap());
+                store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
             }
             _ => {
-                // Crash with part of an unacknowledged frame on disk, at the
-                // end of the active segment: the highest id that compaction
-                // did not write (compacted segments get higher ids).
+                // A power loss now: the store dies with whatever it had not
+                // synced torn, then the survivor's disk is opened.
+                let seed = u64::from(input.u16().unwrap_or(0));
+                fs = fs.crash(Crash::Torn(seed));
                 drop(store.take());
-                let active = list_segment_ids(&dir.0)
-                    .unwrap()
-                    .into_iter()
-                    .filter(|&id| {
-                        let path = crate::log::segments::segment_path(&dir.0, id);
-                        let bytes = std::fs::read(path).unwrap();
-                        decode_header(&bytes).is_ok_and(|h| h.flags & FLAG_COMPACTED == 0)
-                    })
-                    .max()
-                    .unwrap();
-                let path = crate::log::segments::segment_path(&dir.0, active);
-                let mut bytes = std::fs::read(&path).unwrap();
-                bytes.extend_from_slice(&input.bytes(40));
-                std::fs::write(&path, bytes).unwrap();
-                store = Some(Store::open(&dir.0, options.clone()).unwrap());
+                store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
             }
         }
         let s = store.as_ref().unwrap();

@@ -71,9 +71,11 @@ pub struct Options {
     /// checkpoint's size), so that a reopen after a crash reads only the log
     /// after it. Default: 64 MiB; `None`: only at a clean close.
     pub checkpoint_interval: Option<u64>,
-    /// Fault injection for tests; `None` (the default) in production.
-    #[doc(hidden)]
-    pub faults: Option<crate::log::file::Faults>,
+    /// The file system the store reads and writes. Default: the operating
+    /// system's ([`OsFs`](crate::fs::OsFs)); tests and fuzzers can pass an
+    /// in-memory one that simulates crashes ([`MemFs`](crate::fs::MemFs)),
+    /// or wrap either to fail any call ([`FaultyFs`](crate::fs::FaultyFs)).
+    pub fs: std::sync::Arc<dyn crate::fs::Fs>,
 }
 
 impl Default for Options {
@@ -86,12 +88,18 @@ impl Default for Options {
             turns: TurnPolicy::Parallel,
             retention: None,
             checkpoint_interval: Some(64 << 20),
-            faults: None,
+            fs: std::sync::Arc::new(crate::fs::OsFs),
         }
     }
 }
 
 impl Options {
+    /// Sets the file system (see [`Options::fs`]).
+    pub fn fs(mut self, fs: std::sync::Arc<dyn crate::fs::Fs>) -> Self {
+        self.fs = fs;
+        self
+    }
+
     /// Sets the durability.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;

@@ -7,41 +7,25 @@ mod common;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use ctxlog::log::file::{Fault, FaultPlan, Faults, FileOp};
+use ctxlog::fs::{Crash, Fault, FaultPlan, FaultyFs, FileOp, Fs, MemFs};
 use ctxlog::{Durability, Error, Options, Store};
 
 /// A queued failure: a short write of that many bytes, or (`None`) a plain failure.
 type Queued = (Option<usize>, io::ErrorKind);
 
-/// Fails the calls it is told to, and tracks how much of each file is synced.
+/// Fails the calls it is told to, on an in-memory disk that can lose power.
 #[derive(Default)]
 struct Plan {
-    queued: Mutex<HashMap<&'static str, VecDeque<Queued>>>,
-    synced: Mutex<HashMap<PathBuf, Arc<AtomicU64>>>,
-}
-
-fn name(op: FileOp) -> &'static str {
-    match op {
-        FileOp::Write => "write",
-        FileOp::Truncate => "truncate",
-        FileOp::Sync => "sync",
-        FileOp::Create => "create",
-        FileOp::Replace => "replace",
-    }
+    queued: Mutex<HashMap<FileOp, VecDeque<Queued>>>,
+    disk: Mutex<MemFs>,
 }
 
 impl Plan {
     fn fail_next(&self, op: FileOp, kind: io::ErrorKind) {
-        self.queued
-            .lock()
-            .unwrap()
-            .entry(name(op))
-            .or_default()
-            .push_back((None, kind));
+        self.queue(op, (None, kind));
     }
 
     fn short_next(&self, bytes: usize) {
@@ -49,54 +33,52 @@ impl Plan {
     }
 
     fn short_next_on(&self, op: FileOp, bytes: usize) {
-        let kind = io::ErrorKind::StorageFull;
-        self.queued
-            .lock()
-            .unwrap()
-            .entry(name(op))
-            .or_default()
-            .push_back((Some(bytes), kind));
+        self.queue(op, (Some(bytes), io::ErrorKind::StorageFull));
     }
 
-    /// Cuts every tracked file to what was synced: what a power loss keeps.
+    fn queue(&self, op: FileOp, failure: Queued) {
+        let mut queued = self.queued.lock().unwrap();
+        queued.entry(op).or_default().push_back(failure);
+    }
+
+    /// A power loss: only what was synced survives.
     fn crash(&self) {
-        for (path, synced) in self.synced.lock().unwrap().iter() {
-            if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
-                f.set_len(synced.load(Ordering::Acquire)).unwrap();
-            }
-        }
+        let mut disk = self.disk.lock().unwrap();
+        *disk = disk.crash(Crash::LoseUnsynced);
+    }
+
+    /// Options on the disk as it is now, without fault injection.
+    fn plain(&self) -> Options {
+        Options::default().fs(Arc::new(self.disk.lock().unwrap().clone()))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.disk.lock().unwrap().exists(path)
     }
 }
 
 impl FaultPlan for Plan {
     fn before(&self, op: FileOp, _path: &Path) -> Fault {
-        match self
+        let next = self
             .queued
             .lock()
             .unwrap()
-            .get_mut(name(op))
-            .and_then(VecDeque::pop_front)
-        {
+            .get_mut(&op)
+            .and_then(VecDeque::pop_front);
+        match next {
             None => Fault::Pass,
             Some((None, kind)) => Fault::Fail(io::Error::from(kind)),
             Some((Some(n), kind)) => Fault::Short(n, io::Error::from(kind)),
         }
     }
-
-    fn track(&self, path: &Path) -> Arc<AtomicU64> {
-        self.synced
-            .lock()
-            .unwrap()
-            .entry(path.to_path_buf())
-            .or_default()
-            .clone()
-    }
 }
 
 fn faulty(durability: Durability) -> (Arc<Plan>, Options) {
     let plan = Arc::new(Plan::default());
-    let mut options = Options::default().durability(durability);
-    options.faults = Some(Faults(plan.clone()));
+    let disk: Arc<dyn Fs> = Arc::new(plan.disk.lock().unwrap().clone());
+    let options = Options::default()
+        .durability(durability)
+        .fs(Arc::new(FaultyFs::new(disk, plan.clone())));
     (plan, options)
 }
 
@@ -126,7 +108,7 @@ fn a_failed_sync_poisons_the_store_until_reopened() {
         assert_eq!(bodies(&store, "c"), vec![b"acknowledged".to_vec()]);
         drop(store);
         plan.crash();
-        let store = Store::open(dir.path(), Options::default()).unwrap();
+        let store = Store::open(dir.path(), plan.plain()).unwrap();
         let after = bodies(&store, "c");
         assert_eq!(
             after.first().map(Vec::as_slice),
@@ -156,7 +138,7 @@ fn a_full_disk_during_an_append_stores_nothing_half_written() {
     // Not poisoned: the partial bytes were cut off, the next append works.
     store.append_message("t", "c", b"four").unwrap();
     drop(store);
-    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let store = Store::open(dir.path(), plan.plain()).unwrap();
     assert_eq!(bodies(&store, "c"), vec![b"one".to_vec(), b"four".to_vec()]);
     assert_eq!(store.open_report().torn_tail, None);
 }
@@ -175,7 +157,7 @@ fn a_short_write_that_cannot_be_cut_back_poisons_and_recovers_on_reopen() {
         Err(Error::Poisoned)
     ));
     drop(store);
-    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let store = Store::open(dir.path(), plan.plain()).unwrap();
     assert_eq!(bodies(&store, "c"), vec![b"one".to_vec()]);
     assert_eq!(
         store.open_report().torn_tail.as_ref().map(|t| t.bytes),
@@ -208,7 +190,7 @@ fn a_failed_rotation_leaves_a_store_that_opens() {
     let _ = store.append_message("t", "c", &body);
     drop(store);
     plan.crash();
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
+    let store = Store::open(dir.path(), plan.plain().segment_bytes(4096)).unwrap();
     assert!(bodies(&store, "c").len() >= acked);
 }
 
@@ -253,7 +235,7 @@ fn a_crash_loses_only_unacknowledged_appends() {
     assert!((300..12_000).contains(&total), "{total} acknowledged");
     drop(store);
     plan.crash();
-    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let store = Store::open(dir.path(), plan.plain()).unwrap();
     for (t, acked) in acked.iter().enumerate() {
         let got = bodies_or_empty(&store, &format!("c{t}"));
         assert!(
@@ -298,10 +280,10 @@ fn a_failed_or_torn_checkpoint_leaves_a_store_that_opens_whole() {
             plan.fail_next(FileOp::Replace, io::ErrorKind::StorageFull);
         }
         assert!(matches!(store.close(), Err(Error::Io { .. })));
-        let store = Store::open(dir.path(), Options::default()).unwrap();
+        let store = Store::open(dir.path(), plan.plain()).unwrap();
         let want: Vec<Vec<u8>> = (0..40).map(|i| format!("m{i}").into_bytes()).collect();
         assert_eq!(bodies(&store, "c"), want, "torn: {torn}");
-        assert!(!dir.path().join("CHECKPOINT.tmp").exists());
+        assert!(!plan.exists(&dir.path().join("CHECKPOINT.tmp")));
     }
 }
 
@@ -322,7 +304,7 @@ fn a_failed_manifest_switch_leaves_the_old_log_in_force() {
     assert_eq!(bodies(&store, "c0").len(), 20);
     store.append_message("t", "c0", b"after").unwrap();
     drop(store);
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
+    let store = Store::open(dir.path(), plan.plain().segment_bytes(4096)).unwrap();
     assert_eq!(bodies(&store, "c0").len(), 21);
     assert_eq!(bodies(&store, "c2").len(), 20);
     assert!(matches!(
@@ -331,7 +313,7 @@ fn a_failed_manifest_switch_leaves_the_old_log_in_force() {
     ));
     store.compact().unwrap();
     drop(store);
-    let store = Store::open(dir.path(), Options::default().segment_bytes(4096)).unwrap();
+    let store = Store::open(dir.path(), plan.plain().segment_bytes(4096)).unwrap();
     assert_eq!(bodies(&store, "c0").len(), 21);
 }
 

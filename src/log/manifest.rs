@@ -12,12 +12,11 @@
 //! synced, renamed over `MANIFEST`, directory synced): that rename is the
 //! moment a compaction takes effect.
 
-use std::fs;
 use std::path::Path;
 
-use super::file::{write_replacement, Faults};
 use super::writer::sync_dir;
 use crate::error::{Error, Result};
+use crate::fs::Fs;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";
@@ -81,9 +80,9 @@ impl Manifest {
     }
 
     /// Reads the manifest of `dir`; none yet is the empty manifest.
-    pub fn read(dir: &Path) -> Result<Self> {
+    pub fn read(fs: &dyn Fs, dir: &Path) -> Result<Self> {
         let path = dir.join(MANIFEST);
-        match fs::read(&path) {
+        match fs.read(&path) {
             Ok(bytes) => Self::decode(&bytes).ok_or_else(|| {
                 Error::corrupt(
                     0,
@@ -97,13 +96,13 @@ impl Manifest {
     }
 
     /// Replaces the manifest of `dir` atomically and durably.
-    pub fn write(&self, dir: &Path, faults: Option<&Faults>) -> Result<()> {
+    pub fn write(&self, fs: &dyn Fs, dir: &Path) -> Result<()> {
         let tmp = dir.join("MANIFEST.tmp");
-        write_replacement(&tmp, &self.encode(), faults)
+        fs.write_file(&tmp, &self.encode())
             .map_err(|e| Error::io("write the new manifest", &tmp, e))?;
-        fs::rename(&tmp, dir.join(MANIFEST))
+        fs.rename(&tmp, &dir.join(MANIFEST))
             .map_err(|e| Error::io("switch to the new manifest", &tmp, e))?;
-        sync_dir(dir)
+        sync_dir(fs, dir)
     }
 }
 

@@ -1,6 +1,5 @@
 //! The log: segment files of framed records, appended to and recovered.
 
-pub mod file;
 pub mod frame;
 pub mod manifest;
 pub mod recovery;

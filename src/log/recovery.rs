@@ -1,7 +1,6 @@
 //! Opening the log: scan every segment, truncate only a torn tail of the
 //! newest one, and refuse (or, when asked, skip and report) damage elsewhere.
 
-use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,8 +12,8 @@ use super::manifest::Manifest;
 use super::segments::{list_segment_ids, segment_path, RecordLoc, SegmentData, Segments};
 use super::writer::{create_segment, sync_dir};
 use crate::error::{Error, Result};
-use crate::mmap::SealedMap;
-use crate::options::RecoveryMode;
+use crate::fs::{Fs, SegmentFile};
+use crate::options::{Options, RecoveryMode};
 
 /// What opening found and did. Nothing in it is an error: an open that had
 /// to refuse returns an [`Error`] instead.
@@ -76,8 +75,8 @@ pub struct Skipped {
 pub struct ActiveSegment {
     /// Its id.
     pub id: u64,
-    /// The file, open for reading and writing.
-    pub file: File,
+    /// The file, open for writing.
+    pub file: Arc<dyn SegmentFile>,
     /// Its valid bytes, from offset 0 (the writer mirrors them in memory).
     pub bytes: Vec<u8>,
 }
@@ -99,16 +98,17 @@ pub struct Recovered {
 /// interrupted compaction are removed.
 pub fn recover(
     dir: &Path,
-    mode: RecoveryMode,
-    max_record: u32,
+    options: &Options,
     resume: Option<Resume>,
     segments: &Segments,
     report: &mut OpenReport,
     mut on_record: impl FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>,
 ) -> Result<Recovered> {
-    remove_temporaries(dir)?;
-    let manifest = Manifest::read(dir)?;
-    let ids = list_segment_ids(dir)?;
+    let fs = options.fs.as_ref();
+    let (mode, max_record) = (options.recovery, options.max_record_bytes);
+    remove_temporaries(fs, dir)?;
+    let manifest = Manifest::read(fs, dir)?;
+    let ids = list_segment_ids(fs, dir)?;
     let next_id = ids.last().map_or(1, |&id| id + 1);
     for &id in &manifest.compacted {
         if !ids.contains(&id) {
@@ -121,17 +121,17 @@ pub fn recover(
     }
     let mut tail = Vec::new();
     for &id in ids.iter().filter(|id| !manifest.compacted.contains(id)) {
-        if manifest.is_live(id, has_compacted_flag(dir, id)) {
+        if manifest.is_live(id, has_compacted_flag(fs, dir, id)) {
             tail.push(id);
         } else {
             let path = segment_path(dir, id);
-            std::fs::remove_file(&path)
+            fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a segment left over from compaction", &path, e))?;
             report.removed_segments.push(id);
         }
     }
     if !report.removed_segments.is_empty() {
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
     }
     if let Some(r) = resume {
         if r.generation != manifest.generation || !tail.contains(&r.segment) {
@@ -158,8 +158,9 @@ pub fn recover(
         .collect();
     for id in sealed {
         let path = segment_path(dir, id);
-        let file = File::open(&path).map_err(|e| Error::io("open a segment", &path, e))?;
-        let map = SealedMap::map(&file).map_err(|e| Error::io("map a segment", &path, e))?;
+        let map = fs
+            .map(&path)
+            .map_err(|e| Error::io("map a segment", &path, e))?;
         scan.check_header(&path, id, map.bytes())?;
         let from = scan.start_of(id, map.bytes().len() as u64)?;
         if let Some(from) = from {
@@ -169,8 +170,8 @@ pub fn recover(
         scan.report.segments += 1;
     }
     let active = match tail.last() {
-        Some(&newest) => scan.newest(dir, newest, next_id)?,
-        None => fresh_segment(dir, next_id)?,
+        Some(&newest) => scan.newest(fs, dir, newest, next_id)?,
+        None => fresh_segment(fs, dir, next_id)?,
     };
     if !scan.reached {
         return Err(Error::corrupt(
@@ -189,25 +190,20 @@ pub fn recover(
 
 /// Whether segment `id`'s header says compaction wrote it (an unreadable
 /// header counts as no).
-fn has_compacted_flag(dir: &Path, id: u64) -> bool {
-    let mut header = [0u8; HEADER_LEN as usize];
-    let read = File::open(segment_path(dir, id))
-        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut header, 0));
-    read.is_ok() && decode_header(&header).is_ok_and(|h| h.flags & FLAG_COMPACTED != 0)
+fn has_compacted_flag(fs: &dyn Fs, dir: &Path, id: u64) -> bool {
+    fs.read_prefix(&segment_path(dir, id), HEADER_LEN as usize)
+        .is_ok_and(|header| decode_header(&header).is_ok_and(|h| h.flags & FLAG_COMPACTED != 0))
 }
 
 /// Removes `*.tmp` files: segments or a manifest a crash left half made.
-fn remove_temporaries(dir: &Path) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io("list the store directory", dir, e))?;
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.ends_with(".tmp"))
-        {
-            let path = entry.path();
-            std::fs::remove_file(&path)
+fn remove_temporaries(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    let entries = fs
+        .list(dir)
+        .map_err(|e| Error::io("list the store directory", dir, e))?;
+    for (name, _) in entries {
+        if name.ends_with(".tmp") {
+            let path = dir.join(name);
+            fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a temporary file", &path, e))?;
         }
     }
@@ -353,23 +349,22 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         }
     }
 
-    fn newest(&mut self, dir: &Path, id: u64, fresh_id: u64) -> Result<ActiveSegment> {
+    fn newest(&mut self, fs: &dyn Fs, dir: &Path, id: u64, fresh_id: u64) -> Result<ActiveSegment> {
         let path = segment_path(dir, id);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
+        let file = fs
             .open(&path)
             .map_err(|e| Error::io("open the newest segment", &path, e))?;
-        let mut bytes =
-            std::fs::read(&path).map_err(|e| Error::io("read the newest segment", &path, e))?;
+        let mut bytes = fs
+            .read(&path)
+            .map_err(|e| Error::io("read the newest segment", &path, e))?;
         if bytes.len() as u64 <= HEADER_LEN && decode_header(&bytes).is_err() {
             // A rotation crashed before the new header was durable.
             drop(file);
-            std::fs::remove_file(&path)
+            fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
-            sync_dir(dir)?;
+            sync_dir(fs, dir)?;
             self.report.removed_segments.push(id);
-            return fresh_segment(dir, fresh_id);
+            return fresh_segment(fs, dir, fresh_id);
         }
         self.check_header(&path, id, &bytes)?;
         let len = bytes.len() as u64;
@@ -379,7 +374,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         if let Some(cut) = self.frames(id, &bytes, true, from)? {
             let records = count_started_frames(&bytes, cut, self.max_record);
             file.set_len(cut)
-                .and_then(|()| file.sync_all())
+                .and_then(|()| file.sync_data())
                 .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
             self.report.torn_tail = Some(TornTail {
                 segment: id,
@@ -398,10 +393,10 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
     }
 }
 
-fn fresh_segment(dir: &Path, id: u64) -> Result<ActiveSegment> {
+fn fresh_segment(fs: &dyn Fs, dir: &Path, id: u64) -> Result<ActiveSegment> {
     Ok(ActiveSegment {
         id,
-        file: create_segment(dir, id)?,
+        file: create_segment(fs, dir, id)?,
         bytes: encode_header(id).to_vec(),
     })
 }

@@ -13,7 +13,7 @@ use parking_lot::RwLock;
 
 use super::frame::{verify_payload, FRAME_HEADER_LEN};
 use crate::error::{Error, Result};
-use crate::mmap::SealedMap;
+use crate::fs::{Fs, Mapped};
 
 /// Where one record lives: 16 bytes, the unit of the in-memory index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -37,14 +37,12 @@ pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 /// The ids of the segment files in `dir`, ascending. Other files are ignored.
-pub fn list_segment_ids(dir: &Path) -> Result<Vec<u64>> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io("list the store directory", dir, e))?;
+pub fn list_segment_ids(fs: &dyn Fs, dir: &Path) -> Result<Vec<u64>> {
+    let entries = fs
+        .list(dir)
+        .map_err(|e| Error::io("list the store directory", dir, e))?;
     let mut ids = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io("list the store directory", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for (name, _) in entries {
         let Some(stem) = name.strip_suffix(".seg") else {
             continue;
         };
@@ -65,7 +63,7 @@ pub type Mirror = Arc<RwLock<Vec<u8>>>;
 #[derive(Clone)]
 pub enum SegmentData {
     /// Sealed and mapped.
-    Sealed(Arc<SealedMap>),
+    Sealed(Arc<Mapped>),
     /// Still being appended to; read from its in-memory mirror.
     Active(Mirror),
 }

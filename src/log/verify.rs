@@ -8,6 +8,7 @@ use super::frame::{decode_frame, decode_header, find_next_frame, FORMAT_VERSION,
 use super::manifest::Manifest;
 use super::segments::{list_segment_ids, segment_path};
 use crate::error::{Error, Result};
+use crate::fs::Fs;
 use crate::record;
 use crate::MAX_RECORD_BYTES;
 
@@ -47,14 +48,20 @@ impl VerifyReport {
 /// Scans every segment of the log in `dir` (the caller holds the store's
 /// lock, or knows nothing writes it), reporting progress as (segments done,
 /// segments in all).
-pub fn verify_dir(dir: &Path, progress: &mut dyn FnMut(usize, usize)) -> Result<VerifyReport> {
-    let manifest = Manifest::read(dir)?;
-    let ids = list_segment_ids(dir)?;
+pub fn verify_dir(
+    fs: &dyn Fs,
+    dir: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<VerifyReport> {
+    let manifest = Manifest::read(fs, dir)?;
+    let ids = list_segment_ids(fs, dir)?;
     let mut report = VerifyReport::default();
     for (i, &id) in ids.iter().enumerate() {
         progress(i, ids.len());
         let path: PathBuf = segment_path(dir, id);
-        let bytes = std::fs::read(&path).map_err(|e| Error::io("read a segment", &path, e))?;
+        let bytes = fs
+            .read(&path)
+            .map_err(|e| Error::io("read a segment", &path, e))?;
         report.bytes += bytes.len() as u64;
         report.segments += 1;
         let header = match decode_header(&bytes) {

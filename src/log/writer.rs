@@ -9,20 +9,17 @@
 //! before it started, so syncs follow each other without waiting for the
 //! woken appenders.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::file::{wrap, Fault, Faults, FileOp, SegmentFile};
 use super::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
 use super::recovery::ActiveSegment;
 use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments};
 use crate::error::{Error, Result};
-use crate::mmap::SealedMap;
+use crate::fs::{Fs, SegmentFile};
 use crate::options::Durability;
 
 struct Active {
@@ -75,6 +72,7 @@ impl Drop for LogWriter {
 
 /// The log's shared state.
 pub struct Log {
+    fs: Arc<dyn Fs>,
     dir: PathBuf,
     segment_bytes: u64,
     durability: Durability,
@@ -88,8 +86,6 @@ pub struct Log {
     poisoned: AtomicBool,
     /// The next segment id to hand out (to a rotation or a compaction).
     next_id: AtomicU64,
-    /// Fault injection (tests only).
-    faults: Option<Faults>,
     /// Where each append that is written but not yet published starts
     /// (segment, offset): a checkpoint taken while appends are
     /// in flight must resume from the earliest of them.
@@ -99,20 +95,20 @@ pub struct Log {
 impl LogWriter {
     /// Continues appending to the segment recovery left active.
     pub fn resume(
+        fs: Arc<dyn Fs>,
         dir: PathBuf,
         segment_bytes: u64,
         durability: Durability,
         segments: Arc<Segments>,
         active: ActiveSegment,
         next_id: u64,
-        faults: Option<Faults>,
     ) -> Self {
         let ActiveSegment { id, file, bytes } = active;
         let len = bytes.len() as u64;
         let mirror = new_mirror(segment_bytes, bytes);
         segments.insert(id, SegmentData::Active(mirror.clone()));
-        let file = wrap(file, segment_path(&dir, id), len, faults.as_ref());
         let log = Arc::new(Log {
+            fs,
             dir,
             segment_bytes,
             durability,
@@ -135,7 +131,6 @@ impl LogWriter {
             work: Condvar::new(),
             poisoned: AtomicBool::new(false),
             next_id: AtomicU64::new(next_id.max(id + 1)),
-            faults,
             in_flight: Mutex::new(std::collections::BTreeSet::new()),
         });
         let syncer = (durability == Durability::GroupCommit).then(|| {
@@ -245,14 +240,10 @@ impl Log {
             return Err(Error::io("sync the segment being sealed", old_path, e));
         }
         let id = self.allocate_segment_id();
-        if let Some(Faults(plan)) = &self.faults {
-            if let Fault::Fail(e) | Fault::Short(_, e) = plan.before(FileOp::Create, &self.path(id))
-            {
-                return Err(Error::io("create a segment", self.path(id), e));
-            }
-        }
-        let file = create_segment(&self.dir, id)?;
-        let sealed = SealedMap::map(active.file.file())
+        let file = create_segment(self.fs.as_ref(), &self.dir, id)?;
+        let sealed = active
+            .file
+            .map()
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
         self.segments
             .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
@@ -260,7 +251,7 @@ impl Log {
         self.segments
             .insert(id, SegmentData::Active(mirror.clone()));
         active.id = id;
-        active.file = wrap(file, self.path(id), HEADER_LEN, self.faults.as_ref());
+        active.file = file;
         active.mirror = mirror;
         active.len = HEADER_LEN;
         active.base = active.written - HEADER_LEN;
@@ -297,6 +288,16 @@ impl Log {
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The file system the store uses.
+    pub fn fs(&self) -> &dyn Fs {
+        self.fs.as_ref()
+    }
+
+    /// Syncs the store's directory, making the names in it durable.
+    pub fn sync_dir(&self) -> Result<()> {
+        sync_dir(self.fs.as_ref(), &self.dir)
     }
 
     /// The rotation size.
@@ -405,25 +406,21 @@ fn new_mirror(segment_bytes: u64, mut bytes: Vec<u8>) -> Mirror {
 
 /// Creates segment `id` in `dir` with its header, synced, and syncs the
 /// directory so that the new name is durable too.
-pub fn create_segment(dir: &Path, id: u64) -> Result<File> {
+pub fn create_segment(fs: &dyn Fs, dir: &Path, id: u64) -> Result<Arc<dyn SegmentFile>> {
     let path = segment_path(dir, id);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
+    let file = fs
+        .create_new(&path)
         .map_err(|e| Error::io("create a segment", &path, e))?;
-    file.write_all_at(&encode_header(id), 0)
+    file.write_at(&encode_header(id), 0)
         .map_err(|e| Error::io("write a segment header", &path, e))?;
     file.sync_data()
         .map_err(|e| Error::io("sync a new segment", &path, e))?;
-    sync_dir(dir)?;
+    sync_dir(fs, dir)?;
     Ok(file)
 }
 
 /// Syncs a directory, making the names in it durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+pub fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    fs.sync_dir(dir)
         .map_err(|e| Error::io("sync the store directory", dir, e))
 }

@@ -9,17 +9,15 @@
 //! | count:u64 | count × bincode(Entry) | bincode(Vec<Idem>)
 //! ```
 
-use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::Store;
 use crate::error::{Error, Result};
+use crate::fs::Fs;
 use crate::index::{ContextState, Index};
-use crate::log::file::write_replacement;
 use crate::log::recovery::Resume;
-use crate::log::writer::sync_dir;
 use crate::namespace::{task_key, ContextKey};
 
 /// The checkpoint's file name.
@@ -116,24 +114,23 @@ impl Store {
         file.extend_from_slice(&VERSION.to_le_bytes());
         file.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         file.extend_from_slice(&body);
-        let dir = self.writer.dir();
+        let (fs, dir) = (self.writer.fs(), self.writer.dir());
         let tmp = dir.join("CHECKPOINT.tmp");
-        write_replacement(&tmp, &file, self.options.faults.as_ref())
+        fs.write_file(&tmp, &file)
             .map_err(|e| Error::io("write the checkpoint", &tmp, e))?;
-        fs::rename(&tmp, dir.join(CHECKPOINT))
+        fs.rename(&tmp, &dir.join(CHECKPOINT))
             .map_err(|e| Error::io("switch to the new checkpoint", &tmp, e))?;
-        sync_dir(dir)
+        self.writer.sync_dir()
     }
 }
 
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one.
 /// `None` (and an untouched index) when there is none or it is damaged.
-pub fn load(dir: &Path, index: &Index) -> Option<Loaded> {
+pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     // Mapped, not read: a large checkpoint then costs no fresh memory. The
     // file is only ever replaced by a rename, never changed in place, which
     // is the map's contract (see `mmap`).
-    let file = fs::File::open(dir.join(CHECKPOINT)).ok()?;
-    let map = crate::mmap::SealedMap::map(&file).ok()?;
+    let map = fs.map(&dir.join(CHECKPOINT)).ok()?;
     let bytes = map.bytes();
     let body = bytes.strip_prefix(&MAGIC)?;
     let (version, body) = body.split_at_checked(4)?;

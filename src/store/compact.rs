@@ -3,21 +3,18 @@
 //! store keeps serving reads and writes. DESIGN.md §4 walks its crash cases.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::{apply, now_ms, Store};
 use crate::error::{Error, Result};
+use crate::fs::Fs;
 use crate::index::{ContextState, Gone, Life};
 use crate::log::frame::{
     decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, FRAME_HEADER_LEN, HEADER_LEN,
 };
 use crate::log::manifest::Manifest;
 use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentData};
-use crate::log::writer::sync_dir;
-use crate::mmap::SealedMap;
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
 use crate::record::{self, ContextName, RecordBody, RecordKind};
 use crate::MAX_RECORD_BYTES;
@@ -134,8 +131,9 @@ impl Store {
         self.no_checkpoint
             .store(true, std::sync::atomic::Ordering::Release);
         let stale = self.writer.dir().join(super::checkpoint::CHECKPOINT);
-        match std::fs::remove_file(&stale) {
-            Ok(()) => sync_dir(self.writer.dir())?,
+        let fs = self.writer.fs();
+        match fs.remove_file(&stale) {
+            Ok(()) => self.writer.sync_dir()?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("remove the old checkpoint", stale, e)),
         }
@@ -180,17 +178,17 @@ impl Store {
         report.output_segments = out.segments.len();
         report.output_bytes = out.segments.iter().map(|(_, b)| b.len() as u64).sum();
         for (id, bytes) in &out.segments {
-            write_temporary(&dir, *id, bytes)?;
+            write_temporary(fs, &dir, *id, bytes)?;
         }
         if step == CompactStep::Written {
             return Ok(report);
         }
         for (id, _) in &out.segments {
             let tmp = dir.join(format!("{}.tmp", segment_file_name(*id)));
-            std::fs::rename(&tmp, segment_path(&dir, *id))
+            fs.rename(&tmp, &segment_path(&dir, *id))
                 .map_err(|e| Error::io("name a compacted segment", &tmp, e))?;
         }
-        sync_dir(&dir)?;
+        self.writer.sync_dir()?;
         if step == CompactStep::Renamed {
             return Ok(report);
         }
@@ -199,16 +197,15 @@ impl Store {
             compacted: out.segments.iter().map(|(id, _)| *id).collect(),
             tail_from,
         };
-        next.write(&dir, self.options.faults.as_ref())?;
+        next.write(fs, &dir)?;
         *manifest = next;
         if step == CompactStep::Switched {
             return Ok(report);
         }
         for (id, _) in &out.segments {
             let path = segment_path(&dir, *id);
-            let file =
-                File::open(&path).map_err(|e| Error::io("open a compacted segment", &path, e))?;
-            let map = SealedMap::map(&file)
+            let map = fs
+                .map(&path)
                 .map_err(|e| Error::io("map a compacted segment", &path, e))?;
             self.segments
                 .insert(*id, SegmentData::Sealed(Arc::new(map)));
@@ -219,10 +216,10 @@ impl Store {
         for id in &inputs {
             self.segments.remove(*id);
             let path = segment_path(&dir, *id);
-            std::fs::remove_file(&path)
+            fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a compacted-away segment", &path, e))?;
         }
-        sync_dir(&dir)?;
+        self.writer.sync_dir()?;
         // The index now points into the new segments: a checkpoint may be
         // written again, and the next one is due.
         self.since_checkpoint
@@ -384,14 +381,12 @@ fn remap_state(state: &mut ContextState, to: &impl Fn(&mut RecordLoc)) {
 }
 
 /// Writes a compacted segment under a temporary name, synced.
-fn write_temporary(dir: &Path, id: u64, bytes: &[u8]) -> Result<()> {
+fn write_temporary(fs: &dyn Fs, dir: &Path, id: u64, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{}.tmp", segment_file_name(id)));
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
+    let file = fs
+        .create_new(&tmp)
         .map_err(|e| Error::io("create a compacted segment", &tmp, e))?;
-    file.write_all_at(bytes, 0)
-        .and_then(|()| file.sync_all())
+    file.write_at(bytes, 0)
+        .and_then(|()| file.sync_data())
         .map_err(|e| Error::io("write a compacted segment", &tmp, e))
 }

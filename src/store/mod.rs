@@ -1,11 +1,11 @@
 //! The public store: open, append raw messages, read histories, list contexts.
 
-use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::fs::{Fs, OsFs};
 use std::collections::HashMap;
 
 use crate::index::{ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
@@ -62,7 +62,7 @@ pub struct Store {
     /// A compaction is running or stopped half-way: the index may not match
     /// the manifest, so no checkpoint may be written.
     no_checkpoint: std::sync::atomic::AtomicBool,
-    _lock: File,
+    _lock: Box<dyn Send + Sync>,
 }
 
 /// What an append returns once the message is as durable as promised.
@@ -164,12 +164,13 @@ impl Store {
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         check_options(&options)?;
-        create_dir(&dir)?;
-        let lock = lock_dir(&dir)?;
+        let fs = options.fs.clone();
+        create_dir(fs.as_ref(), &dir)?;
+        let lock = lock_dir(fs.as_ref(), &dir)?;
         // With a sound checkpoint, load the index and read only the log
         // after it; if the log does not match it, read everything instead.
         let first = Index::default();
-        let attempt = checkpoint::load(&dir, &first).map(|loaded| {
+        let attempt = checkpoint::load(fs.as_ref(), &dir, &first).map(|loaded| {
             let segments = Arc::new(Segments::default());
             (
                 scan_log(&dir, &options, &first, &segments, Some(loaded)),
@@ -181,7 +182,7 @@ impl Store {
             other => {
                 let ignored = match other {
                     Some((Err(e), _)) => Some(format!("{e}")),
-                    _ if dir.join(checkpoint::CHECKPOINT).exists() => {
+                    _ if fs.exists(&dir.join(checkpoint::CHECKPOINT)) => {
                         Some("the checkpoint is damaged or of another version".to_string())
                     }
                     _ => None,
@@ -194,13 +195,13 @@ impl Store {
             }
         };
         let writer = LogWriter::resume(
+            fs,
             dir,
             options.segment_bytes,
             options.durability,
             segments.clone(),
             recovered.active,
             recovered.next_id,
-            options.faults.clone(),
         );
         let stale_at_open = u64::from(!report.from_checkpoint || report.replayed > 0);
         Ok(Self {
@@ -241,8 +242,8 @@ impl Store {
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
         }
-        let _lock = lock_dir(dir)?;
-        verify_dir(dir, progress)
+        let _lock = lock_dir(&OsFs, dir)?;
+        verify_dir(&OsFs, dir, progress)
     }
 
     /// Counts of what the store holds, its size on disk and in memory.
@@ -274,14 +275,11 @@ impl Store {
             st.live_bytes += live.iter().map(|l| u64::from(l.len)).sum::<u64>();
         }
         st.index_bytes += self.index.approx_map_bytes();
-        st.disk_bytes = std::fs::read_dir(self.writer.dir())
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter_map(|e| e.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
+        st.disk_bytes = self
+            .writer
+            .fs()
+            .list(self.writer.dir())
+            .map(|files| files.iter().map(|(_, len)| len).sum())
             .unwrap_or(0);
         st
     }
@@ -808,8 +806,7 @@ fn scan_log(
     let mut foreign = 0u64;
     let recovered = recover(
         dir,
-        options.recovery,
-        options.max_record_bytes,
+        options,
         loaded.as_ref().map(|l| l.resume),
         segments,
         &mut report,
@@ -1078,31 +1075,24 @@ fn check_options(o: &Options) -> Result<()> {
     Ok(())
 }
 
-fn create_dir(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
+fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    if fs.exists(dir) {
         return Ok(());
     }
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("create the store directory", dir, e))?;
+    fs.create_dir_all(dir)
+        .map_err(|e| Error::io("create the store directory", dir, e))?;
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        crate::log::writer::sync_dir(parent)?;
+        crate::log::writer::sync_dir(fs, parent)?;
     }
     Ok(())
 }
 
-fn lock_dir(dir: &Path) -> Result<File> {
+fn lock_dir(fs: &dyn Fs, dir: &Path) -> Result<Box<dyn Send + Sync>> {
     let path: PathBuf = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io("open the lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(Error::Locked { path }),
-        Err(TryLockError::Error(e)) => Err(Error::io("lock the store", &path, e)),
-    }
+    fs.lock(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => Error::Locked { path: path.clone() },
+        _ => Error::io("lock the store", &path, e),
+    })
 }
 
 /// The timestamp of a context's next record: now, but never before its

@@ -21,7 +21,7 @@ pub fn buffered_store() -> (tempfile::TempDir, ctxlog::Store) {
 
 /// The paths of the store's segment files, oldest first.
 pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
-    list_segment_ids(dir)
+    list_segment_ids(&ctxlog::fs::OsFs, dir)
         .expect("list segments")
         .into_iter()
         .map(|id| segment_path(dir, id))

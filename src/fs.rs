@@ -1,0 +1,861 @@
+//! Every file call the store makes, behind one small trait ([`Fs`]), with
+//! three implementations:
+//!
+//! - [`OsFs`], the operating system's file system (the default);
+//! - [`MemFs`], an in-memory file system that keeps what was written apart
+//!   from what was made durable, and whose [`MemFs::crash`] hands back what a
+//!   power loss at that instant could leave: synced bytes and directory
+//!   entries survive, the rest is lost, kept or torn;
+//! - [`FaultyFs`], which wraps either and asks a [`FaultPlan`] before every
+//!   call whether to let it run, fail it, or cut a write short.
+//!
+//! The model of the disk that [`MemFs`] simulates is the one DESIGN.md §9
+//! states: `fdatasync` makes a file's written bytes durable; a directory sync
+//! makes the names created, renamed or removed in it durable; anything not
+//! yet made durable may, after a crash, be gone, present, or present only in
+//! some 512-byte sectors, and unsynced directory changes survive as a prefix
+//! of the order in which they were made.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::mmap::SealedMap;
+
+/// The file operations of a store.
+pub trait Fs: Send + Sync + fmt::Debug {
+    /// Creates `dir` and its missing parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `path` names a file or directory.
+    fn exists(&self, path: &Path) -> bool;
+    /// Takes an exclusive lock named by `path` (creating the file if needed)
+    /// for as long as the returned guard lives; `WouldBlock` if it is held.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Send + Sync>>;
+    /// Creates a new file (failing if it exists), open for writing.
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>>;
+    /// Opens an existing file for writing.
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>>;
+    /// The whole contents of a file.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The first `len` bytes of a file (fewer if it is shorter).
+    fn read_prefix(&self, path: &Path, len: usize) -> io::Result<Vec<u8>>;
+    /// A read-only view of a file that nothing changes any more (a sealed
+    /// segment or a checkpoint; see `mmap`).
+    fn map(&self, path: &Path) -> io::Result<Mapped>;
+    /// Creates or truncates `path`, writes `bytes` and syncs them.
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// The files in `dir`: names and lengths.
+    fn list(&self, dir: &Path) -> io::Result<Vec<(String, u64)>>;
+    /// Makes the names created, renamed or removed in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// A file open for writing (a segment being appended to).
+pub trait SegmentFile: Send + Sync {
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Truncates or extends the file to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// `fdatasync`: makes every byte written so far durable.
+    fn sync_data(&self) -> io::Result<()>;
+    /// A read-only view of the file, once nothing writes it any more.
+    fn map(&self) -> io::Result<Mapped>;
+}
+
+/// A read-only view of a whole file.
+pub struct Mapped(MappedBytes);
+
+enum MappedBytes {
+    File(SealedMap),
+    Memory(Arc<[u8]>),
+}
+
+impl Mapped {
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            MappedBytes::File(map) => map.bytes(),
+            MappedBytes::Memory(bytes) => bytes,
+        }
+    }
+}
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsFs;
+
+impl Fs for OsFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Send + Sync>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Box::new(file)),
+            Err(TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Arc::new(file))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Arc::new(file))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn read_prefix(&self, path: &Path, len: usize) -> io::Result<Vec<u8>> {
+        let file = File::open(path)?;
+        let mut buf = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match file.read_at(buf.get_mut(got..).unwrap_or_default(), got as u64)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        buf.truncate(got);
+        Ok(buf)
+    }
+
+    fn map(&self, path: &Path) -> io::Result<Mapped> {
+        SegmentFile::map(&File::open(path)?)
+    }
+
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.write_all_at(bytes, 0)?;
+        file.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if !meta.is_file() {
+                continue;
+            }
+            if let Ok(name) = entry.file_name().into_string() {
+                out.push((name, meta.len()));
+            }
+        }
+        Ok(out)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+impl SegmentFile for File {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_all_at(buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+
+    fn map(&self) -> io::Result<Mapped> {
+        Ok(Mapped(MappedBytes::File(SealedMap::map(self)?)))
+    }
+}
+
+/// How the bytes and names not yet made durable fare in a simulated crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// All of them are lost.
+    LoseUnsynced,
+    /// All of them made it to the disk.
+    KeepUnsynced,
+    /// Some did, chosen by a generator seeded with this: each file keeps a
+    /// length between its synced and its written one and, sector by sector,
+    /// the written or the synced bytes; each directory keeps a prefix of its
+    /// unsynced changes.
+    Torn(u64),
+}
+
+/// An in-memory file system that simulates crashes: see the module docs.
+/// Clones share the same files.
+#[derive(Clone, Default)]
+pub struct MemFs {
+    state: Arc<Mutex<MemState>>,
+}
+
+#[derive(Default, Clone)]
+struct MemState {
+    dirs: BTreeSet<PathBuf>,
+    /// Every file by node number, named or not (an open handle keeps a
+    /// removed file's node alive, as on a real file system).
+    nodes: BTreeMap<u64, Node>,
+    next_node: u64,
+    /// The names now.
+    names: BTreeMap<PathBuf, u64>,
+    /// The names as of the last sync of their directory.
+    durable_names: BTreeMap<PathBuf, u64>,
+    /// Changes to names since their directory was last synced, in order.
+    pending: Vec<NameChange>,
+    locks: BTreeSet<PathBuf>,
+}
+
+#[derive(Default, Clone)]
+struct Node {
+    bytes: Vec<u8>,
+    /// The bytes as of the last sync.
+    durable: Vec<u8>,
+    /// Bytes from here on may differ from `durable`.
+    dirty_from: usize,
+}
+
+impl Node {
+    fn write(&mut self, buf: &[u8], offset: usize) {
+        let end = offset + buf.len();
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        if let Some(dst) = self.bytes.get_mut(offset..end) {
+            dst.copy_from_slice(buf);
+        }
+        self.dirty_from = self.dirty_from.min(offset);
+    }
+
+    fn set_len(&mut self, len: usize) {
+        self.bytes.resize(len, 0);
+        self.dirty_from = self.dirty_from.min(len);
+    }
+
+    fn sync(&mut self) {
+        let from = self
+            .dirty_from
+            .min(self.bytes.len())
+            .min(self.durable.len());
+        self.durable.truncate(from);
+        self.durable
+            .extend_from_slice(self.bytes.get(from..).unwrap_or_default());
+        self.dirty_from = self.bytes.len();
+    }
+}
+
+#[derive(Clone)]
+enum NameChange {
+    Link(PathBuf, u64),
+    Unlink(PathBuf),
+}
+
+impl NameChange {
+    fn path(&self) -> &Path {
+        match self {
+            NameChange::Link(p, _) | NameChange::Unlink(p) => p,
+        }
+    }
+
+    fn apply(&self, names: &mut BTreeMap<PathBuf, u64>) {
+        match self {
+            NameChange::Link(p, node) => {
+                names.insert(p.clone(), *node);
+            }
+            NameChange::Unlink(p) => {
+                names.remove(p);
+            }
+        }
+    }
+}
+
+fn not_found() -> io::Error {
+    io::ErrorKind::NotFound.into()
+}
+
+impl MemState {
+    fn node_of(&self, path: &Path) -> io::Result<u64> {
+        self.names.get(path).copied().ok_or_else(not_found)
+    }
+
+    fn node(&mut self, node: u64) -> io::Result<&mut Node> {
+        self.nodes.get_mut(&node).ok_or_else(not_found)
+    }
+
+    fn check_parent(&self, path: &Path) -> io::Result<()> {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() && !self.dirs.contains(p) => Err(not_found()),
+            _ => Ok(()),
+        }
+    }
+
+    fn link(&mut self, path: &Path, node: u64) {
+        self.names.insert(path.to_path_buf(), node);
+        self.pending
+            .push(NameChange::Link(path.to_path_buf(), node));
+    }
+
+    fn new_node(&mut self) -> u64 {
+        let id = self.next_node;
+        self.next_node += 1;
+        self.nodes.insert(id, Node::default());
+        id
+    }
+}
+
+impl fmt::Debug for MemFs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("MemFs")
+            .field("files", &state.names.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl MemFs {
+    /// An empty file system.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What a power loss at this instant leaves: a new, independent file
+    /// system holding every synced byte and name, and of the rest what
+    /// `how` says. Locks are not kept (their holder died).
+    pub fn crash(&self, how: Crash) -> MemFs {
+        let state = self.state.lock();
+        let mut rng = Rng(match how {
+            Crash::Torn(seed) => seed,
+            _ => 0,
+        });
+        let mut names = state.durable_names.clone();
+        let kept_changes = match how {
+            Crash::LoseUnsynced => 0,
+            Crash::KeepUnsynced => state.pending.len(),
+            Crash::Torn(_) => rng.below(state.pending.len() as u64 + 1) as usize,
+        };
+        for change in state.pending.iter().take(kept_changes) {
+            change.apply(&mut names);
+        }
+        let mut nodes = BTreeMap::new();
+        for &id in names.values() {
+            let Some(node) = state.nodes.get(&id) else {
+                continue;
+            };
+            let bytes = match how {
+                Crash::LoseUnsynced => node.durable.clone(),
+                Crash::KeepUnsynced => node.bytes.clone(),
+                Crash::Torn(_) => torn(node, &mut rng),
+            };
+            nodes.insert(
+                id,
+                Node {
+                    durable: bytes.clone(),
+                    dirty_from: bytes.len(),
+                    bytes,
+                },
+            );
+        }
+        MemFs {
+            state: Arc::new(Mutex::new(MemState {
+                dirs: state.dirs.clone(),
+                nodes,
+                next_node: state.next_node,
+                durable_names: names.clone(),
+                names,
+                pending: Vec::new(),
+                locks: BTreeSet::new(),
+            })),
+        }
+    }
+
+    /// The current contents of `path` (for tests that damage files).
+    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.state.lock();
+        let id = state.names.get(path)?;
+        state.nodes.get(id).map(|n| n.bytes.clone())
+    }
+
+    /// Replaces the contents of `path`, durably (for tests that damage files).
+    pub fn set_contents(&self, path: &Path, bytes: Vec<u8>) -> io::Result<()> {
+        let mut state = self.state.lock();
+        let id = state.node_of(path)?;
+        let node = state.node(id)?;
+        node.durable = bytes.clone();
+        node.dirty_from = bytes.len();
+        node.bytes = bytes;
+        Ok(())
+    }
+
+    fn handle(&self, node: u64, path: &Path) -> Arc<dyn SegmentFile> {
+        Arc::new(MemFile {
+            fs: self.clone(),
+            node,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// What a crash leaves of one file's unsynced bytes, under [`Crash::Torn`].
+fn torn(node: &Node, rng: &mut Rng) -> Vec<u8> {
+    const SECTOR: usize = 512;
+    let (synced, written) = (node.durable.len(), node.bytes.len());
+    let (lo, hi) = (synced.min(written), synced.max(written));
+    let len = lo + rng.below((hi - lo) as u64 + 1) as usize;
+    // Bytes before this are the same written and synced.
+    let stable = node.dirty_from.min(synced).min(written);
+    let mut out = Vec::with_capacity(len);
+    let mut at = 0;
+    while at < len {
+        let end = (at + SECTOR).min(len);
+        let src = if end <= stable || rng.below(2) == 0 {
+            &node.durable
+        } else {
+            &node.bytes
+        };
+        // Past a source's end lie bytes never written there: zeros.
+        out.extend((at..end).map(|i| src.get(i).copied().unwrap_or(0)));
+        at = end;
+    }
+    out
+}
+
+/// A small deterministic generator (splitmix64) for torn crashes.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+struct MemFile {
+    fs: MemFs,
+    node: u64,
+    path: PathBuf,
+}
+
+impl SegmentFile for MemFile {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let offset = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        self.fs.state.lock().node(self.node)?.write(buf, offset);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        self.fs.state.lock().node(self.node)?.set_len(len);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.fs.state.lock().node(self.node)?.sync();
+        Ok(())
+    }
+
+    fn map(&self) -> io::Result<Mapped> {
+        let bytes: Arc<[u8]> = self.fs.state.lock().node(self.node)?.bytes.clone().into();
+        Ok(Mapped(MappedBytes::Memory(bytes)))
+    }
+}
+
+impl fmt::Debug for MemFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MemFile({})", self.path.display())
+    }
+}
+
+struct MemLock {
+    fs: MemFs,
+    path: PathBuf,
+}
+
+impl Drop for MemLock {
+    fn drop(&mut self) {
+        self.fs.state.lock().locks.remove(&self.path);
+    }
+}
+
+impl Fs for MemFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        for a in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            state.dirs.insert(a.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let state = self.state.lock();
+        state.names.contains_key(path) || state.dirs.contains(path)
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Send + Sync>> {
+        let mut state = self.state.lock();
+        state.check_parent(path)?;
+        if !state.locks.insert(path.to_path_buf()) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(Box::new(MemLock {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>> {
+        let mut state = self.state.lock();
+        state.check_parent(path)?;
+        if state.names.contains_key(path) {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+        let node = state.new_node();
+        state.link(path, node);
+        Ok(self.handle(node, path))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>> {
+        let node = self.state.lock().node_of(path)?;
+        Ok(self.handle(node, path))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut state = self.state.lock();
+        let id = state.node_of(path)?;
+        Ok(state.node(id)?.bytes.clone())
+    }
+
+    fn read_prefix(&self, path: &Path, len: usize) -> io::Result<Vec<u8>> {
+        let mut state = self.state.lock();
+        let id = state.node_of(path)?;
+        let bytes = &state.node(id)?.bytes;
+        Ok(bytes
+            .get(..len.min(bytes.len()))
+            .unwrap_or_default()
+            .to_vec())
+    }
+
+    fn map(&self, path: &Path) -> io::Result<Mapped> {
+        let mut state = self.state.lock();
+        let id = state.node_of(path)?;
+        let bytes: Arc<[u8]> = state.node(id)?.bytes.clone().into();
+        Ok(Mapped(MappedBytes::Memory(bytes)))
+    }
+
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.check_parent(path)?;
+        let id = match state.names.get(path) {
+            Some(&id) => id,
+            None => {
+                let id = state.new_node();
+                state.link(path, id);
+                id
+            }
+        };
+        let node = state.node(id)?;
+        node.set_len(0);
+        node.write(bytes, 0);
+        node.sync();
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.check_parent(to)?;
+        let id = state.node_of(from)?;
+        state.names.remove(from);
+        state.pending.push(NameChange::Unlink(from.to_path_buf()));
+        state.link(to, id);
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.node_of(path)?;
+        state.names.remove(path);
+        state.pending.push(NameChange::Unlink(path.to_path_buf()));
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<(String, u64)>> {
+        let state = self.state.lock();
+        if !state.dirs.contains(dir) {
+            return Err(not_found());
+        }
+        Ok(state
+            .names
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .filter_map(|(p, id)| {
+                let name = p.file_name()?.to_str()?.to_string();
+                Some((name, state.nodes.get(id)?.bytes.len() as u64))
+            })
+            .collect())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        if !state.dirs.contains(dir) {
+            return Err(not_found());
+        }
+        let (here, elsewhere): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
+            .into_iter()
+            .partition(|c| c.path().parent() == Some(dir));
+        for change in &here {
+            change.apply(&mut state.durable_names);
+        }
+        state.pending = elsewhere;
+        Ok(())
+    }
+}
+
+/// A file operation a [`FaultPlan`] may fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileOp {
+    /// Writing to an open file (appending frames, or a segment header).
+    Write,
+    /// Truncating or extending an open file.
+    Truncate,
+    /// `fdatasync` of an open file.
+    Sync,
+    /// Creating a new file (a segment, at rotation or by compaction).
+    Create,
+    /// Opening an existing file for writing.
+    Open,
+    /// Reading a file (whole, its header, or by mapping it).
+    Read,
+    /// Writing a whole file and syncing it (a checkpoint or a manifest, to
+    /// its temporary name, before the rename that switches to it).
+    Replace,
+    /// Renaming a file.
+    Rename,
+    /// Removing a file.
+    Remove,
+    /// Listing a directory.
+    List,
+    /// Syncing a directory.
+    SyncDir,
+    /// Creating a directory or taking the store's lock.
+    Setup,
+}
+
+/// What a [`FaultPlan`] does to one call.
+#[derive(Debug)]
+pub enum Fault {
+    /// Let it run.
+    Pass,
+    /// Fail it without doing anything.
+    Fail(io::Error),
+    /// (`Write` and `Replace`) write this many bytes of the buffer, then fail.
+    Short(usize, io::Error),
+}
+
+/// Decides, call by call, which file operations fail.
+pub trait FaultPlan: Send + Sync {
+    /// Called before each operation on `path`.
+    fn before(&self, op: FileOp, path: &Path) -> Fault;
+}
+
+/// A file system whose every call first asks a [`FaultPlan`].
+#[derive(Clone)]
+pub struct FaultyFs {
+    inner: Arc<dyn Fs>,
+    plan: Arc<dyn FaultPlan>,
+}
+
+impl fmt::Debug for FaultyFs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultyFs")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl FaultyFs {
+    /// Wraps `inner`, asking `plan` before every call.
+    pub fn new(inner: Arc<dyn Fs>, plan: Arc<dyn FaultPlan>) -> Self {
+        Self { inner, plan }
+    }
+
+    /// Fails the call if the plan says so (a `Short` counts as a failure
+    /// for calls that do not write).
+    fn check(&self, op: FileOp, path: &Path) -> io::Result<()> {
+        match self.plan.before(op, path) {
+            Fault::Pass => Ok(()),
+            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
+        }
+    }
+
+    fn wrap(&self, file: Arc<dyn SegmentFile>, path: &Path) -> Arc<dyn SegmentFile> {
+        Arc::new(FaultyFile {
+            inner: file,
+            path: path.to_path_buf(),
+            plan: self.plan.clone(),
+        })
+    }
+}
+
+impl Fs for FaultyFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.check(FileOp::Setup, dir)?;
+        self.inner.create_dir_all(dir)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Send + Sync>> {
+        self.check(FileOp::Setup, path)?;
+        self.inner.lock(path)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>> {
+        self.check(FileOp::Create, path)?;
+        Ok(self.wrap(self.inner.create_new(path)?, path))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn SegmentFile>> {
+        self.check(FileOp::Open, path)?;
+        Ok(self.wrap(self.inner.open(path)?, path))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.check(FileOp::Read, path)?;
+        self.inner.read(path)
+    }
+
+    fn read_prefix(&self, path: &Path, len: usize) -> io::Result<Vec<u8>> {
+        self.check(FileOp::Read, path)?;
+        self.inner.read_prefix(path, len)
+    }
+
+    fn map(&self, path: &Path) -> io::Result<Mapped> {
+        self.check(FileOp::Read, path)?;
+        self.inner.map(path)
+    }
+
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        match self.plan.before(FileOp::Replace, path) {
+            Fault::Pass => self.inner.write_file(path, bytes),
+            Fault::Fail(e) => Err(e),
+            Fault::Short(n, e) => {
+                // A torn file is left behind, as a crash would leave it.
+                self.inner
+                    .write_file(path, bytes.get(..n).unwrap_or(bytes))?;
+                Err(e)
+            }
+        }
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.check(FileOp::Rename, from)?;
+        self.inner.rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.check(FileOp::Remove, path)?;
+        self.inner.remove_file(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<(String, u64)>> {
+        self.check(FileOp::List, dir)?;
+        self.inner.list(dir)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.check(FileOp::SyncDir, dir)?;
+        self.inner.sync_dir(dir)
+    }
+}
+
+struct FaultyFile {
+    inner: Arc<dyn SegmentFile>,
+    path: PathBuf,
+    plan: Arc<dyn FaultPlan>,
+}
+
+impl SegmentFile for FaultyFile {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        match self.plan.before(FileOp::Write, &self.path) {
+            Fault::Pass => self.inner.write_at(buf, offset),
+            Fault::Fail(e) => Err(e),
+            Fault::Short(n, e) => {
+                self.inner.write_at(buf.get(..n).unwrap_or(buf), offset)?;
+                Err(e)
+            }
+        }
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        match self.plan.before(FileOp::Truncate, &self.path) {
+            Fault::Pass => self.inner.set_len(len),
+            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
+        }
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        match self.plan.before(FileOp::Sync, &self.path) {
+            Fault::Pass => self.inner.sync_data(),
+            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
+        }
+    }
+
+    fn map(&self) -> io::Result<Mapped> {
+        match self.plan.before(FileOp::Read, &self.path) {
+            Fault::Pass => self.inner.map(),
+            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
+        }
+    }
+}

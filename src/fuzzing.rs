@@ -13,6 +13,7 @@ use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN
 use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Options, RecoveryMode};
+use crate::a2a::{Task, TaskState};
 use crate::render::{self, History, Role, Turn};
 use crate::store::Store;
 use crate::{record, Error};
@@ -192,11 +193,86 @@ pub fn open(data: &[u8]) {
     }
 }
 
-/// Target `ops`: a sequence of appends, deletes, compactions, reopens and
-/// crashes (a power loss at that instant, with the unsynced bytes and names
-/// torn as the input says), checked after each step against a plain model.
-/// With `Sync` durability every step that returned is durable, so a crash
-/// must lose nothing the model holds.
+/// What the `ops` target expects the store to hold.
+#[derive(Default)]
+struct Model {
+    /// Per context: its messages' raw bytes, or `None` once deleted.
+    contexts: BTreeMap<String, Option<Vec<Vec<u8>>>>,
+    /// Per task: its context and the task as the store last acknowledged it.
+    tasks: BTreeMap<String, (String, Task)>,
+    /// Messages received, to resend: (context, raw).
+    received: Vec<(String, Vec<u8>)>,
+}
+
+impl Model {
+    fn live(&self, context: &str) -> bool {
+        !matches!(self.contexts.get(context), Some(None))
+    }
+
+    fn push(&mut self, context: &str, raw: Vec<u8>) {
+        let entry = self
+            .contexts
+            .entry(context.to_string())
+            .or_insert_with(|| Some(Vec::new()));
+        if let Some(msgs) = entry {
+            msgs.push(raw);
+        }
+    }
+
+    /// Records the task as the store holds it now.
+    fn refresh(&mut self, store: &Store, context: &str, task_id: &str) {
+        let task = store.get_task("t", task_id, None, true).unwrap();
+        self.tasks
+            .insert(task_id.to_string(), (context.to_string(), task));
+    }
+
+    /// Every context and task of the model, read back from `store`.
+    fn check(&self, store: &Store) {
+        for (context, want) in &self.contexts {
+            let got = store.last_messages("t", context, usize::MAX);
+            match want {
+                Some(msgs) => {
+                    let got: Vec<Vec<u8>> = got.unwrap().into_iter().map(|m| m.raw).collect();
+                    assert_eq!(&got, msgs, "{context}");
+                }
+                None => assert!(matches!(got, Err(Error::ContextNotFound)), "{context}"),
+            }
+        }
+        for (id, (context, want)) in &self.tasks {
+            let got = store.get_task("t", id, None, true);
+            if self.live(context) {
+                assert_eq!(&got.unwrap(), want, "task {id}");
+            } else {
+                assert!(matches!(got, Err(Error::TaskNotFound)), "task {id}");
+            }
+        }
+    }
+
+    /// A task id of `input`'s choosing, with its context, if there are tasks.
+    fn pick(&self, input: &mut Input) -> Option<(String, String, TaskState)> {
+        let n = usize::from(input.byte()?) % self.tasks.len().max(1);
+        let (id, (context, task)) = self.tasks.iter().nth(n)?;
+        Some((id.clone(), context.clone(), task.status.state))
+    }
+}
+
+const STATES: [&str; 8] = [
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_AUTH_REQUIRED",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_REJECTED",
+];
+
+/// Target `ops`: a sequence of raw appends, received A2A messages (new tasks,
+/// follow-ups, resends), status updates, artifact chunks, deletes,
+/// compactions, reopens and crashes (a power loss at that instant, with the
+/// unsynced bytes and names torn as the input says), checked after each
+/// step against a plain model. With `Sync` durability every step that
+/// returned is durable, so a crash must lose nothing the model holds.
 pub fn ops(data: &[u8]) {
     let (mut fs, dir) = scratch();
     let options = Options::default()
@@ -204,28 +280,28 @@ pub fn ops(data: &[u8]) {
         .segment_bytes(4096)
         .checkpoint_interval(Some(2048));
     let mut store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
-    let mut model: BTreeMap<String, Option<Vec<Vec<u8>>>> = BTreeMap::new();
+    let mut model = Model::default();
     let mut input = Input(data);
+    let mut next_message = 0u32;
     while let Some(op) = input.byte() {
         let context = format!("c{}", op % 5);
         let s = store.as_ref().unwrap();
-        match op / 5 % 6 {
+        match op / 5 % 10 {
             0 | 1 => {
                 let body = input.bytes(120);
                 let result = s.append_message("t", &context, &body);
-                match model.entry(context).or_insert_with(|| Some(Vec::new())) {
-                    Some(msgs) => {
-                        result.unwrap();
-                        msgs.push(body);
-                    }
-                    None => assert!(matches!(result, Err(Error::ContextRejected { .. }))),
+                if model.live(&context) {
+                    result.unwrap();
+                    model.push(&context, body);
+                } else {
+                    assert!(matches!(result, Err(Error::ContextRejected { .. })));
                 }
             }
             2 => {
                 let result = s.delete_context("t", &context);
-                if let Some(Some(_)) = model.get(&context) {
+                if let Some(Some(_)) = model.contexts.get(&context) {
                     result.unwrap();
-                    model.insert(context, None);
+                    model.contexts.insert(context, None);
                 } else {
                     assert!(matches!(result, Err(Error::ContextNotFound)));
                 }
@@ -237,7 +313,7 @@ pub fn ops(data: &[u8]) {
                 store.take().unwrap().close().unwrap();
                 store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
             }
-            _ => {
+            5 => {
                 // A power loss now: the store dies with whatever it had not
                 // synced torn, then the survivor's disk is opened.
                 let seed = u64::from(input.u16().unwrap_or(0));
@@ -245,17 +321,80 @@ pub fn ops(data: &[u8]) {
                 drop(store.take());
                 store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
             }
-        }
-        let s = store.as_ref().unwrap();
-        for (context, want) in &model {
-            let got = s.last_messages("t", context, usize::MAX);
-            match want {
-                Some(msgs) => {
-                    let got: Vec<Vec<u8>> = got.unwrap().into_iter().map(|m| m.raw).collect();
-                    assert_eq!(&got, msgs, "{context}");
+            6 | 7 => {
+                // A new task in `context`, or a follow-up into a task of it.
+                let follow = input.byte().unwrap_or(0);
+                let task = (follow % 2 == 1)
+                    .then(|| {
+                        let mine: Vec<&String> = model
+                            .tasks
+                            .iter()
+                            .filter(|(_, (c, _))| *c == context)
+                            .map(|(id, _)| id)
+                            .collect();
+                        mine.get(usize::from(follow / 2) % mine.len().max(1))
+                            .map(|id| (*id).clone())
+                    })
+                    .flatten();
+                next_message += 1;
+                let mut msg = serde_json::json!({
+                    "messageId": format!("m{next_message}"),
+                    "contextId": context,
+                    "role": "ROLE_USER",
+                    "parts": [{ "text": input.text(60) }],
+                });
+                if let Some(task) = &task {
+                    msg["taskId"] = serde_json::json!(task);
                 }
-                None => assert!(matches!(got, Err(Error::ContextNotFound)), "{context}"),
+                let raw = serde_json::to_vec(&msg).unwrap();
+                let terminal = task
+                    .as_ref()
+                    .and_then(|t| model.tasks.get(t))
+                    .is_some_and(|(_, t)| t.status.state.is_terminal());
+                match s.receive_message("t", &raw) {
+                    Ok(receipt) => {
+                        assert!(model.live(&context) && !terminal, "{receipt:?}");
+                        model.push(&context, raw.clone());
+                        model.received.push((context.clone(), raw));
+                        model.refresh(s, &context, &receipt.task_id);
+                    }
+                    Err(e) => assert!(!model.live(&context) || terminal, "{e}"),
+                }
+            }
+            8 => {
+                // A resent message: recognised, nothing stored again.
+                let n = usize::from(input.byte().unwrap_or(0));
+                if let Some((context, raw)) = model.received.get(n % model.received.len().max(1)) {
+                    if model.live(context) {
+                        let receipt = s.receive_message("t", raw).unwrap();
+                        assert!(receipt.duplicate);
+                    }
+                }
+            }
+            _ => {
+                // An agent event on a task: a status update or an artifact chunk.
+                let Some((task, context, state)) = model.pick(&mut input) else {
+                    continue;
+                };
+                let b = input.byte().unwrap_or(0);
+                let event = if b % 2 == 0 {
+                    serde_json::json!({ "statusUpdate": { "taskId": task, "contextId": context,
+                        "status": { "state": STATES[usize::from(b / 2) % STATES.len()] } } })
+                } else {
+                    serde_json::json!({ "artifactUpdate": { "taskId": task, "contextId": context,
+                        "artifact": { "artifactId": format!("a{}", b / 2 % 2),
+                            "parts": [{ "text": input.text(40) }] },
+                        "append": b & 4 != 0, "lastChunk": b & 8 != 0 } })
+                };
+                let result = s.apply_event("t", event.to_string().as_bytes());
+                if state.is_terminal() && b % 2 == 0 {
+                    assert!(result.is_err(), "a status update after {state:?}");
+                }
+                if result.is_ok() {
+                    model.refresh(s, &context, &task);
+                }
             }
         }
+        model.check(store.as_ref().unwrap());
     }
 }

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::a2a::{Task, TaskState};
 use crate::fs::{Crash, MemFs};
 use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
 use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Options, RecoveryMode};
-use crate::a2a::{Task, TaskState};
 use crate::render::{self, History, Role, Turn};
 use crate::store::Store;
 use crate::{record, Error};

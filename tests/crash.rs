@@ -1,10 +1,11 @@
-//! Whole-store crash simulation: a workload of appends, received A2A
-//! messages, rotations, checkpoints, a deletion, a compaction and reopens runs
-//! on the in-memory file system, and a power loss is simulated before each of
-//! its file calls in turn, with the unsynced bytes and names lost, kept, or
-//! torn. The disk that survives must open, and hold exactly what the steps
-//! acknowledged before the crash (the step in progress may or may not have
-//! happened), and take new writes.
+//! Whole-store fault simulation: a workload of appends, received A2A
+//! messages, rotations, checkpoints, a deletion, two compactions and a reopen
+//! runs on the in-memory file system, and a fault is injected at each of its
+//! file calls in turn: a power loss just before it (the unsynced bytes and
+//! names lost, kept, or torn), or its failure. The disk afterwards must open
+//! and hold exactly what the steps acknowledged (the step in progress may or
+//! may not have happened), and take new writes; a failure must surface as an
+//! error of the step it hit, or be absorbed with nothing lost.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,24 +18,48 @@ use ctxlog::{Durability, Error, Options, Store};
 /// What every context holds: its messages' raw bytes, or `None` once deleted.
 type Model = BTreeMap<String, Option<Vec<Vec<u8>>>>;
 
-/// Takes the power-loss snapshot just before file call number `at`, and
-/// notes which workload step was running then.
+/// What happens at file call number `at`.
+#[derive(Clone, Copy)]
+enum Action {
+    /// A power loss just before it: the disk that survives is kept.
+    Crash(fn(usize) -> Crash),
+    /// The call fails (a write or a whole-file write is cut short instead).
+    Fail,
+}
+
+/// Counts file calls and acts at call number `at`, noting which workload
+/// step was running then.
 struct CrashAt {
     at: usize,
-    how: fn(usize) -> Crash,
+    action: Action,
     calls: AtomicUsize,
     step: AtomicUsize,
     disk: MemFs,
+    /// The survivor of a crash, and the step it interrupted.
     taken: Mutex<Option<(MemFs, usize)>>,
 }
 
 impl FaultPlan for CrashAt {
-    fn before(&self, _op: FileOp, _path: &Path) -> Fault {
-        if self.calls.fetch_add(1, Ordering::SeqCst) == self.at {
-            let survivor = self.disk.crash((self.how)(self.at));
-            *self.taken.lock().unwrap() = Some((survivor, self.step.load(Ordering::SeqCst)));
+    fn before(&self, op: FileOp, _path: &Path) -> Fault {
+        if self.calls.fetch_add(1, Ordering::SeqCst) != self.at {
+            return Fault::Pass;
         }
-        Fault::Pass
+        let step = self.step.load(Ordering::SeqCst);
+        match self.action {
+            Action::Crash(how) => {
+                let survivor = self.disk.crash(how(self.at));
+                *self.taken.lock().unwrap() = Some((survivor, step));
+                Fault::Pass
+            }
+            Action::Fail => {
+                *self.taken.lock().unwrap() = Some((self.disk.clone(), step));
+                let e = std::io::Error::other("injected failure");
+                match op {
+                    FileOp::Write | FileOp::Replace => Fault::Short(self.at % 50, e),
+                    _ => Fault::Fail(e),
+                }
+            }
+        }
     }
 }
 
@@ -58,35 +83,36 @@ fn message(i: usize) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Runs the workload, calling `plan.step` before each step; returns the model
-/// after each step (index 0: before the first).
-fn workload(plan: &Arc<CrashAt>) -> Vec<Model> {
+/// Runs the workload up to its first error; returns the model after each
+/// step (index 0: before the first) and that error.
+fn workload(plan: &Arc<CrashAt>) -> (Vec<Model>, Option<Error>) {
     let mut models = vec![Model::new()];
     let mut model = Model::new();
     let fs = Arc::new(FaultyFs::new(Arc::new(plan.disk.clone()), plan.clone()));
     let begin = |n: usize| plan.step.store(n, Ordering::SeqCst);
     begin(1);
-    let mut store = Some(Store::open(dir(), options(fs.clone())).unwrap());
+    let mut store = match Store::open(dir(), options(fs.clone())) {
+        Ok(s) => Some(s),
+        Err(e) => return (models, Some(e)),
+    };
     models.push(model.clone());
-    for i in 0..60 {
+    for i in 0..61 {
         begin(models.len());
         let s = store.as_ref().unwrap();
-        match i {
-            12 => {
-                s.delete_context("t", "c1").unwrap();
+        let done = match i {
+            12 => s.delete_context("t", "c1").map(|()| {
                 model.insert("c1".into(), None);
-            }
-            20 | 45 => {
-                s.compact().unwrap();
-            }
-            27 => {
-                store.take().unwrap().close().unwrap();
-                store = Some(Store::open(dir(), options(fs.clone())).unwrap());
-            }
+            }),
+            20 | 45 => s.compact().map(drop),
+            27 => store.take().unwrap().close().and_then(|()| {
+                store = Some(Store::open(dir(), options(fs.clone()))?);
+                Ok(())
+            }),
+            60 => store.take().unwrap().close(),
             _ if i % 4 == 3 => {
                 let raw = message(i);
-                s.receive_message("t", &raw).unwrap();
-                push(&mut model, "c0", raw);
+                s.receive_message("t", &raw)
+                    .map(|_| push(&mut model, "c0", raw))
             }
             _ => {
                 let context = format!("c{}", i % 3);
@@ -94,16 +120,16 @@ fn workload(plan: &Arc<CrashAt>) -> Vec<Model> {
                     continue;
                 }
                 let body = vec![b'a' + (i % 26) as u8; 100 + i * 37 % 500];
-                s.append_message("t", &context, &body).unwrap();
-                push(&mut model, &context, body);
+                s.append_message("t", &context, &body)
+                    .map(|_| push(&mut model, &context, body))
             }
+        };
+        if let Err(e) = done {
+            return (models, Some(e));
         }
         models.push(model.clone());
     }
-    begin(models.len());
-    store.take().unwrap().close().unwrap();
-    models.push(model.clone());
-    models
+    (models, None)
 }
 
 fn push(model: &mut Model, context: &str, raw: Vec<u8>) {
@@ -130,10 +156,10 @@ fn holds(store: &Store, model: &Model) -> Model {
         .collect()
 }
 
-fn plan(at: usize, how: fn(usize) -> Crash) -> Arc<CrashAt> {
+fn plan(at: usize, action: Action) -> Arc<CrashAt> {
     Arc::new(CrashAt {
         at,
-        how,
+        action,
         calls: AtomicUsize::new(0),
         step: AtomicUsize::new(0),
         disk: MemFs::new(),
@@ -141,45 +167,60 @@ fn plan(at: usize, how: fn(usize) -> Crash) -> Arc<CrashAt> {
     })
 }
 
-/// Crashes before every file call of the workload in turn, the unsynced
-/// state fared as `how` says, and checks each survivor.
-fn crash_everywhere(how: fn(usize) -> Crash) {
-    let dry = plan(usize::MAX, how);
-    let models = workload(&dry);
+/// Acts before every file call of the workload in turn and checks each
+/// outcome: after a crash, the survivor; after a failure, the same disk
+/// reopened once the failing store is gone.
+fn act_everywhere(action: Action) {
+    let dry = plan(usize::MAX, action);
+    let (models, error) = workload(&dry);
+    assert!(error.is_none(), "{error:?}");
     let total = dry.calls.load(Ordering::SeqCst);
     assert!(total > 150, "the workload makes {total} file calls");
-    let mut checked_mid_step = 0;
+    let mut caught_mid_step = 0;
     for at in 0..total {
-        let run = plan(at, how);
-        assert_eq!(workload(&run), models, "the workload is deterministic");
-        let (survivor, step) = run.taken.lock().unwrap().take().expect("crashed");
-        let store = Store::open(dir(), options(Arc::new(survivor.clone())))
-            .unwrap_or_else(|e| panic!("call {at} (step {step}): the survivor does not open: {e}"));
-        let got = holds(&store, &models[step]);
-        let before = holds_model(&models[step - 1], &models[step]);
-        assert!(
-            got == models[step] || got == before,
-            "call {at}, crash during step {step}: {got:?}\n  want {:?}\n  or {before:?}",
-            models[step]
+        let run = plan(at, action);
+        let (seen, error) = workload(&run);
+        let (disk, step) = run.taken.lock().unwrap().take().expect("acted");
+        match action {
+            Action::Crash(_) => assert!(error.is_none(), "call {at}: {error:?}"),
+            Action::Fail => {
+                // The failure either surfaced as an error of the step it hit,
+                // or was absorbed (a periodic checkpoint) and the run went on.
+                if let Some(e) = &error {
+                    assert_eq!(seen.len(), step, "call {at}: {e} surfaced in another step");
+                    assert!(!e.to_string().is_empty());
+                }
+            }
+        }
+        assert_eq!(
+            seen[..],
+            models[..seen.len()],
+            "call {at}: the steps before the fault did the same"
         );
-        checked_mid_step += usize::from(got != models[step]);
-        // The survivor takes writes, and keeps them across another reopen.
+        let store = Store::open(dir(), options(Arc::new(disk.clone())))
+            .unwrap_or_else(|e| panic!("call {at} (step {step}): the disk does not open: {e}"));
+        let (want, or) = match (&action, &error) {
+            // A failure that did not stop the run must have lost nothing.
+            (Action::Fail, None) => (models.last().unwrap(), models.last().unwrap()),
+            _ => (&models[step], &models[step - 1]),
+        };
+        let got = holds(&store, want);
+        let before = holds_model(or, want);
+        assert!(
+            got == *want || got == before,
+            "call {at}, step {step}: {got:?}\n  want {want:?}\n  or {before:?}"
+        );
+        caught_mid_step += usize::from(got != *want);
+        // The disk takes writes, and keeps them across another reopen.
         store
-            .append_message("t", "after", b"after the crash")
+            .append_message("t", "after", b"after the fault")
             .unwrap();
         drop(store);
-        let store = Store::open(dir(), options(Arc::new(survivor))).unwrap();
+        let store = Store::open(dir(), options(Arc::new(disk))).unwrap();
         assert_eq!(store.last_messages("t", "after", 5).unwrap().len(), 1);
-        assert_eq!(
-            holds(&store, &models[step]),
-            got,
-            "call {at}: changed by a reopen"
-        );
+        assert_eq!(holds(&store, want), got, "call {at}: changed by a reopen");
     }
-    assert!(
-        checked_mid_step > 0,
-        "no crash ever caught a step half done"
-    );
+    assert!(caught_mid_step > 0, "no fault ever caught a step half done");
 }
 
 /// `earlier` with every context of `later` present (as missing if new).
@@ -192,15 +233,20 @@ fn holds_model(earlier: &Model, later: &Model) -> Model {
 
 #[test]
 fn a_crash_before_any_file_call_that_loses_everything_unsynced() {
-    crash_everywhere(|_| Crash::LoseUnsynced);
+    act_everywhere(Action::Crash(|_| Crash::LoseUnsynced));
 }
 
 #[test]
 fn a_crash_before_any_file_call_that_keeps_everything_unsynced() {
-    crash_everywhere(|_| Crash::KeepUnsynced);
+    act_everywhere(Action::Crash(|_| Crash::KeepUnsynced));
 }
 
 #[test]
 fn a_crash_before_any_file_call_that_tears_what_was_unsynced() {
-    crash_everywhere(|at| Crash::Torn(at as u64));
+    act_everywhere(Action::Crash(|at| Crash::Torn(at as u64)));
+}
+
+#[test]
+fn a_failure_of_any_file_call_errors_cleanly_and_loses_nothing_acknowledged() {
+    act_everywhere(Action::Fail);
 }

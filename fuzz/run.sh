@@ -22,6 +22,9 @@ for t in $targets; do
        -rss_limit_mb=2048 -artifact_prefix=fuzz/artifacts/$t/ >"$log" 2>&1; then
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
     echo "$t: ${secs}s, ${execs:-?} executions, $(ls "$work" | wc -l) corpus entries, no failure"
+  elif grep -q "failed to build fuzz script" "$log"; then
+    echo "$t: the target did not build: see $log"
+    status=1
   else
     echo "$t: FAILURE found: see $log and fuzz/artifacts/$t/"
     status=1

@@ -45,9 +45,11 @@ pub struct ContextState {
     pub messages: Vec<MessageRef>,
     /// The context's tasks, in the order they were opened.
     pub tasks: Vec<TaskEntry>,
-    /// Task id to its position in `tasks` (rebuilt, not checkpointed).
+    /// A 64-bit hash of a task id to its position in `tasks` (rebuilt, not
+    /// checkpointed). Ids whose hash another task took first are found by a
+    /// scan, so a collision costs time, never a wrong answer.
     #[serde(skip)]
-    pub task_pos: HashMap<String, usize>,
+    pub task_pos: HashMap<u64, u32>,
     /// Set once the context is deleted or expired: it keeps only its name.
     pub gone: Option<Gone>,
 }
@@ -163,7 +165,7 @@ impl ContextState {
             .iter()
             .map(|t| {
                 size_of::<TaskEntry>()
-                    + t.id.capacity() * 2
+                    + t.id.capacity()
                     + t.events.capacity() * size_of::<RecordLoc>()
                     + t.history.capacity() * size_of::<u32>()
                     + t.artifacts
@@ -176,7 +178,7 @@ impl ContextState {
             + meta
             + self.messages.capacity() * size_of::<MessageRef>()
             + tasks
-            + self.task_pos.capacity() * (size_of::<String>() + size_of::<usize>() + 8))
+            + self.task_pos.capacity() * (size_of::<(u64, u32)>() + 1))
             as u64
     }
 
@@ -195,30 +197,45 @@ impl ContextState {
         }
     }
 
+    /// The position in `tasks` of the task of `id`.
+    fn task_index(&self, id: &str) -> Option<usize> {
+        let hinted = self.task_pos.get(&id_hash(id)).map(|&i| i as usize);
+        match hinted {
+            Some(i) if self.tasks.get(i).is_some_and(|t| t.id == id) => Some(i),
+            _ => self.tasks.iter().position(|t| t.id == id),
+        }
+    }
+
     /// The task of `id`.
     pub fn task(&self, id: &str) -> Option<&TaskEntry> {
-        self.task_pos.get(id).and_then(|&i| self.tasks.get(i))
+        self.task_index(id).and_then(|i| self.tasks.get(i))
     }
 
     /// The task of `id`, to change.
     pub fn task_mut(&mut self, id: &str) -> Option<&mut TaskEntry> {
-        self.task_pos.get(id).and_then(|&i| self.tasks.get_mut(i))
+        self.task_index(id).and_then(|i| self.tasks.get_mut(i))
     }
 
     /// Rebuilds `task_pos` from `tasks` (after loading a checkpoint).
     pub fn rebuild_task_pos(&mut self) {
-        self.task_pos = self
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id.clone(), i))
-            .collect();
+        self.task_pos.clear();
+        for i in 0..self.tasks.len() {
+            self.hint_task(i);
+        }
     }
 
     /// Adds a new task.
     pub fn add_task(&mut self, task: TaskEntry) {
-        self.task_pos.insert(task.id.clone(), self.tasks.len());
         self.tasks.push(task);
+        self.hint_task(self.tasks.len() - 1);
+    }
+
+    /// Records where task `i` is, unless another task has its hash.
+    fn hint_task(&mut self, i: usize) {
+        let (Some(task), Ok(pos)) = (self.tasks.get(i), u32::try_from(i)) else {
+            return;
+        };
+        self.task_pos.entry(id_hash(&task.id)).or_insert(pos);
     }
 
     /// Up to `max` of the newest messages with seq below `before` (all, for
@@ -236,6 +253,9 @@ impl ContextState {
 /// One context's slot.
 #[derive(Debug, Default)]
 pub struct ContextSlot {
+    /// The context's number in this index (the messageId and task maps
+    /// refer to contexts by it).
+    pub number: u32,
     /// Held for a write's whole critical section (validate, append, publish):
     /// this is the per-context lock that orders a context's records.
     pub write: Mutex<()>,
@@ -259,18 +279,56 @@ pub struct Lease {
 
 type Shard = RwLock<HashMap<ContextKey, Arc<ContextSlot>>>;
 
-/// Where a messageId stands in the idempotency map.
-#[derive(Debug, Clone)]
-pub enum Idem {
-    /// A receive of this messageId is under way; wait at the gate.
-    Pending(Arc<Gate>),
-    /// Received: the message is record `seq` of `context`.
-    Done {
-        /// The context it went to.
-        context: ContextKey,
-        /// Its seq there.
-        seq: u64,
-    },
+/// The first 16 bytes of a (tenant, messageId) or (tenant, task id) key:
+/// what the idempotency and task maps hold, to keep them small. Two distinct
+/// ids share one only with probability about n²/2¹²⁹ for n ids (a birthday
+/// bound of 2⁶⁴ ids), which no store reaches.
+pub type ShortKey = [u8; 16];
+
+/// The short form of a full key.
+pub fn short_key(key: &[u8; 32]) -> ShortKey {
+    let mut short = [0u8; 16];
+    short.copy_from_slice(key.split_at(16).0);
+    short
+}
+
+/// A 64-bit hash of a task id, for a context's task positions.
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// Where a received message went: 12 bytes (context number, seq split in
+/// halves so the value needs only 4-byte alignment).
+#[derive(Debug, Clone, Copy)]
+struct IdemAt {
+    context: u32,
+    seq: [u32; 2],
+}
+
+impl IdemAt {
+    fn new(context: u32, seq: u64) -> Self {
+        // Truncations intended: the two halves of `seq`.
+        Self {
+            context,
+            seq: [seq as u32, (seq >> 32) as u32],
+        }
+    }
+
+    fn seq(&self) -> u64 {
+        u64::from(self.seq[0]) | u64::from(self.seq[1]) << 32
+    }
+}
+
+/// One shard of the idempotency map.
+#[derive(Default)]
+struct IdemShard {
+    /// Received messageIds.
+    done: HashMap<ShortKey, IdemAt>,
+    /// messageIds whose receive is under way.
+    pending: HashMap<ShortKey, Arc<Gate>>,
 }
 
 /// A one-shot gate: waiters block until it is opened.
@@ -309,15 +367,19 @@ pub enum IdemStart<'a> {
 /// did not complete, and wakes every waiter.
 pub struct IdemGuard<'a> {
     index: &'a Index,
-    key: [u8; 32],
+    key: ShortKey,
     gate: Arc<Gate>,
 }
 
 impl Drop for IdemGuard<'_> {
     fn drop(&mut self) {
         let mut shard = self.index.idem_shard(&self.key).lock();
-        if matches!(shard.get(&self.key), Some(Idem::Pending(g)) if Arc::ptr_eq(g, &self.gate)) {
-            shard.remove(&self.key);
+        if shard
+            .pending
+            .get(&self.key)
+            .is_some_and(|g| Arc::ptr_eq(g, &self.gate))
+        {
+            shard.pending.remove(&self.key);
         }
         drop(shard);
         self.gate.open();
@@ -327,10 +389,13 @@ impl Drop for IdemGuard<'_> {
 /// The whole index.
 pub struct Index {
     shards: [Shard; SHARDS],
-    /// (tenant, task id) key to the task's context.
-    tasks: [RwLock<HashMap<[u8; 32], ContextKey>>; SHARDS],
+    /// (tenant, task id) key to the number of the task's context.
+    tasks: [RwLock<HashMap<ShortKey, u32>>; SHARDS],
     /// (tenant, messageId) key to where the message went.
-    idem: [Mutex<HashMap<[u8; 32], Idem>>; SHARDS],
+    idem: [Mutex<IdemShard>; SHARDS],
+    /// Context number to key: every context the index has held, in the
+    /// order it first saw them (a leaf lock: nothing is taken under it).
+    numbers: RwLock<Vec<ContextKey>>,
     /// Per tenant, its visible contexts ordered by (first activity, key).
     tenants: RwLock<HashMap<String, BTreeSet<(u64, ContextKey)>>>,
 }
@@ -341,6 +406,7 @@ impl Default for Index {
             shards: std::array::from_fn(|_| RwLock::default()),
             tasks: std::array::from_fn(|_| RwLock::default()),
             idem: std::array::from_fn(|_| Mutex::default()),
+            numbers: RwLock::default(),
             tenants: RwLock::default(),
         }
     }
@@ -352,51 +418,69 @@ impl Index {
         &self.shards[usize::from(key.digest()[0]) % SHARDS]
     }
 
-    fn idem_shard(&self, key: &[u8; 32]) -> &Mutex<HashMap<[u8; 32], Idem>> {
+    fn idem_shard(&self, key: &ShortKey) -> &Mutex<IdemShard> {
         // In range: reduced modulo the array's length.
         &self.idem[usize::from(key[0]) % SHARDS]
     }
 
-    fn task_shard(&self, key: &[u8; 32]) -> &RwLock<HashMap<[u8; 32], ContextKey>> {
+    fn task_shard(&self, key: &ShortKey) -> &RwLock<HashMap<ShortKey, u32>> {
         // In range: reduced modulo the array's length.
         &self.tasks[usize::from(key[0]) % SHARDS]
     }
 
+    /// The key of context number `number`.
+    fn key_of(&self, number: u32) -> Option<ContextKey> {
+        self.numbers.read().get(number as usize).copied()
+    }
+
+    /// The number of context `key`, if the index has it.
+    fn number_of(&self, key: &ContextKey) -> Option<u32> {
+        self.get(key).map(|slot| slot.number)
+    }
+
     /// The context of the task with this (tenant, task id) key.
     pub fn task_context(&self, task_key: &[u8; 32]) -> Option<ContextKey> {
-        self.task_shard(task_key).read().get(task_key).copied()
+        let short = short_key(task_key);
+        let number = self.task_shard(&short).read().get(&short).copied()?;
+        self.key_of(number)
     }
 
     /// Records which context a task is in.
     pub fn set_task_context(&self, task_key: [u8; 32], context: ContextKey) {
-        self.task_shard(&task_key).write().insert(task_key, context);
+        let short = short_key(&task_key);
+        if let Some(number) = self.number_of(&context) {
+            self.task_shard(&short).write().insert(short, number);
+        }
     }
 
     /// Looks up a messageId, claiming it if it is unknown.
     pub fn idem_start(&self, key: [u8; 32]) -> IdemStart<'_> {
+        let key = short_key(&key);
         let mut shard = self.idem_shard(&key).lock();
-        match shard.get(&key) {
-            Some(Idem::Done { context, seq }) => IdemStart::Done(*context, *seq),
-            Some(Idem::Pending(gate)) => IdemStart::Wait(gate.clone()),
-            None => {
-                let gate = Arc::new(Gate::default());
-                shard.insert(key, Idem::Pending(gate.clone()));
-                IdemStart::Owner(IdemGuard {
-                    index: self,
-                    key,
-                    gate,
-                })
+        if let Some(at) = shard.done.get(&key).copied() {
+            if let Some(context) = self.key_of(at.context) {
+                return IdemStart::Done(context, at.seq());
             }
         }
+        if let Some(gate) = shard.pending.get(&key) {
+            return IdemStart::Wait(gate.clone());
+        }
+        let gate = Arc::new(Gate::default());
+        shard.pending.insert(key, gate.clone());
+        IdemStart::Owner(IdemGuard {
+            index: self,
+            key,
+            gate,
+        })
     }
 
-    /// Every received messageId: its key, context and seq.
-    pub fn idem_entries(&self) -> Vec<([u8; 32], ContextKey, u64)> {
+    /// Every received messageId: its short key, context and seq.
+    pub fn idem_entries(&self) -> Vec<(ShortKey, ContextKey, u64)> {
         let mut out = Vec::new();
         for shard in &self.idem {
-            for (k, v) in shard.lock().iter() {
-                if let Idem::Done { context, seq } = v {
-                    out.push((*k, *context, *seq));
+            for (k, at) in &shard.lock().done {
+                if let Some(context) = self.key_of(at.context) {
+                    out.push((*k, context, at.seq()));
                 }
             }
         }
@@ -404,10 +488,13 @@ impl Index {
     }
 
     /// Records where a received messageId went.
-    pub fn idem_done(&self, key: [u8; 32], context: ContextKey, seq: u64) {
-        self.idem_shard(&key)
-            .lock()
-            .insert(key, Idem::Done { context, seq });
+    pub fn idem_done(&self, key: ShortKey, context: ContextKey, seq: u64) {
+        if let Some(number) = self.number_of(&context) {
+            self.idem_shard(&key)
+                .lock()
+                .done
+                .insert(key, IdemAt::new(number, seq));
+        }
     }
 
     /// The slot of `key`, if the index has one.
@@ -420,7 +507,22 @@ impl Index {
         if let Some(slot) = self.get(key) {
             return slot;
         }
-        self.shard(key).write().entry(*key).or_default().clone()
+        let mut shard = self.shard(key).write();
+        shard
+            .entry(*key)
+            .or_insert_with(|| {
+                let mut numbers = self.numbers.write();
+                // Fits: the index cannot hold 2³² contexts (each costs
+                // hundreds of bytes); a saturated number would only make the
+                // messageId and task maps miss this context.
+                let number = u32::try_from(numbers.len()).unwrap_or(u32::MAX);
+                numbers.push(*key);
+                Arc::new(ContextSlot {
+                    number,
+                    ..ContextSlot::default()
+                })
+            })
+            .clone()
     }
 
     /// Makes a context visible in its tenant's listing.
@@ -445,15 +547,14 @@ impl Index {
 
     /// Forgets where a messageId went (its context is gone).
     pub fn idem_forget(&self, key: [u8; 32]) {
-        let mut shard = self.idem_shard(&key).lock();
-        if matches!(shard.get(&key), Some(Idem::Done { .. })) {
-            shard.remove(&key);
-        }
+        let key = short_key(&key);
+        self.idem_shard(&key).lock().done.remove(&key);
     }
 
     /// Forgets a task's context (its context is gone).
     pub fn forget_task(&self, task_key: &[u8; 32]) {
-        self.task_shard(task_key).write().remove(task_key);
+        let short = short_key(task_key);
+        self.task_shard(&short).write().remove(&short);
     }
 
     /// Up to `limit` of the tenant's contexts after `after`, in listing order.
@@ -482,10 +583,12 @@ impl Index {
         use std::mem::size_of;
         let contexts: usize = self.shards.iter().map(|s| s.read().capacity()).sum();
         let tasks: usize = self.tasks.iter().map(|s| s.read().capacity()).sum();
-        let idem: usize = self.idem.iter().map(|s| s.lock().capacity()).sum();
+        let idem: usize = self.idem.iter().map(|s| s.lock().done.capacity()).sum();
+        let numbers = self.numbers.read().capacity();
         (contexts * (size_of::<ContextKey>() + 8 + 1)
-            + tasks * (32 + size_of::<ContextKey>() + 1)
-            + idem * (32 + size_of::<Idem>() + 1)) as u64
+            + tasks * (size_of::<(ShortKey, u32)>() + 1)
+            + idem * (size_of::<(ShortKey, IdemAt)>() + 1)
+            + numbers * size_of::<ContextKey>()) as u64
     }
 
     /// Every context key the index holds.

@@ -44,9 +44,9 @@ pub struct TaskEntry {
     pub state: TaskState,
     /// When the current status was recorded (store clock, ms since the epoch).
     pub status_ms: u64,
-    /// The latest status record; `None` while the task is as it was
-    /// submitted (SUBMITTED, at `status_ms`).
-    pub status: Option<RecordLoc>,
+    /// The latest status record, as an index into `events`; `None` while
+    /// the task is as it was submitted (SUBMITTED, at `status_ms`).
+    pub status: Option<u32>,
     /// Every event of the task in order: its per-task seq is index + 1.
     pub events: Vec<RecordLoc>,
     /// The events that carry a message (the task's history), as indices.
@@ -134,10 +134,10 @@ impl TaskEntry {
         loc: RecordLoc,
         carries_message: bool,
     ) {
-        self.push_event(loc, carries_message);
+        let index = self.push_event(loc, carries_message);
         self.state = state;
         self.status_ms = at_ms;
-        self.status = Some(loc);
+        self.status = Some(index);
     }
 
     /// Records an artifact chunk.

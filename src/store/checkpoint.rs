@@ -5,7 +5,7 @@
 //! open fail or serve wrong data.
 //!
 //! ```text
-//! magic "CTXLCKP\0" | version:u32 = 1 | crc32 of the rest:u32 | bincode(Header)
+//! magic "CTXLCKP\0" | version:u32 = 2 | crc32 of the rest:u32 | bincode(Header)
 //! | count:u64 | count × bincode(Entry) | bincode(Vec<Idem>)
 //! ```
 
@@ -23,7 +23,7 @@ use crate::namespace::{task_key, ContextKey};
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -33,8 +33,8 @@ struct Header {
 
 /// One context: its key (version, digest) and its index entry.
 type Entry = (u8, [u8; 32], ContextState);
-/// One received messageId: its key, its context's key, its seq.
-type Idem = ([u8; 32], (u8, [u8; 32]), u64);
+/// One received messageId: its short key, its context's key, its seq.
+type Idem = (crate::index::ShortKey, (u8, [u8; 32]), u64);
 
 fn config() -> impl bincode::config::Config {
     bincode::config::standard()
@@ -158,6 +158,8 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     for (version, digest, mut state) in entries {
         let key = ContextKey::from_parts(version, digest);
         state.rebuild_task_pos();
+        // The slot first: the task map refers to it by its number.
+        let slot = index.get_or_insert(&key);
         if let Some(meta) = &state.meta {
             if state.gone.is_none() {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
@@ -166,7 +168,7 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
                 }
             }
         }
-        *index.get_or_insert(&key).state.write() = state;
+        *slot.state.write() = state;
     }
     for (message, (version, digest), seq) in idem {
         index.idem_done(message, ContextKey::from_parts(version, digest), seq);

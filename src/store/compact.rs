@@ -374,9 +374,6 @@ fn remap_state(state: &mut ContextState, to: &impl Fn(&mut RecordLoc)) {
     }
     for task in &mut state.tasks {
         task.events.iter_mut().for_each(to);
-        if let Some(status) = task.status.as_mut() {
-            to(status);
-        }
     }
 }
 

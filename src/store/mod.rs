@@ -948,7 +948,11 @@ fn apply(
     match &body.kind {
         RecordKind::Message { task: None } => state.messages.push(history),
         RecordKind::Message { task: Some(link) } => {
-            index.idem_done(message_key(tenant, &link.message_id), key, body.seq);
+            index.idem_done(
+                crate::index::short_key(&message_key(tenant, &link.message_id)),
+                key,
+                body.seq,
+            );
             if link.opens_task {
                 index.set_task_context(task_key(tenant, &link.task_id), key);
                 state.add_task(TaskEntry::opened(

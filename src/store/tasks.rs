@@ -467,8 +467,8 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
-        let status = match task.status {
-            Some(loc) => self.read_json(loc)?,
+        let status = match task.status.and_then(|i| task.events.get(i as usize)) {
+            Some(&loc) => self.read_json(loc)?,
             None => TaskStatus {
                 state: task.state,
                 message: None,

@@ -400,6 +400,7 @@ impl Store {
         let (_, slot) = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
+        self.segments.prefetch(refs.iter().map(|r| r.loc));
         f(refs, total)
     }
 
@@ -421,6 +422,7 @@ impl Store {
         let (refs, messages) = state.newest_before(before, budget.max_messages);
         let mut items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
         if !budget.include_artifacts {
+            self.segments.prefetch(refs.iter().map(|r| r.loc));
             return f(&items, messages);
         }
         let mut total = messages;
@@ -446,7 +448,9 @@ impl Store {
         }
         items.sort_unstable_by_key(|i| i.seq);
         let skip = items.len().saturating_sub(budget.max_messages);
-        f(items.get(skip..).unwrap_or_default(), total)
+        let items = items.get(skip..).unwrap_or_default();
+        self.segments.prefetch(items.iter().map(|i| i.loc));
+        f(items, total)
     }
 
     /// The context's history before the message of seq `before` (the one

@@ -288,12 +288,20 @@ impl Node {
 enum NameChange {
     Link(PathBuf, u64),
     Unlink(PathBuf),
+    /// Atomic: after a crash the name `to` points at the old file or the new.
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        node: u64,
+    },
 }
 
 impl NameChange {
+    /// The name changed (for a rename, the new one: both are in one directory).
     fn path(&self) -> &Path {
         match self {
             NameChange::Link(p, _) | NameChange::Unlink(p) => p,
+            NameChange::Rename { to, .. } => to,
         }
     }
 
@@ -304,6 +312,10 @@ impl NameChange {
             }
             NameChange::Unlink(p) => {
                 names.remove(p);
+            }
+            NameChange::Rename { from, to, node } => {
+                names.remove(from);
+                names.insert(to.clone(), *node);
             }
         }
     }
@@ -613,10 +625,14 @@ impl Fs for MemFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.state.lock();
         state.check_parent(to)?;
-        let id = state.node_of(from)?;
-        state.names.remove(from);
-        state.pending.push(NameChange::Unlink(from.to_path_buf()));
-        state.link(to, id);
+        let node = state.node_of(from)?;
+        let change = NameChange::Rename {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            node,
+        };
+        change.apply(&mut state.names);
+        state.pending.push(change);
         Ok(())
     }
 
@@ -857,5 +873,138 @@ impl SegmentFile for FaultyFile {
             Fault::Pass => self.inner.map(),
             Fault::Fail(e) | Fault::Short(_, e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(name: &str) -> PathBuf {
+        Path::new("/d").join(name)
+    }
+
+    /// A disk with `/d/a` holding `synced` durably and `more` written after.
+    fn disk(synced: &[u8], more: &[u8]) -> MemFs {
+        let fs = MemFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let f = fs.create_new(&p("a")).unwrap();
+        f.write_at(synced, 0).unwrap();
+        f.sync_data().unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
+        f.write_at(more, synced.len() as u64).unwrap();
+        fs
+    }
+
+    #[test]
+    fn a_crash_keeps_synced_bytes_and_loses_or_keeps_the_rest() {
+        let fs = disk(b"durable", b" and not");
+        assert_eq!(fs.read(&p("a")).unwrap(), b"durable and not");
+        let lost = fs.crash(Crash::LoseUnsynced);
+        assert_eq!(lost.read(&p("a")).unwrap(), b"durable");
+        let kept = fs.crash(Crash::KeepUnsynced);
+        assert_eq!(kept.read(&p("a")).unwrap(), b"durable and not");
+        // The original is untouched by a crash taken of it.
+        assert_eq!(fs.read(&p("a")).unwrap(), b"durable and not");
+    }
+
+    #[test]
+    fn a_torn_crash_keeps_the_synced_prefix_and_a_length_in_between() {
+        let synced = vec![1u8; 1500];
+        let more = vec![2u8; 3000];
+        let fs = disk(&synced, &more);
+        let mut lengths = BTreeSet::new();
+        for seed in 0..64 {
+            let bytes = fs.crash(Crash::Torn(seed)).read(&p("a")).unwrap();
+            assert!((1500..=4500).contains(&bytes.len()), "{}", bytes.len());
+            assert_eq!(&bytes[..1500], &synced[..], "seed {seed}");
+            // Each 512-byte sector after the synced bytes holds either what
+            // was written or zeros, whole.
+            let mut at = 1500;
+            while at < bytes.len() {
+                let end = ((at / 512 + 1) * 512).min(bytes.len());
+                let sector = &bytes[at..end];
+                assert!(
+                    sector.iter().all(|&b| b == 2) || sector.iter().all(|&b| b == 0),
+                    "seed {seed}, bytes {at}..{end}"
+                );
+                at = end;
+            }
+            lengths.insert(bytes.len());
+        }
+        assert!(lengths.len() > 10, "torn lengths vary: {lengths:?}");
+    }
+
+    #[test]
+    fn names_are_durable_only_once_their_directory_is_synced() {
+        let fs = disk(b"x", b"");
+        let b = fs.create_new(&p("b")).unwrap();
+        b.write_at(b"new", 0).unwrap();
+        b.sync_data().unwrap();
+        fs.remove_file(&p("a")).unwrap();
+        let lost = fs.crash(Crash::LoseUnsynced);
+        assert!(lost.exists(&p("a")) && !lost.exists(&p("b")));
+        fs.sync_dir(Path::new("/d")).unwrap();
+        let after = fs.crash(Crash::LoseUnsynced);
+        assert!(!after.exists(&p("a")));
+        assert_eq!(after.read(&p("b")).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_rename_survives_a_torn_crash_whole_or_not_at_all() {
+        let fs = disk(b"old", b"");
+        fs.write_file(&p("a.tmp"), b"new").unwrap();
+        fs.rename(&p("a.tmp"), &p("a")).unwrap();
+        let mut seen = BTreeSet::new();
+        for seed in 0..64 {
+            let after = fs.crash(Crash::Torn(seed));
+            let a = after.read(&p("a")).unwrap();
+            let tmp = after.read(&p("a.tmp")).ok();
+            match (a.as_slice(), tmp.as_deref()) {
+                (b"old", Some(b"new")) | (b"old", None) | (b"new", None) => {}
+                other => panic!("seed {seed}: {other:?}"),
+            }
+            seen.insert(a);
+        }
+        assert_eq!(seen.len(), 2, "both outcomes occur");
+    }
+
+    #[test]
+    fn locks_exclude_until_dropped_and_do_not_survive_a_crash() {
+        let fs = disk(b"", b"");
+        let guard = fs.lock(&p("LOCK")).unwrap();
+        assert_eq!(
+            fs.lock(&p("LOCK")).err().map(|e| e.kind()),
+            Some(io::ErrorKind::WouldBlock)
+        );
+        assert!(fs.crash(Crash::KeepUnsynced).lock(&p("LOCK")).is_ok());
+        drop(guard);
+        assert!(fs.lock(&p("LOCK")).is_ok());
+    }
+
+    /// Cuts every write to 2 bytes and fails it.
+    struct CutWrites(std::sync::atomic::AtomicUsize);
+
+    impl FaultPlan for CutWrites {
+        fn before(&self, op: FileOp, _path: &Path) -> Fault {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match op {
+                FileOp::Write if n > 0 => Fault::Short(2, io::ErrorKind::StorageFull.into()),
+                _ => Fault::Pass,
+            }
+        }
+    }
+
+    #[test]
+    fn a_faulty_fs_cuts_writes_short_as_its_plan_says() {
+        let mem = MemFs::new();
+        let fs = FaultyFs::new(
+            Arc::new(mem.clone()),
+            Arc::new(CutWrites(std::sync::atomic::AtomicUsize::new(0))),
+        );
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let f = fs.create_new(&p("a")).unwrap();
+        f.write_at(b"whole", 0).unwrap_err();
+        assert_eq!(mem.read(&p("a")).unwrap(), b"wh");
     }
 }

@@ -178,8 +178,7 @@ impl ContextState {
             + meta
             + self.messages.capacity() * size_of::<MessageRef>()
             + tasks
-            + self.task_pos.capacity() * (size_of::<(u64, u32)>() + 1))
-            as u64
+            + self.task_pos.capacity() * (size_of::<(u64, u32)>() + 1)) as u64
     }
 
     /// Whether the context can be used now, under `retention`.

@@ -140,9 +140,11 @@ impl Fs for OsFs {
         let mut buf = vec![0u8; len];
         let mut got = 0;
         while got < len {
-            match file.read_at(buf.get_mut(got..).unwrap_or_default(), got as u64)? {
-                0 => break,
-                n => got += n,
+            match file.read_at(buf.get_mut(got..).unwrap_or_default(), got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
         buf.truncate(got);

@@ -17,8 +17,9 @@
 //! ```
 //!
 //! Layers, top down: [`store`] (the public API) → [`index`] (context key to
-//! records) → [`log`] (segments, frames, the writer, recovery) → `mmap` (the
-//! one module with `unsafe`).
+//! records) → [`log`] (segments, frames, the writer, recovery) → [`fs`] (every
+//! file call, behind a trait with a real, an in-memory and a fault-injecting
+//! implementation) → `mmap` (the one module with `unsafe`).
 
 #![deny(missing_docs)]
 #![cfg_attr(

@@ -250,3 +250,25 @@ fn a_crash_before_any_file_call_that_tears_what_was_unsynced() {
 fn a_failure_of_any_file_call_errors_cleanly_and_loses_nothing_acknowledged() {
     act_everywhere(Action::Fail);
 }
+
+#[test]
+fn verify_reads_the_disk_the_store_was_given() {
+    let disk = MemFs::new();
+    let store = Store::open(dir(), options(Arc::new(disk.clone()))).unwrap();
+    for i in 0..30 {
+        store.append_message("t", "c", &message(i)).unwrap();
+    }
+    store.close().unwrap();
+    let clean = Store::verify_on(&disk, dir(), &mut |_, _| {}).unwrap();
+    assert!(clean.is_clean() && clean.segments > 1, "{clean:?}");
+    // Flip a byte inside the first segment's first record.
+    let first = dir().join("0000000000000001.seg");
+    let mut bytes = disk.contents(&first).unwrap();
+    bytes[60] ^= 0x40;
+    disk.set_contents(&first, bytes).unwrap();
+    let damaged = Store::verify_on(&disk, dir(), &mut |_, _| {}).unwrap();
+    assert_eq!(damaged.damage.len(), 1, "{damaged:?}");
+    assert_eq!(damaged.damage[0].segment, 1);
+    // Nothing of that exists on the real disk.
+    assert!(Store::verify(dir(), &mut |_, _| {}).is_err());
+}

@@ -234,16 +234,25 @@ impl Store {
         dir: impl AsRef<Path>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<VerifyReport> {
+        Self::verify_on(&OsFs, dir, progress)
+    }
+
+    /// [`verify`](Self::verify) on the file system `fs` (see [`Options::fs`]).
+    pub fn verify_on(
+        fs: &dyn Fs,
+        dir: impl AsRef<Path>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<VerifyReport> {
         let dir = dir.as_ref();
-        if !dir.is_dir() {
+        if !fs.exists(dir) {
             return Err(Error::io(
                 "find the store directory",
                 dir,
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
         }
-        let _lock = lock_dir(&OsFs, dir)?;
-        verify_dir(&OsFs, dir, progress)
+        let _lock = lock_dir(fs, dir)?;
+        verify_dir(fs, dir, progress)
     }
 
     /// Counts of what the store holds, its size on disk and in memory.

@@ -433,6 +433,43 @@ fn quiet(b: u8) -> bool {
     (0x20..0x7f).contains(&b) && !matches!(b, b'\\' | b'<' | b'>')
 }
 
+/// The index of the first byte of `bytes` that is not [`quiet`]. Eight bytes
+/// at a time: a chunk with none (the common case) is passed over with a few
+/// word operations, and only a chunk that may hold one is looked at byte by
+/// byte (the word test can say "maybe" for a chunk that has none, never the
+/// reverse).
+fn first_loud(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = ONES << 7;
+    // Whether some byte of `x` is zero (exact).
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH != 0;
+    let mut at = 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        // Some byte below 0x20, some byte above 0x7e (0x7f or non-ASCII),
+        // or some byte equal to `\`, `<` or `>`.
+        let below = x.wrapping_sub(ONES * 0x20) & !x & HIGH != 0;
+        let above = (x.wrapping_add(ONES * (127 - 0x7e)) | x) & HIGH != 0;
+        let marks = has_zero(x ^ (ONES * u64::from(b'\\')))
+            || has_zero(x ^ (ONES * u64::from(b'<')))
+            || has_zero(x ^ (ONES * u64::from(b'>')));
+        if below || above || marks {
+            if let Some(j) = chunk.iter().position(|&b| !quiet(b)) {
+                return Some(at + j);
+            }
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| !quiet(b))
+        .map(|j| at + j)
+}
+
 /// Walks `line`, handing `emit` its escaped form piece by piece: runs of
 /// characters that need nothing go out as one slice. ASCII is judged byte by
 /// byte; only non-ASCII characters are decoded.
@@ -442,10 +479,7 @@ fn escape_pieces(line: &str, mut emit: impl FnMut(&str)) {
     let mut code = String::new();
     // Each round skips printable ASCII that needs nothing (the common case),
     // then judges one character.
-    while let Some(skip) = bytes
-        .get(i..)
-        .and_then(|r| r.iter().position(|&b| !quiet(b)))
-    {
+    while let Some(skip) = bytes.get(i..).and_then(first_loud) {
         if skip > 0 {
             i += skip;
             prev = bytes.get(i - 1).map_or('\0', |&b| char::from(b));
@@ -653,4 +687,32 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
         text: String::new(),
         cut,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The word-at-a-time scan finds exactly the byte a plain scan does,
+        /// for bytes drawn mostly from the edges of the quiet range.
+        #[test]
+        fn first_loud_matches_a_byte_by_byte_scan(
+            bytes in proptest::collection::vec(
+                prop_oneof![
+                    0x20u8..0x7f,
+                    Just(b'\\'), Just(b'<'), Just(b'>'),
+                    Just(0x1f), Just(0x7e), Just(0x7f), Just(0x80), Just(0xff), Just(0),
+                    any::<u8>(),
+                ],
+                0..40,
+            ),
+            quiet_prefix in 0usize..40,
+        ) {
+            let mut all = vec![b'a'; quiet_prefix];
+            all.extend_from_slice(&bytes);
+            prop_assert_eq!(first_loud(&all), all.iter().position(|&b| !quiet(b)));
+        }
+    }
 }

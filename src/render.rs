@@ -452,7 +452,8 @@ fn first_loud(bytes: &[u8]) -> Option<usize> {
         // Some byte below 0x20, some byte above 0x7e (0x7f or non-ASCII),
         // or some byte equal to `\`, `<` or `>`.
         let below = x.wrapping_sub(ONES * 0x20) & !x & HIGH != 0;
-        // (adding 1 to each byte sets its high bit exactly when it was 0x7f)
+        // (adding 1 to each byte sets the high bit of a 0x7f byte; the carry
+        // out of a 0xff byte, itself caught by `| x`, can only add a "maybe")
         let above = (x.wrapping_add(ONES) | x) & HIGH != 0;
         let marks = has_zero(x ^ (ONES * u64::from(b'\\')))
             || has_zero(x ^ (ONES * u64::from(b'<')))

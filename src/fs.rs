@@ -422,13 +422,6 @@ impl MemFs {
         }
     }
 
-    /// The current contents of `path` (for tests that damage files).
-    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
-        let state = self.state.lock();
-        let id = state.names.get(path)?;
-        state.nodes.get(id).map(|n| n.bytes.clone())
-    }
-
     /// Replaces the contents of `path`, durably (for tests that damage files).
     pub fn set_contents(&self, path: &Path, bytes: Vec<u8>) -> io::Result<()> {
         let mut state = self.state.lock();
@@ -519,8 +512,8 @@ impl SegmentFile for MemFile {
     }
 
     fn map(&self) -> io::Result<Mapped> {
-        let bytes: Arc<[u8]> = self.fs.state.lock().node(self.node)?.bytes.clone().into();
-        Ok(Mapped(MappedBytes::Memory(bytes)))
+        let bytes = self.fs.state.lock().node(self.node)?.bytes.clone();
+        Ok(Mapped(MappedBytes::Memory(bytes.into())))
     }
 }
 
@@ -584,9 +577,7 @@ impl Fs for MemFs {
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let mut state = self.state.lock();
-        let id = state.node_of(path)?;
-        Ok(state.node(id)?.bytes.clone())
+        self.read_prefix(path, usize::MAX)
     }
 
     fn read_prefix(&self, path: &Path, len: usize) -> io::Result<Vec<u8>> {
@@ -600,10 +591,7 @@ impl Fs for MemFs {
     }
 
     fn map(&self, path: &Path) -> io::Result<Mapped> {
-        let mut state = self.state.lock();
-        let id = state.node_of(path)?;
-        let bytes: Arc<[u8]> = state.node(id)?.bytes.clone().into();
-        Ok(Mapped(MappedBytes::Memory(bytes)))
+        Ok(Mapped(MappedBytes::Memory(self.read(path)?.into())))
     }
 
     fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -719,6 +707,31 @@ pub enum Fault {
     Short(usize, io::Error),
 }
 
+impl Fault {
+    /// For a call that does not write: `Ok` to run it, else its error (a
+    /// `Short` fails it too).
+    fn allow(self) -> io::Result<()> {
+        match self {
+            Fault::Pass => Ok(()),
+            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
+        }
+    }
+
+    /// For a call that writes `buf` through `write`: all of it, nothing, or
+    /// (`Short`) a prefix followed by the error, leaving torn bytes behind as
+    /// a crash would.
+    fn write(self, buf: &[u8], write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        match self {
+            Fault::Pass => write(buf),
+            Fault::Fail(e) => Err(e),
+            Fault::Short(n, e) => {
+                write(buf.get(..n).unwrap_or(buf))?;
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Decides, call by call, which file operations fail.
 pub trait FaultPlan: Send + Sync {
     /// Called before each operation on `path`.
@@ -746,13 +759,9 @@ impl FaultyFs {
         Self { inner, plan }
     }
 
-    /// Fails the call if the plan says so (a `Short` counts as a failure
-    /// for calls that do not write).
+    /// Fails the call if the plan says so.
     fn check(&self, op: FileOp, path: &Path) -> io::Result<()> {
-        match self.plan.before(op, path) {
-            Fault::Pass => Ok(()),
-            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
-        }
+        self.plan.before(op, path).allow()
     }
 
     fn wrap(&self, file: Arc<dyn SegmentFile>, path: &Path) -> Arc<dyn SegmentFile> {
@@ -805,16 +814,9 @@ impl Fs for FaultyFs {
     }
 
     fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        match self.plan.before(FileOp::Replace, path) {
-            Fault::Pass => self.inner.write_file(path, bytes),
-            Fault::Fail(e) => Err(e),
-            Fault::Short(n, e) => {
-                // A torn file is left behind, as a crash would leave it.
-                self.inner
-                    .write_file(path, bytes.get(..n).unwrap_or(bytes))?;
-                Err(e)
-            }
-        }
+        self.plan
+            .before(FileOp::Replace, path)
+            .write(bytes, |b| self.inner.write_file(path, b))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -846,35 +848,24 @@ struct FaultyFile {
 
 impl SegmentFile for FaultyFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        match self.plan.before(FileOp::Write, &self.path) {
-            Fault::Pass => self.inner.write_at(buf, offset),
-            Fault::Fail(e) => Err(e),
-            Fault::Short(n, e) => {
-                self.inner.write_at(buf.get(..n).unwrap_or(buf), offset)?;
-                Err(e)
-            }
-        }
+        self.plan
+            .before(FileOp::Write, &self.path)
+            .write(buf, |b| self.inner.write_at(b, offset))
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        match self.plan.before(FileOp::Truncate, &self.path) {
-            Fault::Pass => self.inner.set_len(len),
-            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
-        }
+        self.plan.before(FileOp::Truncate, &self.path).allow()?;
+        self.inner.set_len(len)
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        match self.plan.before(FileOp::Sync, &self.path) {
-            Fault::Pass => self.inner.sync_data(),
-            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
-        }
+        self.plan.before(FileOp::Sync, &self.path).allow()?;
+        self.inner.sync_data()
     }
 
     fn map(&self) -> io::Result<Mapped> {
-        match self.plan.before(FileOp::Read, &self.path) {
-            Fault::Pass => self.inner.map(),
-            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
-        }
+        self.plan.before(FileOp::Read, &self.path).allow()?;
+        self.inner.map()
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::a2a::{Task, TaskState};
-use crate::fs::{Crash, MemFs};
+use crate::fs::{Crash, Fs, MemFs};
 use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
 use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
@@ -63,9 +63,7 @@ pub fn decode(data: &[u8]) {
     let _ = record::decode(data);
     let mut at = HEADER_LEN;
     while let Ok(frame) = decode_frame(data, 1, at, 1 << 20) {
-        if let Some(payload) = data.get(frame.payload_start() as usize..frame.end() as usize) {
-            let _ = record::decode(payload);
-        }
+        let _ = record::decode(frame.payload(data));
         at = frame.end();
     }
     let _ = find_next_frame(data, 1, at, 1 << 20);
@@ -163,7 +161,7 @@ pub fn open(data: &[u8]) {
             Some(&id) => segment_path(&dir, id),
             None => dir.join("CHECKPOINT"),
         };
-        let mut bytes = fs.contents(&path).unwrap();
+        let mut bytes = fs.read(&path).unwrap();
         if bytes.is_empty() {
             continue;
         }

@@ -432,11 +432,6 @@ impl Index {
         self.numbers.read().get(number as usize).copied()
     }
 
-    /// The number of context `key`, if the index has it.
-    fn number_of(&self, key: &ContextKey) -> Option<u32> {
-        self.get(key).map(|slot| slot.number)
-    }
-
     /// The context of the task with this (tenant, task id) key.
     pub fn task_context(&self, task_key: &[u8; 32]) -> Option<ContextKey> {
         let short = short_key(task_key);
@@ -444,12 +439,10 @@ impl Index {
         self.key_of(number)
     }
 
-    /// Records which context a task is in.
-    pub fn set_task_context(&self, task_key: [u8; 32], context: ContextKey) {
+    /// Records which context (by its slot's number) a task is in.
+    pub fn set_task_context(&self, task_key: [u8; 32], context: u32) {
         let short = short_key(&task_key);
-        if let Some(number) = self.number_of(&context) {
-            self.task_shard(&short).write().insert(short, number);
-        }
+        self.task_shard(&short).write().insert(short, context);
     }
 
     /// Looks up a messageId, claiming it if it is unknown.
@@ -486,14 +479,13 @@ impl Index {
         out
     }
 
-    /// Records where a received messageId went.
-    pub fn idem_done(&self, key: ShortKey, context: ContextKey, seq: u64) {
-        if let Some(number) = self.number_of(&context) {
-            self.idem_shard(&key)
-                .lock()
-                .done
-                .insert(key, IdemAt::new(number, seq));
-        }
+    /// Records where a received messageId went: record `seq` of the context
+    /// whose slot has number `context`.
+    pub fn idem_done(&self, key: ShortKey, context: u32, seq: u64) {
+        self.idem_shard(&key)
+            .lock()
+            .done
+            .insert(key, IdemAt::new(context, seq));
     }
 
     /// The slot of `key`, if the index has one.
@@ -511,9 +503,8 @@ impl Index {
             .entry(*key)
             .or_insert_with(|| {
                 let mut numbers = self.numbers.write();
-                // Fits: the index cannot hold 2³² contexts (each costs
-                // hundreds of bytes); a saturated number would only make the
-                // messageId and task maps miss this context.
+                // Fits: 2³² contexts, at hundreds of bytes each, would
+                // take terabytes of index.
                 let number = u32::try_from(numbers.len()).unwrap_or(u32::MAX);
                 numbers.push(*key);
                 Arc::new(ContextSlot {
@@ -567,13 +558,11 @@ impl Index {
         let Some(set) = tenants.get(tenant) else {
             return Vec::new();
         };
-        let iter: Box<dyn Iterator<Item = &(u64, ContextKey)>> = match after {
-            Some(pos) => {
-                Box::new(set.range((std::ops::Bound::Excluded(pos), std::ops::Bound::Unbounded)))
-            }
-            None => Box::new(set.iter()),
-        };
-        iter.take(limit).copied().collect()
+        let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        set.range((from, std::ops::Bound::Unbounded))
+            .take(limit)
+            .copied()
+            .collect()
     }
 
     /// An estimate of the bytes of the maps themselves (key → slot, task id

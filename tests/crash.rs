@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ctxlog::fs::{Crash, Fault, FaultPlan, FaultyFs, FileOp, MemFs};
+use ctxlog::fs::{Crash, Fault, FaultPlan, FaultyFs, FileOp, Fs, MemFs};
 use ctxlog::{Durability, Error, Options, Store};
 
 /// What every context holds: its messages' raw bytes, or `None` once deleted.
@@ -67,7 +67,7 @@ fn dir() -> PathBuf {
     PathBuf::from("/crash/store")
 }
 
-fn options(fs: Arc<dyn ctxlog::fs::Fs>) -> Options {
+fn options(fs: Arc<dyn Fs>) -> Options {
     Options::default()
         .durability(Durability::Sync)
         .segment_bytes(4096)
@@ -263,7 +263,7 @@ fn verify_reads_the_disk_the_store_was_given() {
     assert!(clean.is_clean() && clean.segments > 1, "{clean:?}");
     // Flip a byte inside the first segment's first record.
     let first = dir().join("0000000000000001.seg");
-    let mut bytes = disk.contents(&first).unwrap();
+    let mut bytes = disk.read(&first).unwrap();
     bytes[60] ^= 0x40;
     disk.set_contents(&first, bytes).unwrap();
     let damaged = Store::verify_on(&disk, dir(), &mut |_, _| {}).unwrap();

@@ -136,6 +136,14 @@ impl Frame {
     pub fn end(&self) -> u64 {
         self.payload_start() + u64::from(self.len)
     }
+
+    /// The payload, in `segment` (the bytes the frame was decoded from;
+    /// empty if they are not those).
+    pub fn payload<'a>(&self, segment: &'a [u8]) -> &'a [u8] {
+        segment
+            .get(self.payload_start() as usize..self.end() as usize)
+            .unwrap_or_default()
+    }
 }
 
 /// Decodes the frame at `offset` of `segment` (the whole segment's bytes).
@@ -159,9 +167,10 @@ pub fn decode_frame(
         len,
         durable,
     };
-    let payload = segment
-        .get(frame.payload_start() as usize..frame.end() as usize)
-        .ok_or(FrameError::Short)?;
+    if segment.len() < frame.end() as usize {
+        return Err(FrameError::Short);
+    }
+    let payload = frame.payload(segment);
     if frame_crc(segment_id, offset, durable, payload) != le_u32(&head[8..12]) {
         return Err(FrameError::Checksum);
     }

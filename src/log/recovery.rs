@@ -290,10 +290,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                         offset: at as u32,
                         len: frame.len,
                     };
-                    let payload = bytes
-                        .get(frame.payload_start() as usize..frame.end() as usize)
-                        .unwrap_or_default();
-                    match (self.on_record)(loc, payload) {
+                    match (self.on_record)(loc, frame.payload(bytes)) {
                         Ok(()) => {
                             at = frame.end();
                             continue;

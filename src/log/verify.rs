@@ -95,10 +95,7 @@ fn scan_frames(id: u64, bytes: &[u8], report: &mut VerifyReport) {
     while at < end {
         match decode_frame(bytes, id, at, MAX_RECORD_BYTES) {
             Ok(frame) => {
-                let payload = bytes
-                    .get(frame.payload_start() as usize..frame.end() as usize)
-                    .unwrap_or_default();
-                match record::decode(payload) {
+                match record::decode(frame.payload(bytes)) {
                     Ok(_) => report.records += 1,
                     Err(e) => report.damage.push(damage(id, at, &e.0)),
                 }

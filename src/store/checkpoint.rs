@@ -164,14 +164,16 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
             if state.gone.is_none() {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
                 for task in &state.tasks {
-                    index.set_task_context(task_key(&meta.tenant, &task.id), key);
+                    index.set_task_context(task_key(&meta.tenant, &task.id), slot.number);
                 }
             }
         }
         *slot.state.write() = state;
     }
     for (message, (version, digest), seq) in idem {
-        index.idem_done(message, ContextKey::from_parts(version, digest), seq);
+        if let Some(slot) = index.get(&ContextKey::from_parts(version, digest)) {
+            index.idem_done(message, slot.number, seq);
+        }
     }
     let (generation, segment, offset) = header.resume;
     Some(Loaded {

@@ -254,10 +254,8 @@ impl Store {
             while at < bytes.len() as u64 {
                 let frame = decode_frame(bytes, id, at, MAX_RECORD_BYTES)
                     .map_err(|e| Error::corrupt(id, at, e.reason()))?;
-                let payload = bytes
-                    .get(frame.payload_start() as usize..frame.end() as usize)
-                    .unwrap_or_default();
-                let key = record::key(payload).map_err(|e| Error::corrupt(id, at, e.0))?;
+                let key =
+                    record::key(frame.payload(bytes)).map_err(|e| Error::corrupt(id, at, e.0))?;
                 let loc = RecordLoc {
                     segment: id,
                     offset: at as u32,
@@ -335,6 +333,7 @@ impl Store {
             };
             apply(
                 &self.index,
+                &slot,
                 &mut state,
                 *key,
                 &next,

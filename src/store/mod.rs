@@ -352,7 +352,7 @@ impl Store {
         };
         let payload = self.encode(key, &body, blob)?;
         let loc = self.writer.append(&payload)?;
-        apply(&self.index, &mut slot.state.write(), *key, &body, loc);
+        apply(&self.index, slot, &mut slot.state.write(), *key, &body, loc);
         self.writer.published(loc);
         self.records
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -430,36 +430,33 @@ impl Store {
         // older messages are never copied, even with artifacts to merge in.
         let (refs, messages) = state.newest_before(before, budget.max_messages);
         let mut items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
-        if !budget.include_artifacts {
-            self.segments.prefetch(refs.iter().map(|r| r.loc));
-            return f(&items, messages);
-        }
         let mut total = messages;
-        for task in &state.tasks {
-            for artifact in &task.artifacts {
-                let Some(&loc) = artifact
-                    .chunks
-                    .last()
-                    .and_then(|&i| task.events.get(i as usize))
-                else {
-                    continue;
-                };
-                let seq = self.with_record(loc, |body, _| body.seq)?;
-                if before.is_none_or(|b| seq < b) {
-                    total += 1;
-                    items.push(HistoryItem {
-                        seq,
-                        loc,
-                        chunks: artifact.chunks.len() as u32,
-                    });
+        if budget.include_artifacts {
+            for task in &state.tasks {
+                for artifact in &task.artifacts {
+                    let Some(&loc) = artifact
+                        .chunks
+                        .last()
+                        .and_then(|&i| task.events.get(i as usize))
+                    else {
+                        continue;
+                    };
+                    let seq = self.with_record(loc, |body, _| body.seq)?;
+                    if before.is_none_or(|b| seq < b) {
+                        total += 1;
+                        items.push(HistoryItem {
+                            seq,
+                            loc,
+                            chunks: artifact.chunks.len() as u32,
+                        });
+                    }
                 }
             }
+            items.sort_unstable_by_key(|i| i.seq);
+            items.drain(..items.len().saturating_sub(budget.max_messages));
         }
-        items.sort_unstable_by_key(|i| i.seq);
-        let skip = items.len().saturating_sub(budget.max_messages);
-        let items = items.get(skip..).unwrap_or_default();
         self.segments.prefetch(items.iter().map(|i| i.loc));
-        f(items, total)
+        f(&items, total)
     }
 
     /// The context's history before the message of seq `before` (the one
@@ -865,7 +862,7 @@ fn apply_recovered(
     if tombstone && (state.gone.is_some() || (state.meta.is_none() && body.opens.is_some())) {
         if state.gone.is_none() {
             check_owner(&body, key)?;
-            apply(index, &mut state, key, &body, loc);
+            apply(index, &slot, &mut state, key, &body, loc);
         }
         return Ok(());
     }
@@ -887,7 +884,7 @@ fn apply_recovered(
         _ => {}
     }
     check_recovered(&state, &body)?;
-    apply(index, &mut state, key, &body, loc);
+    apply(index, &slot, &mut state, key, &body, loc);
     Ok(())
 }
 
@@ -938,10 +935,12 @@ fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Resu
     task.check(op).map_err(|e| e.to_string())
 }
 
-/// Adds one record to a context's index entry; used by appends and recovery
-/// alike, so both build the same index. The record was checked before.
+/// Adds one record to a context's index entry (`state`, of `slot`); used by
+/// appends and recovery alike, so both build the same index. The record was
+/// checked before.
 fn apply(
     index: &Index,
+    slot: &ContextSlot,
     state: &mut ContextState,
     key: ContextKey,
     body: &RecordBody,
@@ -963,11 +962,11 @@ fn apply(
         RecordKind::Message { task: Some(link) } => {
             index.idem_done(
                 crate::index::short_key(&message_key(tenant, &link.message_id)),
-                key,
+                slot.number,
                 body.seq,
             );
             if link.opens_task {
-                index.set_task_context(task_key(tenant, &link.task_id), key);
+                index.set_task_context(task_key(tenant, &link.task_id), slot.number);
                 state.add_task(TaskEntry::opened(
                     link.task_id.clone(),
                     body.timestamp_ms,

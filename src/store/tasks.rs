@@ -6,7 +6,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, Store};
+use super::{
+    bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms, Store,
+};
 use crate::a2a::{
     Artifact, ListTasksResponse, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
     TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -346,11 +348,15 @@ impl Store {
             .map(decode_task_token)
             .transpose()?;
         let mut found: Vec<(u64, String, ContextKey)> = Vec::new();
+        let now = now_ms();
         for key in self.tenant_contexts(tenant, query.context_id.as_deref())? {
             let Some(slot) = self.index.get(&key) else {
                 continue;
             };
             let state = slot.state.read();
+            if state.life(now, self.options.retention) != Life::Live {
+                continue;
+            }
             found.extend(
                 state
                     .tasks
@@ -581,24 +587,16 @@ impl Store {
         }
     }
 
-    /// Keys of the tenant's visible contexts (only `context_id`'s, if given).
+    /// Keys of the tenant's listed contexts (only `context_id`'s, if given);
+    /// the caller checks that each is still live.
     fn tenant_contexts(&self, tenant: &str, context_id: Option<&str>) -> Result<Vec<ContextKey>> {
         Ok(match context_id {
-            Some(c) => match self.visible_slot(tenant, c) {
-                Ok((key, _)) => vec![key],
-                Err(Error::ContextNotFound) => Vec::new(),
-                Err(e) => return Err(e),
-            },
+            Some(c) => vec![ContextKey::derive(tenant, c)?],
             None => self
                 .index
                 .tenant_page(tenant, None, usize::MAX)
                 .into_iter()
                 .map(|(_, k)| k)
-                .filter(|k| {
-                    self.index
-                        .get(k)
-                        .is_some_and(|s| self.life(&s) == Life::Live)
-                })
                 .collect(),
         })
     }

@@ -30,14 +30,17 @@ fn message(i: usize) -> Vec<u8> {
         .collect()
 }
 
+/// An empty store with `Buffered` durability in a fresh temporary directory.
+fn buffered_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options::default().durability(Durability::Buffered);
+    let store = Store::open(dir.path(), options).unwrap();
+    (dir, store)
+}
+
 /// A store of `contexts` × `per_context` messages of 1 KiB, written round-robin.
 fn filled_store(contexts: usize, per_context: usize) -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(
-        dir.path(),
-        Options::default().durability(Durability::Buffered),
-    )
-    .unwrap();
+    let (dir, store) = buffered_store();
     for i in 0..per_context {
         for c in 0..contexts {
             store
@@ -111,12 +114,7 @@ fn a2a_message(i: usize) -> Vec<u8> {
 }
 
 fn bench_render(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(
-        dir.path(),
-        Options::default().durability(Durability::Buffered),
-    )
-    .unwrap();
+    let (_dir, store) = buffered_store();
     for i in 0..400 {
         store
             .append_message("bench", "case", &a2a_message(i))
@@ -224,24 +222,14 @@ fn ratio_report() {
 /// Index bytes per stored message (the index's own estimate, `Store::stats`).
 fn memory_report() {
     let messages = if quick() { 20_000 } else { 200_000 };
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(
-        dir.path(),
-        Options::default().durability(Durability::Buffered),
-    )
-    .unwrap();
+    let (_dir, store) = buffered_store();
     for i in 0..messages {
         store
             .append_message("bench", &format!("ctx-{}", i % 2000), b"m")
             .unwrap();
     }
     let raw = store.stats();
-    let dir2 = tempfile::tempdir().unwrap();
-    let store2 = Store::open(
-        dir2.path(),
-        Options::default().durability(Durability::Buffered),
-    )
-    .unwrap();
+    let (_dir2, store2) = buffered_store();
     for i in 0..messages {
         let m = format!(
             r#"{{"messageId":"m{i}","role":"ROLE_USER","contextId":"ctx-{}","parts":[{{"text":"m"}}]}}"#,
@@ -261,15 +249,7 @@ fn memory_report() {
 /// half its contexts deleted, before and after a compaction.
 fn space_report() {
     let contexts = if quick() { 200 } else { 2000 };
-    let dir = tempfile::tempdir().unwrap();
-    let options = Options::default().durability(Durability::Buffered);
-    let store = Store::open(dir.path(), options).unwrap();
-    for i in 0..contexts * 20 {
-        let body = message(i);
-        store
-            .append_message("bench", &format!("ctx-{}", i % contexts), &body)
-            .unwrap();
-    }
+    let (_dir, store) = filled_store(contexts, 20);
     for c in (0..contexts).step_by(2) {
         store.delete_context("bench", &format!("ctx-{c}")).unwrap();
     }

@@ -279,12 +279,6 @@ impl Log {
         Ok(active.id)
     }
 
-    /// The active segment's id and length.
-    pub fn position(&self) -> (u64, u64) {
-        let active = self.active.lock();
-        (active.id, active.len)
-    }
-
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -298,11 +292,6 @@ impl Log {
     /// Syncs the store's directory, making the names in it durable.
     pub fn sync_dir(&self) -> Result<()> {
         sync_dir(self.fs.as_ref(), &self.dir)
-    }
-
-    /// The rotation size.
-    pub fn segment_bytes(&self) -> u64 {
-        self.segment_bytes
     }
 
     /// `Sync`: sync the file this append went to.

@@ -82,9 +82,9 @@ impl Store {
                     let live = self
                         .index
                         .get(&context)
-                        .is_some_and(|s| self.life(&s) == Life::Live);
-                    if live {
-                        return self.duplicate(&msg.message_id, context, seq, &digest);
+                        .filter(|s| self.life(s) == Life::Live);
+                    if let Some(slot) = live {
+                        return self.duplicate(&msg.message_id, &slot, seq, &digest);
                     }
                     // Its context is gone: the messageId is free again.
                     self.index.idem_forget(idem);
@@ -178,11 +178,10 @@ impl Store {
     fn duplicate(
         &self,
         message_id: &str,
-        key: ContextKey,
+        slot: &ContextSlot,
         seq: u64,
         digest: &[u8; 32],
     ) -> Result<Receipt> {
-        let slot = self.index.get(&key).ok_or(Error::TaskNotFound)?;
         let state = slot.state.read();
         let at = state.messages.partition_point(|m| m.seq < seq);
         let m = state.messages.get(at).filter(|m| m.seq == seq);

@@ -232,7 +232,7 @@ pub struct MemFs {
     state: Arc<Mutex<MemState>>,
 }
 
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct MemState {
     dirs: BTreeSet<PathBuf>,
     /// Every file by node number, named or not (an open handle keeps a
@@ -248,7 +248,7 @@ struct MemState {
     locks: BTreeSet<PathBuf>,
 }
 
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct Node {
     bytes: Vec<u8>,
     /// The bytes as of the last sync.
@@ -286,7 +286,6 @@ impl Node {
     }
 }
 
-#[derive(Clone)]
 enum NameChange {
     Link(PathBuf, u64),
     Unlink(PathBuf),

@@ -253,8 +253,11 @@ struct Node {
     bytes: Vec<u8>,
     /// The bytes as of the last sync.
     durable: Vec<u8>,
-    /// Bytes from here on may differ from `durable`.
+    /// Bytes from here on may differ from `durable`...
     dirty_from: usize,
+    /// ...up to here (so that a sync copies only what changed, not a
+    /// preallocated tail again and again).
+    dirty_to: usize,
 }
 
 impl Node {
@@ -267,22 +270,31 @@ impl Node {
             dst.copy_from_slice(buf);
         }
         self.dirty_from = self.dirty_from.min(offset);
+        self.dirty_to = self.dirty_to.max(end);
     }
 
     fn set_len(&mut self, len: usize) {
+        let old = self.bytes.len();
         self.bytes.resize(len, 0);
-        self.dirty_from = self.dirty_from.min(len);
+        self.dirty_from = self.dirty_from.min(old.min(len));
+        self.dirty_to = self.dirty_to.max(old.max(len));
     }
 
     fn sync(&mut self) {
-        let from = self
-            .dirty_from
-            .min(self.bytes.len())
-            .min(self.durable.len());
-        self.durable.truncate(from);
-        self.durable
-            .extend_from_slice(self.bytes.get(from..).unwrap_or_default());
+        let len = self.bytes.len();
+        // Bytes past the old durable length are all in the dirty range.
+        self.durable.resize(len, 0);
+        let (from, to) = (self.dirty_from.min(len), self.dirty_to.min(len));
+        if let (Some(dst), Some(src)) = (self.durable.get_mut(from..to), self.bytes.get(from..to)) {
+            dst.copy_from_slice(src);
+        }
+        self.clean();
+    }
+
+    /// Marks every byte as synced.
+    fn clean(&mut self) {
         self.dirty_from = self.bytes.len();
+        self.dirty_to = 0;
     }
 }
 
@@ -399,14 +411,13 @@ impl MemFs {
                 Crash::KeepUnsynced => node.bytes.clone(),
                 Crash::Torn(_) => torn(node, &mut rng),
             };
-            nodes.insert(
-                id,
-                Node {
-                    durable: bytes.clone(),
-                    dirty_from: bytes.len(),
-                    bytes,
-                },
-            );
+            let mut node = Node {
+                durable: bytes.clone(),
+                bytes,
+                ..Node::default()
+            };
+            node.clean();
+            nodes.insert(id, node);
         }
         MemFs {
             state: Arc::new(Mutex::new(MemState {
@@ -427,8 +438,8 @@ impl MemFs {
         let id = state.node_of(path)?;
         let node = state.node(id)?;
         node.durable = bytes.clone();
-        node.dirty_from = bytes.len();
         node.bytes = bytes;
+        node.clean();
         Ok(())
     }
 

@@ -55,6 +55,15 @@ pub struct Options {
     /// A segment is sealed and a new one started once it reaches this many
     /// bytes. Default: 16 MiB; at least 4 KiB.
     pub segment_bytes: u64,
+    /// How far ahead of the last record the active segment's file is
+    /// zero-filled, in bytes (0: not at all). A sync after an append that
+    /// grew the file must also commit the file's new size (a journal commit
+    /// on ext4); an append that overwrites blocks already written syncs its
+    /// data only, which measured 25-50 % faster per durable append on ext4.
+    /// Zero-filling costs one larger sync per this many bytes appended, and
+    /// until the store closes the newest segment ends in up to this many
+    /// zeros. Default: 1 MiB.
+    pub preallocate: u64,
     /// The largest record payload accepted, in bytes. Default and maximum:
     /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) (16 MiB).
     pub max_record_bytes: u32,
@@ -83,6 +92,7 @@ impl Default for Options {
         Self {
             durability: Durability::Sync,
             segment_bytes: 16 << 20,
+            preallocate: 1 << 20,
             max_record_bytes: crate::MAX_RECORD_BYTES,
             recovery: RecoveryMode::Strict,
             turns: TurnPolicy::Parallel,
@@ -109,6 +119,12 @@ impl Options {
     /// Sets the segment size at which the log rotates.
     pub fn segment_bytes(mut self, bytes: u64) -> Self {
         self.segment_bytes = bytes;
+        self
+    }
+
+    /// Sets how far ahead the active segment is zero-filled (0: not at all).
+    pub fn preallocate(mut self, bytes: u64) -> Self {
+        self.preallocate = bytes;
         self
     }
 

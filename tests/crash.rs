@@ -272,3 +272,44 @@ fn verify_reads_the_disk_the_store_was_given() {
     // Nothing of that exists on the real disk.
     assert!(Store::verify(dir(), &mut |_, _| {}).is_err());
 }
+
+#[test]
+fn preallocated_space_is_neither_damage_nor_a_torn_tail() {
+    let disk = MemFs::new();
+    let options = Options::default().fs(Arc::new(disk.clone()));
+    let store = Store::open(dir(), options.clone()).unwrap();
+    for i in 0..5 {
+        store.append_message("t", "c", &message(i)).unwrap();
+    }
+    // While the store is open, its segment is zero-filled well past its records.
+    let segment = dir().join("0000000000000001.seg");
+    let open_len = disk.read(&segment).unwrap().len() as u64;
+    assert!(open_len >= options.preallocate, "{open_len}");
+    // A power loss now leaves those zeros behind, synced.
+    let crashed = disk.crash(Crash::LoseUnsynced);
+    assert_eq!(crashed.read(&segment).unwrap().len() as u64, open_len);
+    let report = Store::verify_on(&crashed, dir(), &mut |_, _| {}).unwrap();
+    assert!(report.is_clean() && report.records == 5, "{report:?}");
+    let reopened = Store::open(dir(), options.clone().fs(Arc::new(crashed.clone()))).unwrap();
+    assert_eq!(reopened.open_report().torn_tail, None);
+    let raws: Vec<Vec<u8>> = reopened
+        .last_messages("t", "c", 10)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.raw)
+        .collect();
+    assert_eq!(raws, (0..5).map(message).collect::<Vec<_>>());
+    // The open cut the zeros; appends fill new ones, and a close cuts them.
+    let data_end = crashed.read(&segment).unwrap().len() as u64;
+    assert!(data_end < open_len);
+    reopened.append_message("t", "c", &message(5)).unwrap();
+    assert!(crashed.read(&segment).unwrap().len() as u64 > data_end + 1000);
+    reopened.close().unwrap();
+    let closed_len = crashed.read(&segment).unwrap().len() as u64;
+    assert!(
+        closed_len > data_end && closed_len < data_end + 1000,
+        "{closed_len}"
+    );
+    let report = Store::verify_on(&crashed, dir(), &mut |_, _| {}).unwrap();
+    assert!(report.is_clean() && report.records == 6, "{report:?}");
+}

@@ -51,7 +51,7 @@ pub struct TornTail {
     pub segment: u64,
     /// Where the segment now ends.
     pub offset: u64,
-    /// Bytes dropped.
+    /// Bytes dropped (with any preallocated zeros after them).
     pub bytes: u64,
     /// Records that had started in those bytes but were not complete
     /// (frame starts found by following length fields; at least 1).
@@ -190,7 +190,7 @@ pub fn recover(
 
 /// Whether segment `id`'s header says compaction wrote it (an unreadable
 /// header counts as no).
-fn has_compacted_flag(fs: &dyn Fs, dir: &Path, id: u64) -> bool {
+pub(crate) fn has_compacted_flag(fs: &dyn Fs, dir: &Path, id: u64) -> bool {
     fs.read_prefix(&segment_path(dir, id), HEADER_LEN as usize)
         .is_ok_and(|header| decode_header(&header).is_ok_and(|h| h.flags & FLAG_COMPACTED != 0))
 }
@@ -369,16 +369,21 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             .start_of(id, bytes.len() as u64)?
             .unwrap_or(bytes.len() as u64);
         if let Some(cut) = self.frames(id, &bytes, true, from)? {
-            let records = count_started_frames(&bytes, cut, self.max_record);
             file.set_len(cut)
                 .and_then(|()| file.sync_data())
                 .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
-            self.report.torn_tail = Some(TornTail {
-                segment: id,
-                offset: cut,
-                bytes: len - cut,
-                records,
-            });
+            let tail = bytes.get(cut as usize..).unwrap_or_default();
+            // Zeros at the end are the writer's preallocated space; if the
+            // tail is only zeros, no record had started there (or none left
+            // a byte: every frame holds a nonzero length and checksum).
+            if tail.iter().any(|&b| b != 0) {
+                self.report.torn_tail = Some(TornTail {
+                    segment: id,
+                    offset: cut,
+                    bytes: len - cut,
+                    records: count_started_frames(&bytes, cut, self.max_record),
+                });
+            }
             bytes.truncate(cut as usize);
         }
         // Whatever a crashed process left in the page cache is made durable
@@ -405,14 +410,15 @@ fn count_started_frames(bytes: &[u8], from: u64, max_record: u32) -> u64 {
     let mut at = from;
     let mut n = 0;
     while at < end {
-        n += 1;
         let len = bytes
             .get(at as usize..at as usize + 4)
             .and_then(|b| b.try_into().ok())
             .map_or(0, u32::from_le_bytes);
+        // No frame starts here (zeros: preallocated space).
         if len == 0 || len > max_record {
             break;
         }
+        n += 1;
         at += FRAME_HEADER_LEN + u64::from(len);
     }
     n.max(1)

@@ -34,7 +34,8 @@ pub struct VerifyReport {
     /// Bytes scanned.
     pub bytes: u64,
     /// Damage anywhere (including bytes after the newest segment's last
-    /// valid record, which an open would cut as a torn tail).
+    /// valid record, which an open would cut as a torn tail, unless they are
+    /// all zeros: the writer's preallocated space).
     pub damage: Vec<Damage>,
 }
 
@@ -55,6 +56,11 @@ pub fn verify_dir(
 ) -> Result<VerifyReport> {
     let manifest = Manifest::read(fs, dir)?;
     let ids = list_segment_ids(fs, dir)?;
+    // The segment an open would append to (as recovery chooses it).
+    let newest = ids.iter().rev().copied().find(|&id| {
+        !manifest.compacted.contains(&id)
+            && manifest.is_live(id, super::recovery::has_compacted_flag(fs, dir, id))
+    });
     let mut report = VerifyReport::default();
     for (i, &id) in ids.iter().enumerate() {
         progress(i, ids.len());
@@ -83,13 +89,13 @@ pub fn verify_dir(
         if !manifest.is_live(id, header.flags & super::frame::FLAG_COMPACTED != 0) {
             continue;
         }
-        scan_frames(id, &bytes, &mut report);
+        scan_frames(id, &bytes, newest == Some(id), &mut report);
     }
     progress(ids.len(), ids.len());
     Ok(report)
 }
 
-fn scan_frames(id: u64, bytes: &[u8], report: &mut VerifyReport) {
+fn scan_frames(id: u64, bytes: &[u8], newest: bool, report: &mut VerifyReport) {
     let end = bytes.len() as u64;
     let mut at = HEADER_LEN;
     while at < end {
@@ -100,6 +106,14 @@ fn scan_frames(id: u64, bytes: &[u8], report: &mut VerifyReport) {
                     Err(e) => report.damage.push(damage(id, at, &e.0)),
                 }
                 at = frame.end();
+            }
+            Err(_)
+                if newest
+                    && bytes
+                        .get(at as usize..)
+                        .is_some_and(|t| t.iter().all(|&b| b == 0)) =>
+            {
+                break;
             }
             Err(e) => {
                 report.damage.push(damage(id, at, &e.reason()));

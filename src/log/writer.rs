@@ -20,7 +20,7 @@ use super::recovery::ActiveSegment;
 use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
-use crate::options::Durability;
+use crate::options::{Durability, Options};
 
 struct Active {
     id: u64,
@@ -28,6 +28,10 @@ struct Active {
     mirror: Mirror,
     /// Bytes in the active segment (the next frame's offset).
     len: u64,
+    /// The file is zero-filled up to here (at least `len`): frames written
+    /// below it overwrite allocated blocks, so their sync changes no
+    /// metadata. See [`Options::preallocate`].
+    prepared: u64,
     /// The log position just past the last byte written: a byte count that
     /// only grows, over all segments, starting at the active segment's length
     /// at open.
@@ -75,6 +79,8 @@ pub struct Log {
     fs: Arc<dyn Fs>,
     dir: PathBuf,
     segment_bytes: u64,
+    /// See [`Options::preallocate`].
+    preallocate: u64,
     durability: Durability,
     segments: Arc<Segments>,
     active: Mutex<Active>,
@@ -95,22 +101,22 @@ pub struct Log {
 impl LogWriter {
     /// Continues appending to the segment recovery left active.
     pub fn resume(
-        fs: Arc<dyn Fs>,
         dir: PathBuf,
-        segment_bytes: u64,
-        durability: Durability,
+        options: &Options,
         segments: Arc<Segments>,
         active: ActiveSegment,
         next_id: u64,
     ) -> Self {
         let ActiveSegment { id, file, bytes } = active;
         let len = bytes.len() as u64;
+        let (segment_bytes, durability) = (options.segment_bytes, options.durability);
         let mirror = new_mirror(segment_bytes, bytes);
         segments.insert(id, SegmentData::Active(mirror.clone()));
         let log = Arc::new(Log {
-            fs,
+            fs: options.fs.clone(),
             dir,
             segment_bytes,
+            preallocate: options.preallocate,
             durability,
             segments,
             active: Mutex::new(Active {
@@ -118,6 +124,7 @@ impl LogWriter {
                 file,
                 mirror,
                 len,
+                prepared: len,
                 written: len,
                 base: 0,
             }),
@@ -206,6 +213,7 @@ impl Log {
             if active.file.set_len(active.len).is_err() {
                 self.poison();
             }
+            active.prepared = active.len;
             return Err(Error::io(
                 "append to the active segment",
                 self.path(active.id),
@@ -218,6 +226,9 @@ impl Log {
             .insert((loc.segment, u64::from(loc.offset)));
         active.len += size;
         active.written += size;
+        if active.len > active.prepared {
+            self.preallocate(&mut active);
+        }
         Ok((loc, active.file.clone(), active.written))
     }
 
@@ -235,9 +246,18 @@ impl Log {
     /// new segment holding only a header (or less), which recovery removes.
     fn rotate(&self, active: &mut Active) -> Result<()> {
         let old_path = self.path(active.id);
-        if let Err(e) = active.file.sync_data() {
+        // A sealed segment ends at its last frame: its zero-filled rest goes.
+        if let Err(e) = active
+            .file
+            .set_len(active.len)
+            .and_then(|()| active.file.sync_data())
+        {
             self.poison();
-            return Err(Error::io("sync the segment being sealed", old_path, e));
+            return Err(Error::io(
+                "trim and sync the segment being sealed",
+                old_path,
+                e,
+            ));
         }
         let id = self.allocate_segment_id();
         let file = create_segment(self.fs.as_ref(), &self.dir, id)?;
@@ -254,12 +274,48 @@ impl Log {
         active.file = file;
         active.mirror = mirror;
         active.len = HEADER_LEN;
+        active.prepared = HEADER_LEN;
         active.base = active.written - HEADER_LEN;
         // Everything written so far was in the segment just synced.
         let mut sync = self.sync.lock();
         sync.synced = sync.synced.max(active.written);
         drop(sync);
         self.synced_cv.notify_all();
+        Ok(())
+    }
+
+    /// After a frame that grew the file: zero-fills it from the frame's end
+    /// to [`Options::preallocate`] bytes further (within the segment's size), so that
+    /// the next frames overwrite. Only an optimisation: if the write fails,
+    /// appends extend the file themselves, as they would without it, and
+    /// this segment tries no more.
+    fn preallocate(&self, active: &mut Active) {
+        let target = (active.len + self.preallocate).min(self.segment_bytes);
+        if target <= active.len {
+            active.prepared = active.len;
+            return;
+        }
+        let zeros = vec![0u8; usize::try_from(target - active.len).unwrap_or(0)];
+        active.prepared = match active.file.write_at(&zeros, active.len) {
+            Ok(()) => target,
+            Err(_) => u64::MAX,
+        };
+    }
+
+    /// Cuts the active segment's zero-filled rest and syncs it, so that a
+    /// closed store's files end at their last frame.
+    pub fn trim(&self) -> Result<()> {
+        let mut active = self.active.lock();
+        self.check_poison()?;
+        if active.prepared > active.len {
+            let path = self.path(active.id);
+            active
+                .file
+                .set_len(active.len)
+                .and_then(|()| active.file.sync_data())
+                .map_err(|e| Error::io("trim the active segment", path, e))?;
+            active.prepared = active.len;
+        }
         Ok(())
     }
 

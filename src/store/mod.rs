@@ -195,10 +195,8 @@ impl Store {
             }
         };
         let writer = LogWriter::resume(
-            fs,
             dir,
-            options.segment_bytes,
-            options.durability,
+            &options,
             segments.clone(),
             recovered.active,
             recovered.next_id,
@@ -672,6 +670,7 @@ impl Store {
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
         self.writer.sync_all()?;
+        self.writer.trim()?;
         if !self.checkpoint_stale() {
             return Ok(());
         }
@@ -776,7 +775,11 @@ impl Drop for Store {
             return;
         }
         // Best effort: `close` is the way to learn whether this worked.
-        if self.checkpoint_stale() && self.writer.sync_all().is_ok() {
+        if self.writer.sync_all().is_err() {
+            return;
+        }
+        let _ = self.writer.trim();
+        if self.checkpoint_stale() {
             let _ = self.write_checkpoint();
         }
     }

@@ -290,7 +290,10 @@ impl Log {
     /// appends extend the file themselves, as they would without it, and
     /// this segment tries no more.
     fn preallocate(&self, active: &mut Active) {
-        let target = (active.len + self.preallocate).min(self.segment_bytes);
+        let target = active
+            .len
+            .saturating_add(self.preallocate)
+            .min(self.segment_bytes);
         if target <= active.len {
             active.prepared = active.len;
             return;

@@ -45,14 +45,18 @@ pub struct ContextState {
     pub messages: Vec<MessageRef>,
     /// The context's tasks, in the order they were opened.
     pub tasks: Vec<TaskEntry>,
-    /// A 64-bit hash of a task id to its position in `tasks` (rebuilt, not
-    /// checkpointed). Ids whose hash another task took first are found by a
-    /// scan, so a collision costs time, never a wrong answer.
+    /// Once the context has more than [`SCAN_TASKS`] tasks: a 64-bit hash
+    /// of a task id to its position in `tasks` (rebuilt, not checkpointed).
+    /// Ids whose hash another task took first are found by a scan, so a
+    /// collision costs time, never a wrong answer.
     #[serde(skip)]
-    pub task_pos: HashMap<u64, u32>,
+    pub task_pos: Option<Box<HashMap<u64, u32>>>,
     /// Set once the context is deleted or expired: it keeps only its name.
     pub gone: Option<Gone>,
 }
+
+/// A context with at most this many tasks finds one by scanning them.
+const SCAN_TASKS: usize = 16;
 
 /// Why a context is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,25 +164,16 @@ impl ContextState {
             .meta
             .as_ref()
             .map_or(0, |m| m.tenant.capacity() + m.context_id.capacity());
-        let tasks: usize = self
-            .tasks
-            .iter()
-            .map(|t| {
-                size_of::<TaskEntry>()
-                    + t.id.capacity()
-                    + t.events.capacity() * size_of::<RecordLoc>()
-                    + t.history.capacity() * size_of::<u32>()
-                    + t.artifacts
-                        .iter()
-                        .map(|a| a.id.capacity() + a.chunks.capacity() * 4 + 48)
-                        .sum::<usize>()
-            })
-            .sum();
+        let tasks: usize = self.tasks.capacity() * size_of::<TaskEntry>()
+            + self.tasks.iter().map(TaskEntry::heap_bytes).sum::<usize>();
+        let task_pos = self.task_pos.as_ref().map_or(0, |m| {
+            size_of::<HashMap<u64, u32>>() + m.capacity() * (size_of::<(u64, u32)>() + 1)
+        });
         (size_of::<ContextSlot>()
             + meta
             + self.messages.capacity() * size_of::<MessageRef>()
             + tasks
-            + self.task_pos.capacity() * (size_of::<(u64, u32)>() + 1)) as u64
+            + task_pos) as u64
     }
 
     /// Whether the context can be used now, under `retention`.
@@ -198,10 +193,13 @@ impl ContextState {
 
     /// The position in `tasks` of the task of `id`.
     fn task_index(&self, id: &str) -> Option<usize> {
-        let hinted = self.task_pos.get(&id_hash(id)).map(|&i| i as usize);
+        let hinted = self.task_pos.as_ref().and_then(|pos| {
+            pos.get(&crate::tasks::TaskId::hash_of(id))
+                .map(|&i| i as usize)
+        });
         match hinted {
-            Some(i) if self.tasks.get(i).is_some_and(|t| t.id == id) => Some(i),
-            _ => self.tasks.iter().position(|t| t.id == id),
+            Some(i) if self.tasks.get(i).is_some_and(|t| t.id.is(id)) => Some(i),
+            _ => self.tasks.iter().position(|t| t.id.is(id)),
         }
     }
 
@@ -217,24 +215,24 @@ impl ContextState {
 
     /// Rebuilds `task_pos` from `tasks` (after loading a checkpoint).
     pub fn rebuild_task_pos(&mut self) {
-        self.task_pos.clear();
-        for i in 0..self.tasks.len() {
-            self.hint_task(i);
+        self.task_pos = None;
+        if self.tasks.len() > SCAN_TASKS {
+            let mut pos = HashMap::with_capacity(self.tasks.len());
+            for (i, task) in self.tasks.iter().enumerate() {
+                hint_task(&mut pos, task, i);
+            }
+            self.task_pos = Some(Box::new(pos));
         }
     }
 
     /// Adds a new task.
     pub fn add_task(&mut self, task: TaskEntry) {
         self.tasks.push(task);
-        self.hint_task(self.tasks.len() - 1);
-    }
-
-    /// Records where task `i` is, unless another task has its hash.
-    fn hint_task(&mut self, i: usize) {
-        let (Some(task), Ok(pos)) = (self.tasks.get(i), u32::try_from(i)) else {
-            return;
-        };
-        self.task_pos.entry(id_hash(&task.id)).or_insert(pos);
+        match (&mut self.task_pos, self.tasks.last()) {
+            (Some(pos), Some(task)) => hint_task(pos, task, self.tasks.len() - 1),
+            (None, _) if self.tasks.len() > SCAN_TASKS => self.rebuild_task_pos(),
+            _ => {}
+        }
     }
 
     /// Up to `max` of the newest messages with seq below `before` (all, for
@@ -246,6 +244,13 @@ impl ContextState {
         let below = self.messages.get(..end).unwrap_or_default();
         let start = below.len().saturating_sub(max);
         (below.get(start..).unwrap_or_default(), end as u64)
+    }
+}
+
+/// Records where task `i` is, unless another task has its hash.
+fn hint_task(pos: &mut HashMap<u64, u32>, task: &TaskEntry, i: usize) {
+    if let Ok(i) = u32::try_from(i) {
+        pos.entry(task.id.hash64()).or_insert(i);
     }
 }
 
@@ -289,14 +294,6 @@ pub fn short_key(key: &[u8; 32]) -> ShortKey {
     let mut short = [0u8; 16];
     short.copy_from_slice(key.split_at(16).0);
     short
-}
-
-/// A 64-bit hash of a task id, for a context's task positions.
-fn id_hash(id: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
 }
 
 /// Where a received message went: 12 bytes (context number, seq split in

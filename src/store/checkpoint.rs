@@ -23,7 +23,7 @@ use crate::namespace::{task_key, ContextKey};
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -164,7 +164,10 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
             if state.gone.is_none() {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
                 for task in &state.tasks {
-                    index.set_task_context(task_key(&meta.tenant, &task.id), slot.number);
+                    index.set_task_context(
+                        task.id.with_text(|id| task_key(&meta.tenant, id)),
+                        slot.number,
+                    );
                 }
             }
         }

@@ -372,7 +372,7 @@ fn remap_state(state: &mut ContextState, to: &impl Fn(&mut RecordLoc)) {
         to(&mut m.loc);
     }
     for task in &mut state.tasks {
-        task.events.iter_mut().for_each(to);
+        task.remap(to);
     }
 }
 

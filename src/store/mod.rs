@@ -6,7 +6,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
-use std::collections::HashMap;
 
 use crate::index::{ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
 use crate::log::manifest::Manifest;
@@ -274,7 +273,7 @@ impl Store {
             let mut live: std::collections::HashSet<RecordLoc> =
                 state.messages.iter().map(|m| m.loc).collect();
             for task in &state.tasks {
-                live.extend(task.events.iter().copied());
+                live.extend(task.events());
             }
             if let Some(meta) = &state.meta {
                 live.insert(meta.opened);
@@ -431,11 +430,8 @@ impl Store {
         let mut total = messages;
         if budget.include_artifacts {
             for task in &state.tasks {
-                for artifact in &task.artifacts {
-                    let Some(&loc) = artifact
-                        .chunks
-                        .last()
-                        .and_then(|&i| task.events.get(i as usize))
+                for artifact in task.artifacts() {
+                    let Some(loc) = artifact.chunks.last().and_then(|&i| task.event(i as usize))
                     else {
                         continue;
                     };
@@ -970,11 +966,7 @@ fn apply(
             );
             if link.opens_task {
                 index.set_task_context(task_key(tenant, &link.task_id), slot.number);
-                state.add_task(TaskEntry::opened(
-                    link.task_id.clone(),
-                    body.timestamp_ms,
-                    loc,
-                ));
+                state.add_task(TaskEntry::opened(&link.task_id, body.timestamp_ms, loc));
             } else if let Some(task) = state.task_mut(&link.task_id) {
                 task.push_event(loc, true);
             }
@@ -1006,7 +998,7 @@ fn apply(
             if let Some(meta) = &state.meta {
                 index.unlist_in_tenant(&meta.tenant, meta.first_ms, key);
                 for task in &state.tasks {
-                    index.forget_task(&task_key(&meta.tenant, &task.id));
+                    index.forget_task(&task.id.with_text(|id| task_key(&meta.tenant, id)));
                 }
             }
             state.gone = Some(if *expired {
@@ -1017,7 +1009,7 @@ fn apply(
             // Only the name is kept: it keeps the id refused.
             state.messages = Vec::new();
             state.tasks = Vec::new();
-            state.task_pos = HashMap::new();
+            state.task_pos = None;
         }
     }
     state.next_seq = body.seq + 1;

@@ -366,7 +366,7 @@ impl Store {
                             .status_timestamp_after_ms
                             .is_none_or(|a| t.status_ms > a)
                     })
-                    .map(|t| (t.status_ms, t.id.clone(), key)),
+                    .map(|t| (t.status_ms, t.id.to_string(), key)),
             );
         }
         found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -416,11 +416,10 @@ impl Store {
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let skip = usize::try_from(after).unwrap_or(usize::MAX);
         let context_id = context_of(&state)?;
-        task.events
-            .iter()
+        task.events()
             .enumerate()
             .skip(skip)
-            .map(|(i, &loc)| Ok((i as u64 + 1, self.read_event(loc, task_id, context_id)?)))
+            .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(loc, task_id, context_id)?)))
             .collect()
     }
 
@@ -472,8 +471,8 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
-        let status = match task.status.and_then(|i| task.events.get(i as usize)) {
-            Some(&loc) => self.read_json(loc)?,
+        let status = match task.status_loc() {
+            Some(loc) => self.read_json(loc)?,
             None => TaskStatus {
                 state: task.state,
                 message: None,
@@ -481,16 +480,14 @@ impl Store {
                 extra: Default::default(),
             },
         };
-        let event = |i: &u32| task.events.get(*i as usize).copied();
+        let event = |i: &u32| task.event(*i as usize);
         let skip = task
-            .history
-            .len()
+            .history()
+            .count()
             .saturating_sub(history_length.unwrap_or(usize::MAX));
         let history = task
-            .history
-            .iter()
+            .history()
             .skip(skip)
-            .filter_map(event)
             .map(|loc| {
                 self.with_message(loc, |_, bytes| from_json::<Message>(bytes))?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
@@ -498,7 +495,7 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let artifacts = include_artifacts
             .then(|| {
-                task.artifacts
+                task.artifacts()
                     .iter()
                     .filter(|a| !a.chunks.is_empty())
                     .map(|a| self.read_artifact(a.chunks.iter().filter_map(event)))
@@ -506,7 +503,7 @@ impl Store {
             })
             .transpose()?;
         Ok(Task {
-            id: task.id.clone(),
+            id: task.id.to_string(),
             context_id: context_id.to_string(),
             status,
             artifacts,
@@ -579,7 +576,7 @@ impl Store {
             .state
             .read()
             .task(task_id)
-            .map_or(0, |t| t.events.len() as u64);
+            .map_or(0, |t| t.event_count() as u64);
         EventRecord {
             task_id: task_id.to_string(),
             seq,

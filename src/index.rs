@@ -21,9 +21,9 @@ pub const SHARDS: usize = 64;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ContextMeta {
     /// The tenant, byte for byte.
-    pub tenant: String,
+    pub tenant: Box<str>,
     /// The original contextId, byte for byte.
-    pub context_id: String,
+    pub context_id: Box<str>,
     /// Where the opening record is.
     pub opened: RecordLoc,
     /// When the context was opened (ms since the epoch).
@@ -163,7 +163,7 @@ impl ContextState {
         let meta = self
             .meta
             .as_ref()
-            .map_or(0, |m| m.tenant.capacity() + m.context_id.capacity());
+            .map_or(0, |m| m.tenant.len() + m.context_id.len());
         let tasks: usize = self.tasks.capacity() * size_of::<TaskEntry>()
             + self.tasks.iter().map(TaskEntry::heap_bytes).sum::<usize>();
         let task_pos = self.task_pos.as_ref().map_or(0, |m| {
@@ -227,7 +227,7 @@ impl ContextState {
 
     /// Adds a new task.
     pub fn add_task(&mut self, task: TaskEntry) {
-        self.tasks.push(task);
+        push(&mut self.tasks, task);
         match (&mut self.task_pos, self.tasks.last()) {
             (Some(pos), Some(task)) => hint_task(pos, task, self.tasks.len() - 1),
             (None, _) if self.tasks.len() > SCAN_TASKS => self.rebuild_task_pos(),
@@ -245,6 +245,16 @@ impl ContextState {
         let start = below.len().saturating_sub(max);
         (below.get(start..).unwrap_or_default(), end as u64)
     }
+}
+
+/// Pushes `item`, growing a full vector by half its length (at least 2)
+/// rather than doubling it: the index's vectors are many and mostly short,
+/// so a doubling's spare half would be a third of their memory.
+pub fn push<T>(v: &mut Vec<T>, item: T) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 2).max(2));
+    }
+    v.push(item);
 }
 
 /// Records where task `i` is, unless another task has its hash.
@@ -266,8 +276,9 @@ pub struct ContextSlot {
     /// What readers see; write-locked only briefly, to publish.
     pub state: RwLock<ContextState>,
     /// The active turn under [`TurnPolicy::SingleActive`](crate::TurnPolicy);
-    /// in memory only (a lease does not outlive the process).
-    pub lease: Mutex<Option<Lease>>,
+    /// in memory only (a lease does not outlive the process). Boxed: 8 bytes
+    /// in every context instead of 40, as most contexts never hold one.
+    pub lease: Mutex<Option<Box<Lease>>>,
 }
 
 /// Who holds a context's turn, and since when.

@@ -317,7 +317,7 @@ impl TaskEntry {
         // Saturates rather than wraps past 2^32 - 2 events (at 12 bytes of
         // frame each, a task of over 48 GiB): no store gets there.
         let index = u32::try_from(self.events.len()).unwrap_or(NO_STATUS - 1);
-        self.events.push(Event::new(loc, carries_message));
+        crate::index::push(&mut self.events, Event::new(loc, carries_message));
         index
     }
 

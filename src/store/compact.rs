@@ -313,8 +313,8 @@ impl Store {
             seq: last_seq,
             timestamp_ms: state.last_ms,
             opens: Some(ContextName {
-                tenant: meta.tenant.clone(),
-                context_id: meta.context_id.clone(),
+                tenant: meta.tenant.to_string(),
+                context_id: meta.context_id.to_string(),
             }),
             kind: RecordKind::Gone {
                 expired: gone == Gone::Expired,

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
 
-use crate::index::{ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
+use crate::index::{push, ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
 use crate::log::manifest::Manifest;
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
@@ -792,7 +792,7 @@ fn info_of(
     }
     let meta = state.meta.as_ref()?;
     Some(ContextInfo {
-        context_id: meta.context_id.clone(),
+        context_id: meta.context_id.to_string(),
         key,
         first_activity_ms: meta.first_ms,
         last_activity_ms: state.last_ms,
@@ -948,16 +948,16 @@ fn apply(
     if let Some(name) = &body.opens {
         index.list_in_tenant(&name.tenant, body.timestamp_ms, key);
         state.meta = Some(ContextMeta {
-            tenant: name.tenant.clone(),
-            context_id: name.context_id.clone(),
+            tenant: name.tenant.as_str().into(),
+            context_id: name.context_id.as_str().into(),
             opened: loc,
             first_ms: body.timestamp_ms,
         });
     }
     let history = MessageRef { seq: body.seq, loc };
-    let tenant = state.meta.as_ref().map_or("", |m| m.tenant.as_str());
+    let tenant = state.meta.as_ref().map_or("", |m| &*m.tenant);
     match &body.kind {
-        RecordKind::Message { task: None } => state.messages.push(history),
+        RecordKind::Message { task: None } => push(&mut state.messages, history),
         RecordKind::Message { task: Some(link) } => {
             index.idem_done(
                 crate::index::short_key(&message_key(tenant, &link.message_id)),
@@ -970,7 +970,7 @@ fn apply(
             } else if let Some(task) = state.task_mut(&link.task_id) {
                 task.push_event(loc, true);
             }
-            state.messages.push(history);
+            push(&mut state.messages, history);
         }
         RecordKind::Status {
             task_id,
@@ -981,7 +981,7 @@ fn apply(
                 task.set_status(*new_state, body.timestamp_ms, loc, *with_message);
             }
             if *with_message {
-                state.messages.push(history);
+                push(&mut state.messages, history);
             }
         }
         RecordKind::Artifact {

@@ -625,7 +625,7 @@ fn context_of(state: &crate::index::ContextState) -> Result<&str> {
     state
         .meta
         .as_ref()
-        .map(|m| m.context_id.as_str())
+        .map(|m| &*m.context_id)
         .ok_or(Error::TaskNotFound)
 }
 

@@ -68,11 +68,11 @@ impl Store {
                     });
                 }
             }
-            *current = Some(Lease {
+            *current = Some(Box::new(Lease {
                 task_id: task_id.to_string(),
                 since_ms: now,
                 token,
-            });
+            }));
         }
         Ok(TurnGuard {
             held: Some((slot, token)),

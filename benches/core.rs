@@ -219,30 +219,87 @@ fn ratio_report() {
     );
 }
 
-/// Index bytes per stored message (the index's own estimate, `Store::stats`).
-fn memory_report() {
-    let messages = if quick() { 20_000 } else { 200_000 };
+/// How a memory-report store is filled: `contexts` contexts of `per_context`
+/// history messages each.
+#[derive(Clone, Copy)]
+enum Mix {
+    /// `append_message`: no tasks, no messageIds.
+    Raw,
+    /// Received A2A messages, `per_task` to a task (follow-ups name it).
+    Received { per_task: usize },
+    /// Per task: a received message and the agent's COMPLETED status with
+    /// its reply (two history messages), as a plain A2A exchange leaves.
+    Exchanges,
+}
+
+/// Index bytes per history message (`Store::stats`: the index's own
+/// estimate, vectors at capacity, hash tables with their slack).
+fn index_bytes_per_message(mix: Mix, contexts: usize, per_context: usize) -> f64 {
     let (_dir, store) = buffered_store();
-    for i in 0..messages {
+    let mut task_of = vec![String::new(); contexts];
+    let mut n = 0usize;
+    let mut receive = |c: usize, task: Option<&str>| {
+        n += 1;
+        let mut m = serde_json::json!({"messageId": format!("m{n}"), "role": "ROLE_USER",
+            "contextId": format!("ctx-{c}"), "parts": [{"text": "m"}]});
+        if let Some(task) = task {
+            m["taskId"] = task.into();
+        }
         store
-            .append_message("bench", &format!("ctx-{}", i % 2000), b"m")
-            .unwrap();
+            .receive_message("bench", m.to_string().as_bytes())
+            .unwrap()
+            .task_id
+    };
+    // Round robin over the contexts, as the traffic of many cases arrives.
+    for i in 0..per_context {
+        for (c, task) in task_of.iter_mut().enumerate() {
+            match mix {
+                Mix::Raw => {
+                    store
+                        .append_message("bench", &format!("ctx-{c}"), b"m")
+                        .unwrap();
+                }
+                Mix::Received { per_task } => {
+                    let follow_up = i % per_task != 0;
+                    *task = receive(c, follow_up.then_some(task.as_str()));
+                }
+                Mix::Exchanges if i % 2 == 0 => *task = receive(c, None),
+                Mix::Exchanges => {
+                    let status = serde_json::json!({ "statusUpdate": { "taskId": task,
+                        "contextId": format!("ctx-{c}"), "status": { "state": "TASK_STATE_COMPLETED",
+                        "message": { "messageId": format!("a{i}-{c}"), "role": "ROLE_AGENT",
+                            "parts": [{ "text": "done" }] } } } });
+                    store
+                        .apply_event("bench", status.to_string().as_bytes())
+                        .unwrap();
+                }
+            }
+        }
     }
-    let raw = store.stats();
-    let (_dir2, store2) = buffered_store();
-    for i in 0..messages {
-        let m = format!(
-            r#"{{"messageId":"m{i}","role":"ROLE_USER","contextId":"ctx-{}","parts":[{{"text":"m"}}]}}"#,
-            i % 2000
+    let stats = store.stats();
+    assert_eq!(stats.messages as usize, contexts * per_context);
+    stats.index_bytes as f64 / stats.messages as f64
+}
+
+fn memory_report() {
+    let contexts = if quick() { 200 } else { 2000 };
+    println!("  index memory, B per history message (target <= 64), {contexts} contexts:");
+    let mixes = [
+        ("raw appends", Mix::Raw, 10),
+        ("raw appends", Mix::Raw, 100),
+        ("received, each opens a task", Mix::Received { per_task: 1 }, 10),
+        ("received, 5 per task", Mix::Received { per_task: 5 }, 10),
+        ("received, 20 per task", Mix::Received { per_task: 20 }, 100),
+        ("received, 100 per task", Mix::Received { per_task: 100 }, 100),
+        ("exchanges (message + reply per task)", Mix::Exchanges, 10),
+        ("exchanges (message + reply per task)", Mix::Exchanges, 100),
+    ];
+    for (name, mix, per_context) in mixes {
+        println!(
+            "    {name}, {per_context} per context: {:.1}",
+            index_bytes_per_message(mix, contexts, per_context)
         );
-        store2.receive_message("bench", m.as_bytes()).unwrap();
     }
-    let received = store2.stats();
-    println!(
-        "  index memory: {:.1} B per message for raw appends, {:.1} B per received message (a task each, messageId map); target <= 64",
-        raw.index_bytes as f64 / raw.messages as f64,
-        received.index_bytes as f64 / received.messages as f64
-    );
 }
 
 /// Space on disk against the live payload: a store of 1 KiB messages with

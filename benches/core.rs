@@ -287,10 +287,18 @@ fn memory_report() {
     let mixes = [
         ("raw appends", Mix::Raw, 10),
         ("raw appends", Mix::Raw, 100),
-        ("received, each opens a task", Mix::Received { per_task: 1 }, 10),
+        (
+            "received, each opens a task",
+            Mix::Received { per_task: 1 },
+            10,
+        ),
         ("received, 5 per task", Mix::Received { per_task: 5 }, 10),
         ("received, 20 per task", Mix::Received { per_task: 20 }, 100),
-        ("received, 100 per task", Mix::Received { per_task: 100 }, 100),
+        (
+            "received, 100 per task",
+            Mix::Received { per_task: 100 },
+            100,
+        ),
         ("exchanges (message + reply per task)", Mix::Exchanges, 10),
         ("exchanges (message + reply per task)", Mix::Exchanges, 100),
     ];

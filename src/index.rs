@@ -78,34 +78,64 @@ pub enum Life {
     Gone(Gone),
 }
 
-/// Where a message is, and its seq: 24 bytes per stored message.
+/// The most records one context holds: seqs fit in 4 bytes in the index.
+pub const MAX_SEQ: u64 = u32::MAX as u64;
+
+/// Where a message is, and its seq: 16 bytes per stored message (seq,
+/// segment id, offset and length, each in 4 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageRef {
-    /// The message's seq in its context.
-    pub seq: u64,
-    /// Where its record is.
-    pub loc: RecordLoc,
+    seq: u32,
+    segment: u32,
+    offset: u32,
+    len: u32,
 }
 
-/// `Vec<MessageRef>` in the checkpoint as one byte string of 24-byte
-/// little-endian entries (seq, segment, offset, len): loading a checkpoint is
-/// then one pass over bytes instead of a decoder call per field.
+impl MessageRef {
+    /// Record `seq` of its context, at `loc`.
+    pub fn new(seq: u64, loc: RecordLoc) -> Self {
+        // In range: appends refuse a seq past MAX_SEQ and the writer a
+        // segment id past MAX_SEGMENT_ID, and an open refuses both on disk.
+        MessageRef {
+            seq: u32::try_from(seq).unwrap_or(u32::MAX),
+            segment: u32::try_from(loc.segment).unwrap_or(u32::MAX),
+            offset: loc.offset,
+            len: loc.len,
+        }
+    }
+
+    /// The message's seq in its context.
+    pub fn seq(&self) -> u64 {
+        u64::from(self.seq)
+    }
+
+    /// Where its record is.
+    pub fn loc(&self) -> RecordLoc {
+        RecordLoc {
+            segment: u64::from(self.segment),
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
+/// `Vec<MessageRef>` in the checkpoint as one byte string of 16-byte
+/// little-endian entries (seq, segment, offset, len, u32 each): loading a
+/// checkpoint is then one pass over bytes instead of a decoder call per field.
 mod message_refs {
     use serde::de::{Error, Visitor};
     use serde::{Deserializer, Serializer};
 
     use super::MessageRef;
-    use crate::log::segments::RecordLoc;
 
-    const ENTRY: usize = 24;
+    const ENTRY: usize = 16;
 
     pub fn serialize<S: Serializer>(refs: &[MessageRef], s: S) -> Result<S::Ok, S::Error> {
         let mut bytes = Vec::with_capacity(refs.len() * ENTRY);
         for r in refs {
-            bytes.extend_from_slice(&r.seq.to_le_bytes());
-            bytes.extend_from_slice(&r.loc.segment.to_le_bytes());
-            bytes.extend_from_slice(&r.loc.offset.to_le_bytes());
-            bytes.extend_from_slice(&r.loc.len.to_le_bytes());
+            for field in [r.seq, r.segment, r.offset, r.len] {
+                bytes.extend_from_slice(&field.to_le_bytes());
+            }
         }
         s.serialize_bytes(&bytes)
     }
@@ -120,18 +150,13 @@ mod message_refs {
         type Value = Vec<MessageRef>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("24-byte message refs")
+            f.write_str("16-byte message refs")
         }
 
         fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
             if !bytes.len().is_multiple_of(ENTRY) {
                 return Err(E::custom("message refs are not a whole number of entries"));
             }
-            let u64_at = |c: &[u8], i: usize| {
-                c.get(i..i + 8)
-                    .and_then(|b| b.try_into().ok())
-                    .map_or(0, u64::from_le_bytes)
-            };
             let u32_at = |c: &[u8], i: usize| {
                 c.get(i..i + 4)
                     .and_then(|b| b.try_into().ok())
@@ -140,12 +165,10 @@ mod message_refs {
             Ok(bytes
                 .chunks_exact(ENTRY)
                 .map(|c| MessageRef {
-                    seq: u64_at(c, 0),
-                    loc: RecordLoc {
-                        segment: u64_at(c, 8),
-                        offset: u32_at(c, 16),
-                        len: u32_at(c, 20),
-                    },
+                    seq: u32_at(c, 0),
+                    segment: u32_at(c, 4),
+                    offset: u32_at(c, 8),
+                    len: u32_at(c, 12),
                 })
                 .collect())
         }
@@ -239,7 +262,7 @@ impl ContextState {
     /// `None`), oldest first, and how many messages lie below `before`.
     pub fn newest_before(&self, before: Option<u64>, max: usize) -> (&[MessageRef], u64) {
         let end = before.map_or(self.messages.len(), |b| {
-            self.messages.partition_point(|m| m.seq < b)
+            self.messages.partition_point(|m| m.seq() < b)
         });
         let below = self.messages.get(..end).unwrap_or_default();
         let start = below.len().saturating_sub(max);
@@ -307,25 +330,24 @@ pub fn short_key(key: &[u8; 32]) -> ShortKey {
     short
 }
 
-/// Where a received message went: 12 bytes (context number, seq split in
-/// halves so the value needs only 4-byte alignment).
+/// Where a received message went: 8 bytes (context number, seq).
 #[derive(Debug, Clone, Copy)]
 struct IdemAt {
     context: u32,
-    seq: [u32; 2],
+    seq: u32,
 }
 
 impl IdemAt {
     fn new(context: u32, seq: u64) -> Self {
-        // Truncations intended: the two halves of `seq`.
+        // In range: no record has a seq past MAX_SEQ (see MessageRef::new).
         Self {
             context,
-            seq: [seq as u32, (seq >> 32) as u32],
+            seq: u32::try_from(seq).unwrap_or(u32::MAX),
         }
     }
 
     fn seq(&self) -> u64 {
-        u64::from(self.seq[0]) | u64::from(self.seq[1]) << 32
+        u64::from(self.seq)
     }
 }
 
@@ -598,5 +620,31 @@ impl Index {
     /// Number of visible contexts.
     pub fn visible_contexts(&self) -> usize {
         self.tenants.read().values().map(BTreeSet::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_ref_is_16_bytes_and_gives_back_what_it_was_given() {
+        assert_eq!(std::mem::size_of::<MessageRef>(), 16);
+        let loc = RecordLoc {
+            segment: crate::log::segments::MAX_SEGMENT_ID,
+            offset: u32::MAX,
+            len: 7,
+        };
+        let r = MessageRef::new(MAX_SEQ, loc);
+        assert_eq!((r.seq(), r.loc()), (MAX_SEQ, loc));
+        let state = ContextState {
+            messages: vec![r, MessageRef::new(3, loc)],
+            ..ContextState::default()
+        };
+        let config = bincode::config::standard();
+        let bytes = bincode::serde::encode_to_vec(&state, config).unwrap();
+        let (back, _): (ContextState, usize) =
+            bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(back.messages, state.messages);
     }
 }

@@ -504,3 +504,65 @@ fn a_read_only_session_leaves_the_checkpoint_as_it_was() {
         "rewritten by a read-only session"
     );
 }
+
+#[test]
+fn a_record_seq_past_the_limit_is_damage_not_a_wrapped_seq() {
+    use ctxlog::record::{encode, RecordBody, RecordKind};
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.append_message("t", "c", b"first").unwrap();
+    store.close().unwrap();
+    fs::remove_file(dir.path().join("CHECKPOINT")).unwrap();
+    // A valid frame whose record claims seq 2^32 in context "c": a gap,
+    // which SkipCorrupt accepts, but past what a context can hold.
+    let key = ctxlog::ContextKey::derive("t", "c").unwrap();
+    let body = RecordBody {
+        seq: 1 << 32,
+        timestamp_ms: 1,
+        opens: None,
+        kind: RecordKind::Message { task: None },
+    };
+    let payload = encode(&key, &body, b"far").unwrap();
+    let seg = segment_files(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    let offset = bytes.len() as u64;
+    encode_frame(1, offset, offset as u32, &payload, &mut bytes);
+    fs::write(&seg, bytes).unwrap();
+
+    let err = Store::open(dir.path(), Options::default()).err().unwrap();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    let options = Options::default().recovery(RecoveryMode::SkipCorrupt);
+    let store = Store::open(dir.path(), options).unwrap();
+    let skipped = &store.open_report().skipped;
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].reason.contains("past"), "{}", skipped[0].reason);
+    let a = store.append_message("t", "c", b"second").unwrap();
+    assert_eq!(a.seq, 1);
+    let raws: Vec<_> = store
+        .last_messages("t", "c", 10)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.raw)
+        .collect();
+    assert_eq!(raws, vec![b"first".to_vec(), b"second".to_vec()]);
+}
+
+#[test]
+fn a_segment_named_past_the_largest_id_is_refused() {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.append_message("t", "c", b"first").unwrap();
+    store.close().unwrap();
+    let seg = segment_files(dir.path()).pop().unwrap();
+    fs::copy(&seg, dir.path().join("0000000100000000.seg")).unwrap();
+    match Store::open(dir.path(), Options::default()) {
+        Err(Error::Corrupt { segment, .. }) => assert_eq!(segment, 1 << 32),
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("opened a store with segment id 2^32"),
+    }
+    let report = Store::verify(dir.path(), &mut |_, _| {}).unwrap();
+    assert!(
+        report.damage.iter().any(|d| d.segment == 1 << 32),
+        "{report:?}"
+    );
+}

@@ -9,7 +9,9 @@ use super::frame::{
     FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
 };
 use super::manifest::Manifest;
-use super::segments::{list_segment_ids, segment_path, RecordLoc, SegmentData, Segments};
+use super::segments::{
+    list_segment_ids, segment_path, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID,
+};
 use super::writer::{create_segment, sync_dir};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
@@ -109,6 +111,13 @@ pub fn recover(
     remove_temporaries(fs, dir)?;
     let manifest = Manifest::read(fs, dir)?;
     let ids = list_segment_ids(fs, dir)?;
+    if let Some(&id) = ids.last().filter(|&&id| id > MAX_SEGMENT_ID) {
+        return Err(Error::corrupt(
+            id,
+            0,
+            format!("a segment id past {MAX_SEGMENT_ID}, the largest a store uses"),
+        ));
+    }
     let next_id = ids.last().map_or(1, |&id| id + 1);
     for &id in &manifest.compacted {
         if !ids.contains(&id) {

@@ -15,6 +15,10 @@ use super::frame::{verify_payload, FRAME_HEADER_LEN};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, Mapped};
 
+/// The largest segment id: the index keeps a segment id in 4 bytes. An open
+/// refuses a segment file named past it, and the writer starts none.
+pub const MAX_SEGMENT_ID: u64 = u32::MAX as u64;
+
 /// Where one record lives: 16 bytes, the unit of the in-memory index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RecordLoc {

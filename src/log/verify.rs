@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::frame::{decode_frame, decode_header, find_next_frame, FORMAT_VERSION, HEADER_LEN};
 use super::manifest::Manifest;
-use super::segments::{list_segment_ids, segment_path};
+use super::segments::{list_segment_ids, segment_path, MAX_SEGMENT_ID};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::record;
@@ -70,6 +70,11 @@ pub fn verify_dir(
             .map_err(|e| Error::io("read a segment", &path, e))?;
         report.bytes += bytes.len() as u64;
         report.segments += 1;
+        if id > MAX_SEGMENT_ID {
+            let reason = format!("a segment id past {MAX_SEGMENT_ID}, which an open refuses");
+            report.damage.push(damage(id, 0, &reason));
+            continue;
+        }
         let header = match decode_header(&bytes) {
             Ok(h) => h,
             Err(_) => {

@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
 use super::recovery::ActiveSegment;
-use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments};
+use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
 use crate::options::{Durability, Options};
@@ -259,7 +259,7 @@ impl Log {
                 e,
             ));
         }
-        let id = self.allocate_segment_id();
+        let id = self.allocate_segment_id()?;
         let file = create_segment(self.fs.as_ref(), &self.dir, id)?;
         let sealed = active
             .file
@@ -323,8 +323,18 @@ impl Log {
     }
 
     /// A segment id no segment has or will have.
-    pub fn allocate_segment_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::AcqRel)
+    pub fn allocate_segment_id(&self) -> Result<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::AcqRel);
+        if id > MAX_SEGMENT_ID {
+            return Err(Error::InvalidParams {
+                field: "segment_bytes",
+                reason: format!(
+                    "the store has used every segment id up to {MAX_SEGMENT_ID} and can \
+                     start no new segment; copy its contexts into a new store"
+                ),
+            });
+        }
+        Ok(id)
     }
 
     /// Seals the active segment now (if it holds any record) and starts the

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::{ContextState, Index};
+use crate::index::{ContextState, Index, MAX_SEQ};
 use crate::log::recovery::Resume;
 use crate::namespace::{task_key, ContextKey};
 
@@ -172,6 +172,9 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
             }
         }
         *slot.state.write() = state;
+    }
+    if idem.iter().any(|&(_, _, seq)| seq > MAX_SEQ) {
+        return None;
     }
     for (message, (version, digest), seq) in idem {
         if let Some(slot) = index.get(&ContextKey::from_parts(version, digest)) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{apply, now_ms, Store};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::{ContextState, Gone, Life};
+use crate::index::{ContextState, Gone, Life, MessageRef};
 use crate::log::frame::{
     decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, FRAME_HEADER_LEN, HEADER_LEN,
 };
@@ -66,32 +66,32 @@ struct Output {
 }
 
 impl Output {
-    fn push(&mut self, store: &Store, payload: &[u8]) -> RecordLoc {
+    fn push(&mut self, store: &Store, payload: &[u8]) -> Result<RecordLoc> {
         let need = FRAME_HEADER_LEN + payload.len() as u64;
         let full = self
             .segments
             .last()
             .is_none_or(|(_, b)| b.len() as u64 > HEADER_LEN && b.len() as u64 + need > self.limit);
         if full {
-            let id = store.writer.allocate_segment_id();
+            let id = store.writer.allocate_segment_id()?;
             self.segments
                 .push((id, encode_header_with(id, FLAG_COMPACTED).to_vec()));
         }
         let Some((id, buf)) = self.segments.last_mut() else {
             // Unreachable: a segment was pushed just above when there was none.
-            return RecordLoc {
+            return Ok(RecordLoc {
                 segment: 0,
                 offset: 0,
                 len: 0,
-            };
+            });
         };
         let offset = buf.len() as u64;
         encode_frame(*id, offset, offset as u32, payload, buf);
-        RecordLoc {
+        Ok(RecordLoc {
             segment: *id,
             offset: offset as u32,
             len: payload.len() as u32,
-        }
+        })
     }
 }
 
@@ -164,13 +164,13 @@ impl Store {
                 Out::Copy(loc) => {
                     let new = self
                         .segments
-                        .with_payload(loc, |payload| out.push(self, payload))?;
+                        .with_payload(loc, |payload| out.push(self, payload))??;
                     report.live_payload_bytes += u64::from(loc.len);
                     moved.insert((loc.segment, loc.offset), new);
                     report.records_kept += 1;
                 }
                 Out::Tombstone(payload) => {
-                    out.push(self, &payload);
+                    out.push(self, &payload)?;
                 }
             }
         }
@@ -369,7 +369,9 @@ fn remap_state(state: &mut ContextState, to: &impl Fn(&mut RecordLoc)) {
         to(&mut meta.opened);
     }
     for m in &mut state.messages {
-        to(&mut m.loc);
+        let mut loc = m.loc();
+        to(&mut loc);
+        *m = MessageRef::new(m.seq(), loc);
     }
     for task in &mut state.tasks {
         task.remap(to);

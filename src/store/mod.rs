@@ -7,7 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
 
-use crate::index::{push, ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef};
+use crate::index::{
+    push, ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef, MAX_SEQ,
+};
 use crate::log::manifest::Manifest;
 use crate::log::recovery::{recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
@@ -117,8 +119,8 @@ struct HistoryItem {
 impl HistoryItem {
     fn message(r: MessageRef) -> Self {
         HistoryItem {
-            seq: r.seq,
-            loc: r.loc,
+            seq: r.seq(),
+            loc: r.loc(),
             chunks: 0,
         }
     }
@@ -271,7 +273,7 @@ impl Store {
             st.tasks += state.tasks.len() as u64;
             st.messages += state.messages.len() as u64;
             let mut live: std::collections::HashSet<RecordLoc> =
-                state.messages.iter().map(|m| m.loc).collect();
+                state.messages.iter().map(MessageRef::loc).collect();
             for task in &state.tasks {
                 live.extend(task.events());
             }
@@ -341,6 +343,16 @@ impl Store {
         timestamp_ms: u64,
     ) -> Result<u64> {
         let seq = slot.state.read().next_seq;
+        if seq > MAX_SEQ {
+            return Err(Error::InvalidParams {
+                field: "contextId",
+                reason: format!(
+                    "the context holds {} records, the most one context can; continue the \
+                     case in a new context",
+                    MAX_SEQ + 1
+                ),
+            });
+        }
         let body = RecordBody {
             seq,
             timestamp_ms,
@@ -387,7 +399,7 @@ impl Store {
         n: usize,
     ) -> Result<Vec<StoredMessage>> {
         self.with_newest_before(tenant, context_id, None, n, |refs, _| {
-            refs.iter().map(|r| self.read_message(r.loc)).collect()
+            refs.iter().map(|r| self.read_message(r.loc())).collect()
         })
     }
 
@@ -406,7 +418,7 @@ impl Store {
         let (_, slot) = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
-        self.segments.prefetch(refs.iter().map(|r| r.loc));
+        self.segments.prefetch(refs.iter().map(MessageRef::loc));
         f(refs, total)
     }
 
@@ -865,6 +877,12 @@ fn apply_recovered(
         }
         return Ok(());
     }
+    if body.seq > MAX_SEQ {
+        return Err(format!(
+            "record seq {} is past {MAX_SEQ}, the most a context holds",
+            body.seq
+        ));
+    }
     // When damaged records are being skipped, a gap in a context's order is
     // expected; going backwards never is.
     let gap_ok = mode == RecoveryMode::SkipCorrupt && body.seq > state.next_seq;
@@ -954,7 +972,7 @@ fn apply(
             first_ms: body.timestamp_ms,
         });
     }
-    let history = MessageRef { seq: body.seq, loc };
+    let history = MessageRef::new(body.seq, loc);
     let tenant = state.meta.as_ref().map_or("", |m| &*m.tenant);
     match &body.kind {
         RecordKind::Message { task: None } => push(&mut state.messages, history),

@@ -14,7 +14,7 @@ use crate::a2a::{
     TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
-use crate::index::{ContextSlot, IdemStart, Life};
+use crate::index::{ContextSlot, IdemStart, Life, MessageRef};
 use crate::log::segments::RecordLoc;
 use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
 use crate::record::{ContextName, RecordKind, TaskLink};
@@ -183,10 +183,10 @@ impl Store {
         digest: &[u8; 32],
     ) -> Result<Receipt> {
         let state = slot.state.read();
-        let at = state.messages.partition_point(|m| m.seq < seq);
-        let m = state.messages.get(at).filter(|m| m.seq == seq);
+        let at = state.messages.partition_point(|m| m.seq() < seq);
+        let m = state.messages.get(at).filter(|m| m.seq() == seq);
         let context_id = context_of(&state)?.to_string();
-        let loc = m.map(|m| m.loc).ok_or(Error::TaskNotFound)?;
+        let loc = m.map(MessageRef::loc).ok_or(Error::TaskNotFound)?;
         let link = self.with_record(loc, |body, _| match &body.kind {
             RecordKind::Message { task: Some(link) } => Some(link.clone()),
             _ => None,

@@ -119,7 +119,9 @@ fn stress(contexts: usize, durability: Durability) {
     let dir = common::tmp();
     let options = Options::default()
         .durability(durability)
-        .segment_bytes(256 * 1024);
+        // Small segments: a few dozen rotations, each racing appends whose
+        // frames are not yet in the file (group commit writes them late).
+        .segment_bytes(16 * 1024);
     let path = dir.path().to_path_buf();
     let opts = options.clone();
     let (store, acked) = within(Duration::from_secs(120), move || {

@@ -35,6 +35,8 @@ struct CrashAt {
     calls: AtomicUsize,
     step: AtomicUsize,
     disk: MemFs,
+    /// The workload's durability.
+    durability: Durability,
     /// The survivor of a crash, and the step it interrupted.
     taken: Mutex<Option<(MemFs, usize)>>,
 }
@@ -67,9 +69,9 @@ fn dir() -> PathBuf {
     PathBuf::from("/crash/store")
 }
 
-fn options(fs: Arc<dyn Fs>) -> Options {
+fn options(fs: Arc<dyn Fs>, durability: Durability) -> Options {
     Options::default()
-        .durability(Durability::Sync)
+        .durability(durability)
         .segment_bytes(4096)
         .checkpoint_interval(Some(3000))
         .fs(fs)
@@ -91,7 +93,8 @@ fn workload(plan: &Arc<CrashAt>) -> (Vec<Model>, Option<Error>) {
     let fs = Arc::new(FaultyFs::new(Arc::new(plan.disk.clone()), plan.clone()));
     let begin = |n: usize| plan.step.store(n, Ordering::SeqCst);
     begin(1);
-    let mut store = match Store::open(dir(), options(fs.clone())) {
+    let options = |fs: &Arc<FaultyFs>| options(fs.clone(), plan.durability);
+    let mut store = match Store::open(dir(), options(&fs)) {
         Ok(s) => Some(s),
         Err(e) => return (models, Some(e)),
     };
@@ -105,7 +108,7 @@ fn workload(plan: &Arc<CrashAt>) -> (Vec<Model>, Option<Error>) {
             }),
             20 | 45 => s.compact().map(drop),
             27 => store.take().unwrap().close().and_then(|()| {
-                store = Some(Store::open(dir(), options(fs.clone()))?);
+                store = Some(Store::open(dir(), options(&fs))?);
                 Ok(())
             }),
             60 => store.take().unwrap().close(),
@@ -156,13 +159,14 @@ fn holds(store: &Store, model: &Model) -> Model {
         .collect()
 }
 
-fn plan(at: usize, action: Action) -> Arc<CrashAt> {
+fn plan(at: usize, action: Action, durability: Durability) -> Arc<CrashAt> {
     Arc::new(CrashAt {
         at,
         action,
         calls: AtomicUsize::new(0),
         step: AtomicUsize::new(0),
         disk: MemFs::new(),
+        durability,
         taken: Mutex::new(None),
     })
 }
@@ -170,15 +174,15 @@ fn plan(at: usize, action: Action) -> Arc<CrashAt> {
 /// Acts before every file call of the workload in turn and checks each
 /// outcome: after a crash, the survivor; after a failure, the same disk
 /// reopened once the failing store is gone.
-fn act_everywhere(action: Action) {
-    let dry = plan(usize::MAX, action);
+fn act_everywhere(action: Action, durability: Durability) {
+    let dry = plan(usize::MAX, action, durability);
     let (models, error) = workload(&dry);
     assert!(error.is_none(), "{error:?}");
     let total = dry.calls.load(Ordering::SeqCst);
     assert!(total > 150, "the workload makes {total} file calls");
     let mut caught_mid_step = 0;
     for at in 0..total {
-        let run = plan(at, action);
+        let run = plan(at, action, durability);
         let (seen, error) = workload(&run);
         let (disk, step) = run.taken.lock().unwrap().take().expect("acted");
         match action {
@@ -197,7 +201,7 @@ fn act_everywhere(action: Action) {
             models[..seen.len()],
             "call {at}: the steps before the fault did the same"
         );
-        let store = Store::open(dir(), options(Arc::new(disk.clone())))
+        let store = Store::open(dir(), options(Arc::new(disk.clone()), durability))
             .unwrap_or_else(|e| panic!("call {at} (step {step}): the disk does not open: {e}"));
         let (want, or) = match (&action, &error) {
             // A failure that did not stop the run must have lost nothing.
@@ -216,7 +220,7 @@ fn act_everywhere(action: Action) {
             .append_message("t", "after", b"after the fault")
             .unwrap();
         drop(store);
-        let store = Store::open(dir(), options(Arc::new(disk))).unwrap();
+        let store = Store::open(dir(), options(Arc::new(disk), durability)).unwrap();
         assert_eq!(store.last_messages("t", "after", 5).unwrap().len(), 1);
         assert_eq!(holds(&store, want), got, "call {at}: changed by a reopen");
     }
@@ -233,28 +237,43 @@ fn holds_model(earlier: &Model, later: &Model) -> Model {
 
 #[test]
 fn a_crash_before_any_file_call_that_loses_everything_unsynced() {
-    act_everywhere(Action::Crash(|_| Crash::LoseUnsynced));
+    act_everywhere(Action::Crash(|_| Crash::LoseUnsynced), Durability::Sync);
 }
 
 #[test]
 fn a_crash_before_any_file_call_that_keeps_everything_unsynced() {
-    act_everywhere(Action::Crash(|_| Crash::KeepUnsynced));
+    act_everywhere(Action::Crash(|_| Crash::KeepUnsynced), Durability::Sync);
 }
 
 #[test]
 fn a_crash_before_any_file_call_that_tears_what_was_unsynced() {
-    act_everywhere(Action::Crash(|at| Crash::Torn(at as u64)));
+    act_everywhere(Action::Crash(|at| Crash::Torn(at as u64)), Durability::Sync);
+}
+
+// With group commit, appends only copy their frames to memory and the syncer
+// thread writes and syncs them: the same faults, met on its thread.
+#[test]
+fn with_group_commit_a_crash_before_any_file_call_that_tears_what_was_unsynced() {
+    act_everywhere(
+        Action::Crash(|at| Crash::Torn(at as u64)),
+        Durability::GroupCommit,
+    );
+}
+
+#[test]
+fn with_group_commit_a_failure_of_any_file_call_errors_cleanly() {
+    act_everywhere(Action::Fail, Durability::GroupCommit);
 }
 
 #[test]
 fn a_failure_of_any_file_call_errors_cleanly_and_loses_nothing_acknowledged() {
-    act_everywhere(Action::Fail);
+    act_everywhere(Action::Fail, Durability::Sync);
 }
 
 #[test]
 fn verify_reads_the_disk_the_store_was_given() {
     let disk = MemFs::new();
-    let store = Store::open(dir(), options(Arc::new(disk.clone()))).unwrap();
+    let store = Store::open(dir(), options(Arc::new(disk.clone()), Durability::Sync)).unwrap();
     for i in 0..30 {
         store.append_message("t", "c", &message(i)).unwrap();
     }

@@ -32,6 +32,11 @@ struct Active {
     /// below it overwrite allocated blocks, so their sync changes no
     /// metadata. See [`Options::preallocate`].
     prepared: u64,
+    /// The file holds the mirror's bytes up to here. With `GroupCommit`,
+    /// appends only copy their frames to the mirror, and whoever syncs next
+    /// writes everything after this in one `pwrite` first; otherwise each
+    /// append writes its own frame and this is `len`.
+    flushed: u64,
     /// The log position just past the last byte written: a byte count that
     /// only grows, over all segments, starting at the active segment's length
     /// at open.
@@ -125,6 +130,7 @@ impl LogWriter {
                 mirror,
                 len,
                 prepared: len,
+                flushed: len,
                 written: len,
                 base: 0,
             }),
@@ -206,7 +212,10 @@ impl Log {
         };
         let mut buf = Vec::with_capacity(size as usize);
         encode_frame(active.id, active.len, durable, payload, &mut buf);
-        if let Err(e) = active.file.write_at(&buf, active.len) {
+        let deferred = self.durability == Durability::GroupCommit;
+        if deferred {
+            // Written by the next flush, before the sync that acknowledges it.
+        } else if let Err(e) = active.file.write_at(&buf, active.len) {
             // Remove whatever part of the frame reached the file, so that the
             // next append starts from clean bytes; if even that fails, the
             // file's contents are unknown and the store must stop writing.
@@ -226,6 +235,9 @@ impl Log {
             .insert((loc.segment, u64::from(loc.offset)));
         active.len += size;
         active.written += size;
+        if !deferred {
+            active.flushed = active.len;
+        }
         if active.len > active.prepared {
             self.preallocate(&mut active);
         }
@@ -246,6 +258,7 @@ impl Log {
     /// new segment holding only a header (or less), which recovery removes.
     fn rotate(&self, active: &mut Active) -> Result<()> {
         let old_path = self.path(active.id);
+        self.flush(active)?;
         // A sealed segment ends at its last frame: its zero-filled rest goes.
         if let Err(e) = active
             .file
@@ -275,6 +288,7 @@ impl Log {
         active.mirror = mirror;
         active.len = HEADER_LEN;
         active.prepared = HEADER_LEN;
+        active.flushed = HEADER_LEN;
         active.base = active.written - HEADER_LEN;
         // Everything written so far was in the segment just synced.
         let mut sync = self.sync.lock();
@@ -305,11 +319,44 @@ impl Log {
         };
     }
 
+    /// Writes the frames appended to the mirror but not yet to the file
+    /// (`GroupCommit`), in one `pwrite`. Called with `active` locked, so that
+    /// no rotation or other flush runs in between; a failure poisons the log,
+    /// as the file's contents past `flushed` are then unknown.
+    fn flush(&self, active: &mut Active) -> Result<()> {
+        if active.flushed >= active.len {
+            return Ok(());
+        }
+        let from = active.flushed;
+        let written = {
+            let mirror = active.mirror.read();
+            let range = usize::try_from(from)
+                .ok()
+                .zip(usize::try_from(active.len).ok());
+            match range.and_then(|(a, b)| mirror.get(a..b)) {
+                Some(bytes) => active.file.write_at(bytes, from),
+                // Unreachable: the mirror holds every byte up to `len`.
+                None => Err(std::io::ErrorKind::InvalidData.into()),
+            }
+        };
+        if let Err(e) = written {
+            self.poison();
+            return Err(Error::io(
+                "write appended records to the active segment",
+                self.path(active.id),
+                e,
+            ));
+        }
+        active.flushed = active.len;
+        Ok(())
+    }
+
     /// Cuts the active segment's zero-filled rest and syncs it, so that a
     /// closed store's files end at their last frame.
     pub fn trim(&self) -> Result<()> {
         let mut active = self.active.lock();
         self.check_poison()?;
+        self.flush(&mut active)?;
         if active.prepared > active.len {
             let path = self.path(active.id);
             active
@@ -404,12 +451,16 @@ impl Log {
             // Give appenders that are runnable a moment to write, so this
             // sync carries their records rather than the next one.
             std::thread::yield_now();
-            let (file, _, target) = self.snapshot();
-            let result = file.sync_data();
+            // A failed flush has poisoned the log already; a failed sync
+            // poisons it below.
+            let result = self
+                .flushed_snapshot()
+                .ok()
+                .and_then(|(file, _, target)| file.sync_data().ok().map(|()| target));
             state = self.sync.lock();
             match result {
-                Ok(()) => state.synced = state.synced.max(target),
-                Err(_) => self.poisoned.store(true, Ordering::Release),
+                Some(target) => state.synced = state.synced.max(target),
+                None => self.poisoned.store(true, Ordering::Release),
             }
             self.synced_cv.notify_all();
         }
@@ -418,14 +469,16 @@ impl Log {
     /// Syncs everything written so far (for `Buffered`, and on close).
     pub fn sync_all(&self) -> Result<()> {
         self.check_poison()?;
-        let (file, segment, target) = self.snapshot();
+        let (file, segment, target) = self.flushed_snapshot()?;
         self.sync_file(file.as_ref(), segment, target)
     }
 
-    /// The active file, its id, and the log position written so far.
-    fn snapshot(&self) -> (Arc<dyn SegmentFile>, u64, u64) {
-        let active = self.active.lock();
-        (active.file.clone(), active.id, active.written)
+    /// Flushes, then returns the active file, its id, and the log position
+    /// written so far (all of it now in the file).
+    fn flushed_snapshot(&self) -> Result<(Arc<dyn SegmentFile>, u64, u64)> {
+        let mut active = self.active.lock();
+        self.flush(&mut active)?;
+        Ok((active.file.clone(), active.id, active.written))
     }
 
     fn check_poison(&self) -> Result<()> {

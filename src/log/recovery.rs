@@ -423,7 +423,7 @@ fn count_started_frames(bytes: &[u8], from: u64, max_record: u32) -> u64 {
             .get(at as usize..at as usize + 4)
             .and_then(|b| b.try_into().ok())
             .map_or(0, u32::from_le_bytes);
-        // No frame starts here (zeros: preallocated space).
+        // No frame starts here: zeros (preallocated space) or garbage.
         if len == 0 || len > max_record {
             break;
         }

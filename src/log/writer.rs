@@ -3,11 +3,12 @@
 //! Lock order (see DESIGN.md): `active` may be held while taking `sync`, never
 //! the other way round; no file is synced while `sync` is held.
 //!
-//! Group commit uses one syncer thread per store: appenders write, ask for a
-//! sync up to their end and wait; the syncer runs `fdatasync` back to back
-//! while anything written is not yet synced, each covering everything written
-//! before it started, so syncs follow each other without waiting for the
-//! woken appenders.
+//! Group commit uses one syncer thread per store: appenders copy their frames
+//! to the active segment's mirror, ask for a sync up to their end and wait;
+//! the syncer, while anything appended is not yet synced, writes it all to the
+//! file in one `pwrite` (the flush) and runs `fdatasync`, back to back, each
+//! sync covering everything appended before its flush, so syncs follow each
+//! other without waiting for the woken appenders.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

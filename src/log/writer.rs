@@ -471,7 +471,8 @@ impl Log {
     }
 
     /// The syncer thread: while an appender waits for bytes not yet synced,
-    /// sync everything written so far, outside every lock.
+    /// flush everything appended so far (under `active`) and sync it
+    /// (outside every lock).
     fn run_syncer(&self) {
         let mut state = self.sync.lock();
         loop {

@@ -139,10 +139,10 @@ fn hash64(bytes: &[u8]) -> u64 {
 }
 
 /// One event of a task: where its record is, and whether it carries a
-/// message (the task's history is its events that do). 16 bytes.
+/// message (the task's history is its events that do). 12 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Event {
-    segment: u64,
+    segment: u32,
     offset: u32,
     /// The payload length, with [`MESSAGE`] set for a message-carrying event
     /// (a payload is at most 16 MiB, so the bit is free).
@@ -154,7 +154,9 @@ const MESSAGE: u32 = 1 << 31;
 impl Event {
     fn new(loc: RecordLoc, carries_message: bool) -> Self {
         Event {
-            segment: loc.segment,
+            // In range: the writer starts no segment past MAX_SEGMENT_ID and
+            // an open refuses one (see MessageRef::new).
+            segment: u32::try_from(loc.segment).unwrap_or(u32::MAX),
             offset: loc.offset,
             len: (loc.len & !MESSAGE) | if carries_message { MESSAGE } else { 0 },
         }
@@ -162,7 +164,7 @@ impl Event {
 
     fn loc(self) -> RecordLoc {
         RecordLoc {
-            segment: self.segment,
+            segment: u64::from(self.segment),
             offset: self.offset,
             len: self.len & !MESSAGE,
         }
@@ -176,7 +178,7 @@ impl Event {
 /// No status record yet (in [`TaskEntry`]'s `status`).
 const NO_STATUS: u32 = u32::MAX;
 
-/// What the index knows of one task: 72 bytes, plus 16 per event.
+/// What the index knows of one task: 72 bytes, plus 12 per event.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TaskEntry {
     /// Made by the store.
@@ -450,12 +452,13 @@ mod tests {
         ));
         assert!(!TaskId::new(made).is(&made.to_uppercase()));
         assert_eq!(std::mem::size_of::<TaskEntry>(), 72);
+        assert_eq!(std::mem::size_of::<Event>(), 12);
     }
 
     #[test]
     fn events_keep_their_place_and_whether_they_carry_a_message() {
         let at = |offset| RecordLoc {
-            segment: u64::MAX,
+            segment: crate::log::segments::MAX_SEGMENT_ID,
             offset,
             len: crate::MAX_RECORD_BYTES,
         };

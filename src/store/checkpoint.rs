@@ -23,7 +23,7 @@ use crate::namespace::{task_key, ContextKey};
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 #[derive(Serialize, Deserialize)]
 struct Header {

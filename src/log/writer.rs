@@ -50,8 +50,6 @@ struct Active {
 
 #[derive(Default)]
 struct SyncState {
-    /// Every byte before this log position is on disk.
-    synced: u64,
     /// The furthest log position an appender waits to see synced.
     requested: u64,
     /// The writer is closing: the syncer stops.
@@ -98,8 +96,10 @@ pub struct Log {
     /// Signalled when an appender asks for a sync, or at shutdown.
     work: Condvar,
     poisoned: AtomicBool,
-    /// `SyncState::synced`, readable without the lock (updated under it).
-    synced_at: AtomicU64,
+    /// Every byte before this log position is on disk. Read without a lock;
+    /// advanced under `sync`, so that a waiter that checked it under `sync`
+    /// cannot miss the wake-up.
+    synced: AtomicU64,
     /// Appenders inside `wait_durable`.
     waiting: AtomicUsize,
     /// The CPUs this process may run on.
@@ -145,14 +145,13 @@ impl LogWriter {
             }),
             // Recovery synced the segment, so everything in it is durable.
             sync: Mutex::new(SyncState {
-                synced: len,
                 requested: len,
                 shutdown: false,
             }),
             synced_cv: Condvar::new(),
             work: Condvar::new(),
             poisoned: AtomicBool::new(false),
-            synced_at: AtomicU64::new(len),
+            synced: AtomicU64::new(len),
             waiting: AtomicUsize::new(0),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
             next_id: AtomicU64::new(next_id.max(id + 1)),
@@ -211,10 +210,10 @@ impl Log {
         if active.len > HEADER_LEN && active.len + size > self.segment_bytes {
             self.rotate(&mut active)?;
         }
-        // The durable watermark stored in the frame: at most what is synced
-        // (the atomic copy may lag behind `SyncState::synced`, never lead).
-        let synced = self.synced_at.load(Ordering::Acquire);
-        let durable = synced
+        // The durable watermark stored in the frame.
+        let durable = self
+            .synced
+            .load(Ordering::Acquire)
             .saturating_sub(active.base)
             .clamp(HEADER_LEN, active.len);
         let durable = u32::try_from(durable).map_err(|_| self.too_big(active.id))?;
@@ -223,34 +222,40 @@ impl Log {
             offset: u32::try_from(active.len).map_err(|_| self.too_big(active.id))?,
             len: u32::try_from(payload.len()).map_err(|_| self.too_big(active.id))?,
         };
-        let mut buf = Vec::with_capacity(size as usize);
-        encode_frame(active.id, active.len, durable, payload, &mut buf);
-        let deferred = self.durability == Durability::GroupCommit;
-        if deferred {
-            // Written by the next flush, before the sync that acknowledges it.
-        } else if let Err(e) = active.file.write_at(&buf, active.len) {
-            // Remove whatever part of the frame reached the file, so that the
-            // next append starts from clean bytes; if even that fails, the
-            // file's contents are unknown and the store must stop writing.
-            if active.file.set_len(active.len).is_err() {
-                self.poison();
+        encode_frame(
+            active.id,
+            active.len,
+            durable,
+            payload,
+            &mut active.mirror.write(),
+        );
+        // With `GroupCommit` the next flush writes it, before the sync that
+        // acknowledges it; otherwise it is written now.
+        if self.durability != Durability::GroupCommit {
+            let end = active.len + size;
+            if let Err(e) = self.flush(&mut active, end) {
+                // Remove whatever part of the frame reached the file and the
+                // mirror, so that the next append starts from clean bytes; if
+                // even that fails, the file's contents are unknown and the
+                // store must stop writing.
+                if active.file.set_len(active.len).is_err() {
+                    self.poison();
+                }
+                active.prepared = active.len;
+                let len = usize::try_from(active.len).unwrap_or(usize::MAX);
+                active.mirror.write().truncate(len);
+                return Err(Error::io(
+                    "append to the active segment",
+                    self.path(active.id),
+                    e,
+                ));
             }
-            active.prepared = active.len;
-            return Err(Error::io(
-                "append to the active segment",
-                self.path(active.id),
-                e,
-            ));
         }
-        active.mirror.write().extend_from_slice(&buf);
         self.in_flight
             .lock()
             .insert((loc.segment, u64::from(loc.offset)));
         active.len += size;
         active.written += size;
-        if !deferred {
-            active.flushed = active.len;
-        }
         if active.len > active.prepared {
             self.preallocate(&mut active);
         }
@@ -266,25 +271,13 @@ impl Log {
 
     /// Seals the active segment and starts the next one.
     ///
-    /// Order: sync the old segment, create the new one with its header, sync
-    /// it and the directory, then switch. A crash before the switch leaves a
-    /// new segment holding only a header (or less), which recovery removes.
+    /// Order: write and sync the old segment without its zero-filled rest,
+    /// create the new one with its header, sync it and the directory, then
+    /// switch. A crash before the switch leaves a new segment holding only a
+    /// header (or less), which recovery removes.
     fn rotate(&self, active: &mut Active) -> Result<()> {
         let old_path = self.path(active.id);
-        self.flush(active)?;
-        // A sealed segment ends at its last frame: its zero-filled rest goes.
-        if let Err(e) = active
-            .file
-            .set_len(active.len)
-            .and_then(|()| active.file.sync_data())
-        {
-            self.poison();
-            return Err(Error::io(
-                "trim and sync the segment being sealed",
-                old_path,
-                e,
-            ));
-        }
+        self.seal(active, "sync the segment being sealed")?;
         let id = self.allocate_segment_id()?;
         let file = create_segment(self.fs.as_ref(), &self.dir, id)?;
         let sealed = active
@@ -303,12 +296,6 @@ impl Log {
         active.prepared = HEADER_LEN;
         active.flushed = HEADER_LEN;
         active.base = active.written - HEADER_LEN;
-        // Everything written so far was in the segment just synced.
-        let mut sync = self.sync.lock();
-        sync.synced = sync.synced.max(active.written);
-        self.synced_at.fetch_max(active.written, Ordering::AcqRel);
-        drop(sync);
-        self.synced_cv.notify_all();
         Ok(())
     }
 
@@ -333,54 +320,66 @@ impl Log {
         };
     }
 
-    /// Writes the frames appended to the mirror but not yet to the file
-    /// (`GroupCommit`), in one `pwrite`. Called with `active` locked, so that
-    /// no rotation or other flush runs in between; a failure poisons the log,
-    /// as the file's contents past `flushed` are then unknown.
-    fn flush(&self, active: &mut Active) -> Result<()> {
-        if active.flushed >= active.len {
+    /// Writes the mirror's bytes from `flushed` up to segment offset `end`
+    /// to the file, in one `pwrite`: one append's frame, or with
+    /// `GroupCommit` every frame appended since the last flush. Called with
+    /// `active` locked, so that no rotation or other flush runs in between.
+    fn flush(&self, active: &mut Active, end: u64) -> std::io::Result<()> {
+        if active.flushed >= end {
             return Ok(());
         }
         let from = active.flushed;
-        let written = {
+        let range = usize::try_from(from).ok().zip(usize::try_from(end).ok());
+        {
             let mirror = active.mirror.read();
-            let range = usize::try_from(from)
-                .ok()
-                .zip(usize::try_from(active.len).ok());
             match range.and_then(|(a, b)| mirror.get(a..b)) {
-                Some(bytes) => active.file.write_at(bytes, from),
-                // Unreachable: the mirror holds every byte up to `len`.
-                None => Err(std::io::ErrorKind::InvalidData.into()),
+                Some(bytes) => active.file.write_at(bytes, from)?,
+                // Unreachable: the mirror holds every byte up to `end`.
+                None => return Err(std::io::ErrorKind::InvalidData.into()),
             }
-        };
-        if let Err(e) = written {
-            self.poison();
-            return Err(Error::io(
-                "write appended records to the active segment",
-                self.path(active.id),
-                e,
-            ));
         }
-        active.flushed = active.len;
+        active.flushed = end;
         Ok(())
     }
 
-    /// Cuts the active segment's zero-filled rest and syncs it, so that a
-    /// closed store's files end at their last frame.
-    pub fn trim(&self) -> Result<()> {
+    /// Flushes everything appended (a failure poisons the log: the frames
+    /// were several appenders', and the file past `flushed` is unknown).
+    fn flush_all(&self, active: &mut Active) -> Result<()> {
+        self.flush(active, active.len).map_err(|e| {
+            self.poison();
+            Error::io(
+                "write appended records to the active segment",
+                self.path(active.id),
+                e,
+            )
+        })
+    }
+
+    /// Flushes, cuts the zero-filled rest and syncs the active segment, so
+    /// that it ends at its last frame and all of it is durable (before a
+    /// rotation seals it, or at close); a failure poisons the log.
+    fn seal(&self, active: &mut Active, doing: &'static str) -> Result<()> {
+        self.flush_all(active)?;
+        let cut = if active.prepared > active.len {
+            active.file.set_len(active.len)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = cut.and_then(|()| active.file.sync_data()) {
+            self.poison();
+            return Err(Error::io(doing, self.path(active.id), e));
+        }
+        active.prepared = active.len;
+        self.advance_synced(active.written);
+        Ok(())
+    }
+
+    /// Makes everything appended durable and cuts the active segment's
+    /// zero-filled rest, with one `fdatasync` (at close).
+    pub fn finish(&self) -> Result<()> {
         let mut active = self.active.lock();
         self.check_poison()?;
-        self.flush(&mut active)?;
-        if active.prepared > active.len {
-            let path = self.path(active.id);
-            active
-                .file
-                .set_len(active.len)
-                .and_then(|()| active.file.sync_data())
-                .map_err(|e| Error::io("trim the active segment", path, e))?;
-            active.prepared = active.len;
-        }
-        Ok(())
+        self.seal(&mut active, "sync the active segment")
     }
 
     /// A segment id no segment has or will have.
@@ -430,10 +429,17 @@ impl Log {
             self.poison();
             return Err(Error::io("sync the active segment", self.path(segment), e));
         }
-        let mut sync = self.sync.lock();
-        sync.synced = sync.synced.max(end);
-        self.synced_at.fetch_max(end, Ordering::AcqRel);
+        self.advance_synced(end);
         Ok(())
+    }
+
+    /// Everything before log position `to` is on disk: wakes whoever waits
+    /// for it.
+    fn advance_synced(&self, to: u64) {
+        let guard = self.sync.lock();
+        self.synced.fetch_max(to, Ordering::AcqRel);
+        drop(guard);
+        self.synced_cv.notify_all();
     }
 
     /// `GroupCommit`: ask the syncer for a sync covering `end`, and wait.
@@ -443,7 +449,7 @@ impl Log {
             state.requested = end;
             self.work.notify_one();
         }
-        if state.synced >= end {
+        if self.synced.load(Ordering::Acquire) >= end {
             return Ok(());
         }
         drop(state);
@@ -455,7 +461,7 @@ impl Log {
         // yielder that keeps finding nobody else to run soon sleeps.
         if waiting.count > self.cpus {
             for _ in 0..SPIN_YIELDS {
-                if self.synced_at.load(Ordering::Acquire) >= end {
+                if self.synced.load(Ordering::Acquire) >= end {
                     return Ok(());
                 }
                 self.check_poison()?;
@@ -463,7 +469,7 @@ impl Log {
             }
         }
         let mut state = self.sync.lock();
-        while state.synced < end {
+        while self.synced.load(Ordering::Acquire) < end {
             self.check_poison()?;
             self.synced_cv.wait(&mut state);
         }
@@ -474,31 +480,21 @@ impl Log {
     /// flush everything appended so far (under `active`) and sync it
     /// (outside every lock).
     fn run_syncer(&self) {
-        let mut state = self.sync.lock();
         loop {
+            let mut state = self.sync.lock();
             if state.shutdown {
                 return;
             }
-            if state.requested <= state.synced || self.poisoned.load(Ordering::Acquire) {
+            let synced = self.synced.load(Ordering::Acquire);
+            if state.requested <= synced || self.poisoned.load(Ordering::Acquire) {
                 self.work.wait(&mut state);
                 continue;
             }
             drop(state);
-            // A failed flush has poisoned the log already; a failed sync
-            // poisons it below.
-            let result = self
+            // A failed flush or sync poisons the log (which wakes the waiters).
+            let _ = self
                 .flushed_snapshot()
-                .ok()
-                .and_then(|(file, _, target)| file.sync_data().ok().map(|()| target));
-            state = self.sync.lock();
-            match result {
-                Some(target) => {
-                    state.synced = state.synced.max(target);
-                    self.synced_at.fetch_max(target, Ordering::AcqRel);
-                }
-                None => self.poisoned.store(true, Ordering::Release),
-            }
-            self.synced_cv.notify_all();
+                .and_then(|(file, segment, target)| self.sync_file(file.as_ref(), segment, target));
         }
     }
 
@@ -513,7 +509,7 @@ impl Log {
     /// written so far (all of it now in the file).
     fn flushed_snapshot(&self) -> Result<(Arc<dyn SegmentFile>, u64, u64)> {
         let mut active = self.active.lock();
-        self.flush(&mut active)?;
+        self.flush_all(&mut active)?;
         Ok((active.file.clone(), active.id, active.written))
     }
 
@@ -527,8 +523,7 @@ impl Log {
 
     /// Marks the log poisoned and wakes every appender waiting for a sync
     /// (it then fails). Takes the sync lock to make the wake-up impossible to
-    /// miss, so it must not be called with that lock held: the syncer, which
-    /// holds it, sets the flag and wakes the waiters itself.
+    /// miss, so it must not be called with that lock held.
     fn poison(&self) {
         self.poisoned.store(true, Ordering::Release);
         drop(self.sync.lock());

@@ -677,8 +677,7 @@ impl Store {
     /// next open reads only what is appended after it; reports any failure.
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
-        self.writer.sync_all()?;
-        self.writer.trim()?;
+        self.writer.finish()?;
         if !self.checkpoint_stale() {
             return Ok(());
         }
@@ -783,10 +782,9 @@ impl Drop for Store {
             return;
         }
         // Best effort: `close` is the way to learn whether this worked.
-        if self.writer.sync_all().is_err() {
+        if self.writer.finish().is_err() {
             return;
         }
-        let _ = self.writer.trim();
         if self.checkpoint_stale() {
             let _ = self.write_checkpoint();
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-use crate::log::segments::RecordLoc;
+use crate::log::segments::{PackedLoc, RecordLoc};
 use crate::namespace::ContextKey;
 use crate::tasks::TaskEntry;
 
@@ -83,24 +83,20 @@ pub const MAX_SEQ: u64 = u32::MAX as u64;
 
 /// Where a message is, and its seq: 16 bytes per stored message (seq,
 /// segment id, offset and length, each in 4 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageRef {
     seq: u32,
-    segment: u32,
-    offset: u32,
-    len: u32,
+    loc: PackedLoc,
 }
 
 impl MessageRef {
     /// Record `seq` of its context, at `loc`.
     pub fn new(seq: u64, loc: RecordLoc) -> Self {
-        // In range: appends refuse a seq past MAX_SEQ and the writer a
-        // segment id past MAX_SEGMENT_ID, and an open refuses both on disk.
         MessageRef {
+            // In range: appends refuse a seq past MAX_SEQ, and an open
+            // refuses such a record.
             seq: u32::try_from(seq).unwrap_or(u32::MAX),
-            segment: u32::try_from(loc.segment).unwrap_or(u32::MAX),
-            offset: loc.offset,
-            len: loc.len,
+            loc: loc.into(),
         }
     }
 
@@ -111,11 +107,7 @@ impl MessageRef {
 
     /// Where its record is.
     pub fn loc(&self) -> RecordLoc {
-        RecordLoc {
-            segment: u64::from(self.segment),
-            offset: self.offset,
-            len: self.len,
-        }
+        self.loc.into()
     }
 }
 
@@ -127,13 +119,14 @@ mod message_refs {
     use serde::{Deserializer, Serializer};
 
     use super::MessageRef;
+    use crate::log::segments::PackedLoc;
 
     const ENTRY: usize = 16;
 
     pub fn serialize<S: Serializer>(refs: &[MessageRef], s: S) -> Result<S::Ok, S::Error> {
         let mut bytes = Vec::with_capacity(refs.len() * ENTRY);
         for r in refs {
-            for field in [r.seq, r.segment, r.offset, r.len] {
+            for field in [r.seq, r.loc.segment, r.loc.offset, r.loc.len] {
                 bytes.extend_from_slice(&field.to_le_bytes());
             }
         }
@@ -166,9 +159,11 @@ mod message_refs {
                 .chunks_exact(ENTRY)
                 .map(|c| MessageRef {
                     seq: u32_at(c, 0),
-                    segment: u32_at(c, 4),
-                    offset: u32_at(c, 8),
-                    len: u32_at(c, 12),
+                    loc: PackedLoc {
+                        segment: u32_at(c, 4),
+                        offset: u32_at(c, 8),
+                        len: u32_at(c, 12),
+                    },
                 })
                 .collect())
         }

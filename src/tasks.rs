@@ -3,7 +3,7 @@
 
 use crate::a2a::TaskState;
 use crate::error::{Error, Result};
-use crate::log::segments::RecordLoc;
+use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// An operation on an existing task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,36 +142,29 @@ fn hash64(bytes: &[u8]) -> u64 {
 /// message (the task's history is its events that do). 12 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Event {
-    segment: u32,
-    offset: u32,
-    /// The payload length, with [`MESSAGE`] set for a message-carrying event
-    /// (a payload is at most 16 MiB, so the bit is free).
-    len: u32,
+    /// Where the record is, with [`MESSAGE`] set in its length for a
+    /// message-carrying event (a payload is at most 16 MiB, so the bit is
+    /// free).
+    loc: PackedLoc,
 }
 
 const MESSAGE: u32 = 1 << 31;
 
 impl Event {
     fn new(loc: RecordLoc, carries_message: bool) -> Self {
-        Event {
-            // In range: the writer starts no segment past MAX_SEGMENT_ID and
-            // an open refuses one (see MessageRef::new).
-            segment: u32::try_from(loc.segment).unwrap_or(u32::MAX),
-            offset: loc.offset,
-            len: (loc.len & !MESSAGE) | if carries_message { MESSAGE } else { 0 },
-        }
+        let mut loc = PackedLoc::from(loc);
+        loc.len = (loc.len & !MESSAGE) | if carries_message { MESSAGE } else { 0 };
+        Event { loc }
     }
 
     fn loc(self) -> RecordLoc {
-        RecordLoc {
-            segment: u64::from(self.segment),
-            offset: self.offset,
-            len: self.len & !MESSAGE,
-        }
+        let mut loc = self.loc;
+        loc.len &= !MESSAGE;
+        loc.into()
     }
 
     fn carries_message(self) -> bool {
-        self.len & MESSAGE != 0
+        self.loc.len & MESSAGE != 0
     }
 }
 

@@ -79,6 +79,15 @@ fn lay_out(dir: &Path, files: &[(String, Vec<u8>)], cut: usize, zeros: usize) {
     fs::write(dir.join(&newest.0), bytes).unwrap();
 }
 
+/// Appends a valid frame holding `payload` to segment 1, the newest.
+fn append_frame(dir: &Path, payload: &[u8]) {
+    let seg = segment_files(dir).pop().unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    let offset = bytes.len() as u64;
+    encode_frame(1, offset, HEADER_LEN as u32, payload, &mut bytes);
+    fs::write(&seg, bytes).unwrap();
+}
+
 fn read_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     segment_files(dir)
         .into_iter()
@@ -296,15 +305,11 @@ fn records_of_an_unknown_namespace_version_are_never_served() {
     store.close().unwrap();
     // Append a valid frame whose payload claims namespace version 2 and the
     // key the current version gives ("t", "c").
-    let seg = segment_files(dir.path()).pop().unwrap();
-    let mut bytes = fs::read(&seg).unwrap();
     let key = ctxlog::ContextKey::derive("t", "c").unwrap();
     let mut payload = vec![2u8];
     payload.extend_from_slice(key.digest());
     payload.extend_from_slice(b"\x04\0\0\0junkjunk");
-    let offset = bytes.len() as u64;
-    encode_frame(1, offset, HEADER_LEN as u32, &payload, &mut bytes);
-    fs::write(&seg, bytes).unwrap();
+    append_frame(dir.path(), &payload);
 
     let store = Store::open(dir.path(), Options::default()).unwrap();
     assert_eq!(store.open_report().foreign_namespace_records, 1);
@@ -522,12 +527,7 @@ fn a_record_seq_past_the_limit_is_damage_not_a_wrapped_seq() {
         opens: None,
         kind: RecordKind::Message { task: None },
     };
-    let payload = encode(&key, &body, b"far").unwrap();
-    let seg = segment_files(dir.path()).pop().unwrap();
-    let mut bytes = fs::read(&seg).unwrap();
-    let offset = bytes.len() as u64;
-    encode_frame(1, offset, offset as u32, &payload, &mut bytes);
-    fs::write(&seg, bytes).unwrap();
+    append_frame(dir.path(), &encode(&key, &body, b"far").unwrap());
 
     let err = Store::open(dir.path(), Options::default()).err().unwrap();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");

@@ -184,6 +184,16 @@ pub fn verify_payload(segment_id: u64, offset: u64, head: &[u8], payload: &[u8])
         && frame_crc(segment_id, offset, le_u32(&head[4..8]), payload) == le_u32(&head[8..12])
 }
 
+/// Whether the bytes of `segment` from `at` on are all zeros: the space the
+/// writer zero-fills ahead of the newest segment's last frame, where no frame
+/// starts (every frame holds a nonzero length and checksum).
+pub fn is_preallocated(segment: &[u8], at: u64) -> bool {
+    usize::try_from(at)
+        .ok()
+        .and_then(|at| segment.get(at..))
+        .is_some_and(|rest| rest.iter().all(|&b| b == 0))
+}
+
 /// The offset of the first frame at or after `from` that validates, if any.
 ///
 /// Used to tell a torn tail (nothing valid follows) from damage in the middle

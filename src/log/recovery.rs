@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::frame::{
-    decode_frame, decode_header, encode_header, find_next_frame, HeaderError, FLAG_COMPACTED,
-    FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
+    decode_frame, decode_header, encode_header, find_next_frame, is_preallocated, HeaderError,
+    FLAG_COMPACTED, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
 };
 use super::manifest::Manifest;
 use super::segments::{
@@ -130,7 +130,7 @@ pub fn recover(
     }
     let mut tail = Vec::new();
     for &id in ids.iter().filter(|id| !manifest.compacted.contains(id)) {
-        if manifest.is_live(id, has_compacted_flag(fs, dir, id)) {
+        if in_tail(fs, dir, &manifest, id) {
             tail.push(id);
         } else {
             let path = segment_path(dir, id);
@@ -197,9 +197,16 @@ pub fn recover(
     })
 }
 
+/// Whether segment `id` is one of the log's tail segments (appended, not
+/// listed as compacted in the manifest, nor left over from a compaction):
+/// the last of them is the one appends continue in.
+pub(crate) fn in_tail(fs: &dyn Fs, dir: &Path, manifest: &Manifest, id: u64) -> bool {
+    !manifest.compacted.contains(&id) && manifest.is_live(id, has_compacted_flag(fs, dir, id))
+}
+
 /// Whether segment `id`'s header says compaction wrote it (an unreadable
 /// header counts as no).
-pub(crate) fn has_compacted_flag(fs: &dyn Fs, dir: &Path, id: u64) -> bool {
+fn has_compacted_flag(fs: &dyn Fs, dir: &Path, id: u64) -> bool {
     fs.read_prefix(&segment_path(dir, id), HEADER_LEN as usize)
         .is_ok_and(|header| decode_header(&header).is_ok_and(|h| h.flags & FLAG_COMPACTED != 0))
 }
@@ -381,11 +388,9 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             file.set_len(cut)
                 .and_then(|()| file.sync_data())
                 .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
-            let tail = bytes.get(cut as usize..).unwrap_or_default();
-            // Zeros at the end are the writer's preallocated space; if the
-            // tail is only zeros, no record had started there (or none left
-            // a byte: every frame holds a nonzero length and checksum).
-            if tail.iter().any(|&b| b != 0) {
+            // Only zeros: preallocated space, where no record had started
+            // (or none left a byte).
+            if !is_preallocated(&bytes, cut) {
                 self.report.torn_tail = Some(TornTail {
                     segment: id,
                     offset: cut,

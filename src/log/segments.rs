@@ -30,6 +30,39 @@ pub struct RecordLoc {
     pub len: u32,
 }
 
+/// A [`RecordLoc`] as the index keeps it: 12 bytes, the segment id in 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PackedLoc {
+    /// The segment id (at most [`MAX_SEGMENT_ID`]).
+    pub segment: u32,
+    /// Offset of the frame within the segment.
+    pub offset: u32,
+    /// Payload length.
+    pub len: u32,
+}
+
+impl From<RecordLoc> for PackedLoc {
+    fn from(loc: RecordLoc) -> Self {
+        PackedLoc {
+            // In range: the writer starts no segment past MAX_SEGMENT_ID and
+            // an open refuses one.
+            segment: u32::try_from(loc.segment).unwrap_or(u32::MAX),
+            offset: loc.offset,
+            len: loc.len,
+        }
+    }
+}
+
+impl From<PackedLoc> for RecordLoc {
+    fn from(loc: PackedLoc) -> Self {
+        RecordLoc {
+            segment: u64::from(loc.segment),
+            offset: loc.offset,
+            len: loc.len,
+        }
+    }
+}
+
 /// How many bytes of records a history read touches ahead of reading them.
 pub const PREFETCH_BYTES: usize = 256 << 10;
 

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::frame::{decode_frame, decode_header, find_next_frame, FORMAT_VERSION, HEADER_LEN};
+use super::frame::{
+    decode_frame, decode_header, find_next_frame, is_preallocated, FORMAT_VERSION, HEADER_LEN,
+};
 use super::manifest::Manifest;
 use super::segments::{list_segment_ids, segment_path, MAX_SEGMENT_ID};
 use crate::error::{Error, Result};
@@ -56,11 +58,12 @@ pub fn verify_dir(
 ) -> Result<VerifyReport> {
     let manifest = Manifest::read(fs, dir)?;
     let ids = list_segment_ids(fs, dir)?;
-    // The segment an open would append to (as recovery chooses it).
-    let newest = ids.iter().rev().copied().find(|&id| {
-        !manifest.compacted.contains(&id)
-            && manifest.is_live(id, super::recovery::has_compacted_flag(fs, dir, id))
-    });
+    // The segment an open would append to.
+    let newest = ids
+        .iter()
+        .rev()
+        .copied()
+        .find(|&id| super::recovery::in_tail(fs, dir, &manifest, id));
     let mut report = VerifyReport::default();
     for (i, &id) in ids.iter().enumerate() {
         progress(i, ids.len());
@@ -112,14 +115,7 @@ fn scan_frames(id: u64, bytes: &[u8], newest: bool, report: &mut VerifyReport) {
                 }
                 at = frame.end();
             }
-            Err(_)
-                if newest
-                    && bytes
-                        .get(at as usize..)
-                        .is_some_and(|t| t.iter().all(|&b| b == 0)) =>
-            {
-                break;
-            }
+            Err(_) if newest && is_preallocated(bytes, at) => break,
             Err(e) => {
                 report.damage.push(damage(id, at, &e.reason()));
                 at = find_next_frame(bytes, id, at + 1, MAX_RECORD_BYTES).unwrap_or(end);

@@ -481,18 +481,17 @@ impl Store {
             },
         };
         let event = |i: &u32| task.event(*i as usize);
-        let skip = task
+        // The newest `history_length` messages, walking back from the end.
+        let mut history = task
             .history()
-            .count()
-            .saturating_sub(history_length.unwrap_or(usize::MAX));
-        let history = task
-            .history()
-            .skip(skip)
+            .rev()
+            .take(history_length.unwrap_or(usize::MAX))
             .map(|loc| {
                 self.with_message(loc, |_, bytes| from_json::<Message>(bytes))?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
             })
             .collect::<Result<Vec<_>>>()?;
+        history.reverse();
         let artifacts = include_artifacts
             .then(|| {
                 task.artifacts()

@@ -41,6 +41,7 @@ pub mod namespace;
 pub mod options;
 pub mod record;
 pub mod render;
+pub mod state;
 pub mod store;
 pub mod tasks;
 pub mod time;

@@ -3,7 +3,6 @@
 
 use crate::a2a::TaskState;
 use crate::error::{Error, Result};
-use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// An operation on an existing task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,88 +25,43 @@ pub enum Op<'a> {
 /// What the index knows of one artifact.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ArtifactEntry {
+    /// The task it belongs to (its position in the context's tasks).
+    pub task: u32,
     /// Its id, unique within the task.
     pub id: String,
-    /// Its chunks since it was last created or replaced, as indices into the
-    /// task's events.
+    /// Its chunks since it was last created or replaced, as positions in
+    /// the context's records.
     pub chunks: Vec<u32>,
     /// Whether its last chunk has arrived.
     pub closed: bool,
 }
 
-/// A task id as the index keeps it: a store-made id (32 lowercase hex
-/// digits) as its 16 bytes, any other id as it is.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum TaskId {
+/// A task id as a lookup compares it: a store-made id (32 lowercase hex
+/// digits) as its 16 bytes, any other id as its text. Store-made ids sort
+/// before the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IdKey<'a> {
     /// 32 lowercase hex digits, decoded.
     Made([u8; 16]),
     /// Anything else (not made by this store), byte for byte.
-    Other(Box<str>),
+    Other(&'a str),
 }
 
-impl TaskId {
-    /// The index's form of `id`.
-    pub fn new(id: &str) -> Self {
+impl<'a> IdKey<'a> {
+    /// The key of the id `id`.
+    pub fn of(id: &'a str) -> Self {
         match made(id) {
-            Some(bytes) => TaskId::Made(bytes),
-            None => TaskId::Other(id.into()),
-        }
-    }
-
-    /// Whether this is `id`.
-    pub fn is(&self, id: &str) -> bool {
-        match self {
-            TaskId::Made(bytes) => made(id).is_some_and(|b| &b == bytes),
-            TaskId::Other(other) => &**other == id,
-        }
-    }
-
-    /// A 64-bit hash of the id, equal to [`TaskId::hash_of`] its text.
-    pub fn hash64(&self) -> u64 {
-        match self {
-            TaskId::Made(bytes) => hash64(bytes),
-            TaskId::Other(other) => hash64(other.as_bytes()),
-        }
-    }
-
-    /// A 64-bit hash of the task id `id`.
-    pub fn hash_of(id: &str) -> u64 {
-        match made(id) {
-            Some(bytes) => hash64(&bytes),
-            None => hash64(id.as_bytes()),
-        }
-    }
-
-    /// Calls `f` with the id's text (without allocating).
-    pub fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
-        match self {
-            TaskId::Made(bytes) => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let mut text = [0u8; 32];
-                for (pair, b) in text.chunks_exact_mut(2).zip(bytes) {
-                    pair.copy_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-                }
-                // Hex digits are ASCII, so this never fails.
-                f(std::str::from_utf8(&text).unwrap_or_default())
-            }
-            TaskId::Other(other) => f(other),
-        }
-    }
-
-    /// Bytes on the heap.
-    pub fn heap_bytes(&self) -> usize {
-        match self {
-            TaskId::Made(_) => 0,
-            TaskId::Other(other) => other.len(),
+            Some(bytes) => IdKey::Made(bytes),
+            None => IdKey::Other(id),
         }
     }
 }
 
-impl std::fmt::Display for TaskId {
+impl std::fmt::Display for IdKey<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TaskId::Made(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
-            TaskId::Other(other) => f.write_str(other),
+            IdKey::Made(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
+            IdKey::Other(other) => f.write_str(other),
         }
     }
 }
@@ -131,167 +85,103 @@ fn made(id: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-fn hash64(bytes: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
-/// One event of a task: where its record is, and whether it carries a
-/// message (the task's history is its events that do). 12 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Event {
-    /// Where the record is, with [`MESSAGE`] set in its length for a
-    /// message-carrying event (a payload is at most 16 MiB, so the bit is
-    /// free).
-    loc: PackedLoc,
-}
-
-const MESSAGE: u32 = 1 << 31;
-
-impl Event {
-    fn new(loc: RecordLoc, carries_message: bool) -> Self {
-        let mut loc = PackedLoc::from(loc);
-        loc.len = (loc.len & !MESSAGE) | if carries_message { MESSAGE } else { 0 };
-        Event { loc }
-    }
-
-    fn loc(self) -> RecordLoc {
-        let mut loc = self.loc;
-        loc.len &= !MESSAGE;
-        loc.into()
-    }
-
-    fn carries_message(self) -> bool {
-        self.loc.len & MESSAGE != 0
-    }
-}
-
-/// No status record yet (in [`TaskEntry`]'s `status`).
-const NO_STATUS: u32 = u32::MAX;
-
-/// What the index knows of one task: 72 bytes, plus 12 per event.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+/// What the index keeps of one task: 36 bytes. Its events are the records
+/// of its context that name it, from `first` to `last`; its history is
+/// those of them that carry a message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskEntry {
-    /// Made by the store.
-    pub id: TaskId,
-    /// When the current status was recorded (store clock, ms since the epoch).
-    pub status_ms: u64,
-    /// Every event of the task in order: its per-task seq is index + 1.
-    events: Vec<Event>,
-    /// The artifacts, in the order they were first created. Boxed: 8 bytes
-    /// in every task instead of a `Vec`'s 24, as most tasks have none.
-    #[allow(clippy::box_collection)]
-    artifacts: Option<Box<Vec<ArtifactEntry>>>,
-    /// The latest status record, as an index into `events`; [`NO_STATUS`]
-    /// while the task is as it was submitted (SUBMITTED, at `status_ms`).
-    status: u32,
+    /// A store-made id's 16 bytes; zeros for any other id, whose text the
+    /// context keeps aside (`other` is set).
+    id: [u8; 16],
+    /// When the current status was recorded (store clock, ms since the
+    /// epoch), low and high halves: two `u32`s keep the entry 4-aligned.
+    status_ms: [u32; 2],
+    /// The position of the task's first record (the message that opened
+    /// it) in the context's records.
+    pub first: u32,
+    /// The position of its latest record.
+    pub last: u32,
     /// The current state.
     pub state: TaskState,
+    /// The id was not made by this store.
+    pub other: bool,
 }
 
 impl TaskEntry {
-    /// A task opened by the message at `loc`.
-    pub fn opened(id: &str, timestamp_ms: u64, loc: RecordLoc) -> Self {
-        TaskEntry {
-            id: TaskId::new(id),
+    /// A task of id `id`, opened at `timestamp_ms` by the record at
+    /// position `first`.
+    pub fn opened(id: IdKey<'_>, timestamp_ms: u64, first: u32) -> Self {
+        let mut entry = TaskEntry {
+            id: [0; 16],
+            status_ms: [0; 2],
+            first,
+            last: first,
             state: TaskState::Submitted,
-            status_ms: timestamp_ms,
-            status: NO_STATUS,
-            events: vec![Event::new(loc, true)],
-            artifacts: None,
-        }
-    }
-
-    /// How many events the task has.
-    pub fn event_count(&self) -> usize {
-        self.events.len()
-    }
-
-    /// Where event `i` is (0-based: its per-task seq is `i + 1`).
-    pub fn event(&self, i: usize) -> Option<RecordLoc> {
-        self.events.get(i).map(|e| e.loc())
-    }
-
-    /// Where every event is, in order.
-    pub fn events(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + '_ {
-        self.events.iter().map(|e| e.loc())
-    }
-
-    /// The events that carry a message (the task's history), in order.
-    pub fn history(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + '_ {
-        self.events
-            .iter()
-            .filter(|e| e.carries_message())
-            .map(|e| e.loc())
-    }
-
-    /// Where the latest status record is (`None` while submitted).
-    pub fn status_loc(&self) -> Option<RecordLoc> {
-        self.event(self.status as usize)
-            .filter(|_| self.status != NO_STATUS)
-    }
-
-    /// The artifacts, in the order they were first created.
-    pub fn artifacts(&self) -> &[ArtifactEntry] {
-        self.artifacts.as_deref().map_or(&[], Vec::as_slice)
-    }
-
-    /// Moves every event to where `to` says (after a compaction).
-    pub fn remap(&mut self, to: &impl Fn(&mut RecordLoc)) {
-        for event in &mut self.events {
-            let mut loc = event.loc();
-            to(&mut loc);
-            *event = Event::new(loc, event.carries_message());
-        }
-    }
-
-    /// Bytes on the heap (vectors at their capacity).
-    pub fn heap_bytes(&self) -> usize {
-        self.id.heap_bytes()
-            + self.events.capacity() * std::mem::size_of::<Event>()
-            + self.artifacts.as_ref().map_or(0, |a| {
-                std::mem::size_of::<Vec<ArtifactEntry>>()
-                    + a.capacity() * std::mem::size_of::<ArtifactEntry>()
-                    + a.iter()
-                        .map(|a| a.id.capacity() + a.chunks.capacity() * 4)
-                        .sum::<usize>()
-            })
-    }
-
-    /// Whether `op` is allowed now; the error says why not.
-    pub fn check(&self, op: Op<'_>) -> Result<()> {
-        let terminal = || Error::UnsupportedOperation {
-            reason: format!(
-                "task {} is {} and terminal states are final; send a new message with \
-                 referenceTaskIds to follow it up",
-                self.id,
-                self.state.name()
-            ),
+            other: matches!(id, IdKey::Other(_)),
         };
-        match op {
-            Op::Cancel if self.state.is_terminal() => Err(Error::TaskNotCancelable {
-                state: self.state.name(),
-            }),
-            Op::Cancel => Ok(()),
-            _ if self.state.is_terminal() => Err(terminal()),
-            Op::Message => Ok(()),
-            Op::Status(TaskState::Unspecified) => Err(Error::InvalidParams {
-                field: "status.state",
-                reason: "TASK_STATE_UNSPECIFIED is not a state a task can be put in".into(),
-            }),
-            Op::Status(_) => Ok(()),
-            Op::Artifact {
-                artifact_id,
-                append,
-            } => self.check_artifact(artifact_id, append),
+        if let IdKey::Made(bytes) = id {
+            entry.id = bytes;
         }
+        entry.set_status_ms(timestamp_ms);
+        entry
     }
 
-    fn check_artifact(&self, artifact_id: &str, append: bool) -> Result<()> {
-        match self.artifacts().iter().find(|a| a.id == artifact_id) {
-            Some(a) if a.closed => Err(Error::InvalidParams {
+    /// The id's 16 bytes, for a store-made id.
+    pub fn made_id(&self) -> Option<[u8; 16]> {
+        (!self.other).then_some(self.id)
+    }
+
+    /// When the current status was recorded.
+    pub fn status_ms(&self) -> u64 {
+        let [lo, hi] = self.status_ms;
+        u64::from(hi) << 32 | u64::from(lo)
+    }
+
+    /// Records a new status, set at `at_ms`.
+    pub fn set_status(&mut self, state: TaskState, at_ms: u64) {
+        self.state = state;
+        self.set_status_ms(at_ms);
+    }
+
+    fn set_status_ms(&mut self, ms: u64) {
+        // Both halves fit by construction (a shift and a mask).
+        self.status_ms = [(ms & 0xffff_ffff) as u32, (ms >> 32) as u32];
+    }
+}
+
+/// Whether `op` is allowed on a task of id `id` in `state`, whose artifact
+/// of a given id is found by `artifact` (`Some(closed)`, or `None` if the
+/// task has none of that id); the error says why not.
+pub fn check(
+    id: &dyn std::fmt::Display,
+    state: TaskState,
+    artifact: impl Fn(&str) -> Option<bool>,
+    op: Op<'_>,
+) -> Result<()> {
+    let terminal = || Error::UnsupportedOperation {
+        reason: format!(
+            "task {id} is {} and terminal states are final; send a new message with \
+             referenceTaskIds to follow it up",
+            state.name()
+        ),
+    };
+    match op {
+        Op::Cancel if state.is_terminal() => Err(Error::TaskNotCancelable {
+            state: state.name(),
+        }),
+        Op::Cancel => Ok(()),
+        _ if state.is_terminal() => Err(terminal()),
+        Op::Message => Ok(()),
+        Op::Status(TaskState::Unspecified) => Err(Error::InvalidParams {
+            field: "status.state",
+            reason: "TASK_STATE_UNSPECIFIED is not a state a task can be put in".into(),
+        }),
+        Op::Status(_) => Ok(()),
+        Op::Artifact {
+            artifact_id,
+            append,
+        } => match artifact(artifact_id) {
+            Some(true) => Err(Error::InvalidParams {
                 field: "artifact.artifactId",
                 reason: format!(
                     "artifact {artifact_id:?} already had its lastChunk; nothing may follow it"
@@ -304,59 +194,15 @@ impl TaskEntry {
                 ),
             }),
             _ => Ok(()),
-        }
-    }
-
-    /// Records an event at `loc` (already checked and durable).
-    pub fn push_event(&mut self, loc: RecordLoc, carries_message: bool) -> u32 {
-        // Saturates rather than wraps past 2^32 - 2 events (at 12 bytes of
-        // frame each, a task of over 48 GiB): no store gets there.
-        let index = u32::try_from(self.events.len()).unwrap_or(NO_STATUS - 1);
-        crate::index::push(&mut self.events, Event::new(loc, carries_message));
-        index
-    }
-
-    /// Records a status event.
-    pub fn set_status(
-        &mut self,
-        state: TaskState,
-        at_ms: u64,
-        loc: RecordLoc,
-        carries_message: bool,
-    ) {
-        let index = self.push_event(loc, carries_message);
-        self.state = state;
-        self.status_ms = at_ms;
-        self.status = index;
-    }
-
-    /// Records an artifact chunk.
-    pub fn add_chunk(&mut self, loc: RecordLoc, artifact_id: &str, append: bool, last_chunk: bool) {
-        let index = self.push_event(loc, false);
-        let artifacts = self.artifacts.get_or_insert_with(Box::default);
-        let entry = match artifacts.iter().position(|a| a.id == artifact_id) {
-            Some(i) => artifacts.get_mut(i),
-            None => {
-                artifacts.push(ArtifactEntry {
-                    id: artifact_id.to_string(),
-                    ..ArtifactEntry::default()
-                });
-                artifacts.last_mut()
-            }
-        };
-        if let Some(entry) = entry {
-            if !append {
-                entry.chunks.clear();
-            }
-            entry.chunks.push(index);
-            entry.closed = last_chunk;
-        }
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::segments::RecordLoc;
+    use crate::state::{ContextState, Kind};
 
     const LOC: RecordLoc = RecordLoc {
         segment: 1,
@@ -364,12 +210,18 @@ mod tests {
         len: 1,
     };
 
-    fn task_in(state: TaskState) -> TaskEntry {
-        let mut t = TaskEntry::opened("t", 0, LOC);
+    /// A context holding task "t" in `state`.
+    fn task_in(state: TaskState) -> ContextState {
+        let mut s = ContextState::default();
+        s.open_task("t", 0, 0, LOC);
         if state != TaskState::Submitted {
-            t.set_status(state, 1, LOC, false);
+            let kind = Kind::Status {
+                with_message: false,
+            };
+            s.push_record(1, LOC, kind, Some(0));
+            s.set_status(0, state, 1);
         }
-        t
+        s
     }
 
     fn kind(r: Result<()>) -> &'static str {
@@ -413,7 +265,9 @@ mod tests {
             }
         };
         for state in TaskState::ALL.into_iter().filter(|s| *s != Unspecified) {
-            let task = task_in(state);
+            let context = task_in(state);
+            let task = context.task("t").unwrap();
+            assert_eq!(task.state(), state);
             for (name, op) in ops {
                 assert_eq!(
                     kind(task.check(op)),
@@ -429,71 +283,63 @@ mod tests {
     fn task_ids_keep_their_text_and_store_made_ones_take_16_bytes() {
         let made = "0123456789abcdef00ff7f80a0b0c0d0";
         for id in [made, "0123456789ABCDEF00FF7F80A0B0C0D0", "t-1", "", "é"] {
-            let t = TaskId::new(id);
-            assert_eq!(t.to_string(), id);
-            assert_eq!(t.with_text(str::to_string), id);
-            assert!(t.is(id));
-            assert_eq!(t.hash64(), TaskId::hash_of(id));
-            assert!(!t.is(&format!("{id}0")));
+            let key = IdKey::of(id);
+            assert_eq!(key.to_string(), id);
+            assert_ne!(key, IdKey::of(&format!("{id}0")));
+            let mut s = ContextState::default();
+            s.open_task(id, 0, 0, LOC);
+            assert_eq!(s.task(id).unwrap().id().to_string(), id);
+            assert!(s.task(&format!("{id}0")).is_none());
         }
-        assert!(matches!(TaskId::new(made), TaskId::Made(_)));
+        assert!(matches!(IdKey::of(made), IdKey::Made(_)));
         // Upper case is not what the store makes: kept as text, so that it
         // comes back byte for byte.
-        assert!(matches!(
-            TaskId::new(&made.to_uppercase()),
-            TaskId::Other(_)
-        ));
-        assert!(!TaskId::new(made).is(&made.to_uppercase()));
-        assert_eq!(std::mem::size_of::<TaskEntry>(), 72);
-        assert_eq!(std::mem::size_of::<Event>(), 12);
-    }
-
-    #[test]
-    fn events_keep_their_place_and_whether_they_carry_a_message() {
-        let at = |offset| RecordLoc {
-            segment: crate::log::segments::MAX_SEGMENT_ID,
-            offset,
-            len: crate::MAX_RECORD_BYTES,
-        };
-        let mut t = TaskEntry::opened("t", 0, at(1));
-        t.set_status(TaskState::Working, 1, at(2), true);
-        t.add_chunk(at(3), "a", false, true);
-        t.set_status(TaskState::Completed, 2, at(4), false);
-        assert_eq!(
-            t.events().collect::<Vec<_>>(),
-            (1..=4).map(at).collect::<Vec<_>>()
-        );
-        assert_eq!(t.history().collect::<Vec<_>>(), vec![at(1), at(2)]);
-        assert_eq!(t.status_loc(), Some(at(4)));
-        assert_eq!(TaskEntry::opened("u", 0, at(1)).status_loc(), None);
-        t.remap(&|loc: &mut RecordLoc| loc.offset += 10);
-        assert_eq!(t.history().collect::<Vec<_>>(), vec![at(11), at(12)]);
+        assert!(matches!(IdKey::of(&made.to_uppercase()), IdKey::Other(_)));
+        let entry = TaskEntry::opened(IdKey::of(made), u64::MAX - 1, 3);
+        assert_eq!(entry.status_ms(), u64::MAX - 1);
+        assert!(entry.made_id().is_some());
+        assert!(TaskEntry::opened(IdKey::of("t"), 0, 0).made_id().is_none());
     }
 
     #[test]
     fn artifact_chunks_follow_their_rules() {
-        let mut t = task_in(TaskState::Working);
+        let mut s = task_in(TaskState::Working);
         let chunk = |id, append| Op::Artifact {
             artifact_id: id,
             append,
         };
-        assert_eq!(kind(t.check(chunk("a", true))), "InvalidParams");
-        t.add_chunk(LOC, "a", false, false);
-        assert_eq!(kind(t.check(chunk("a", true))), "ok");
-        t.add_chunk(LOC, "a", true, false);
-        assert_eq!(t.artifacts()[0].chunks.len(), 2);
+        let check = |s: &ContextState, op| kind(s.task("t").unwrap().check(op));
+        let mut seq = 2;
+        let mut add = |s: &mut ContextState, id: &str, append, last| {
+            let pos = s.push_record(seq, LOC, Kind::Artifact, Some(0));
+            s.add_chunk(0, pos, id, append, last);
+            seq += 1;
+        };
+        assert_eq!(check(&s, chunk("a", true)), "InvalidParams");
+        add(&mut s, "a", false, false);
+        assert_eq!(check(&s, chunk("a", true)), "ok");
+        add(&mut s, "a", true, false);
+        let chunks = |s: &ContextState| s.task("t").unwrap().artifacts().next().unwrap().len();
+        assert_eq!(chunks(&s), 2);
         // Replacing starts the artifact over.
-        t.add_chunk(LOC, "a", false, false);
-        assert_eq!(t.artifacts()[0].chunks.len(), 1);
-        t.add_chunk(LOC, "a", true, true);
-        assert_eq!(kind(t.check(chunk("a", true))), "InvalidParams");
-        assert_eq!(kind(t.check(chunk("a", false))), "InvalidParams");
-        assert_eq!(kind(t.check(chunk("b", false))), "ok");
+        add(&mut s, "a", false, false);
+        assert_eq!(chunks(&s), 1);
+        add(&mut s, "a", true, true);
+        assert_eq!(check(&s, chunk("a", true)), "InvalidParams");
+        assert_eq!(check(&s, chunk("a", false)), "InvalidParams");
+        assert_eq!(check(&s, chunk("b", false)), "ok");
+        let task = s.task("t").unwrap();
         assert_eq!(
-            t.event_count(),
+            task.event_count(),
             6,
             "the opening message, one status, four chunks"
         );
-        assert_eq!(t.history().collect::<Vec<_>>(), vec![LOC]);
+        assert_eq!(task.history().collect::<Vec<_>>(), vec![LOC]);
+        // Another task's artifact of the same id is its own.
+        s.open_task("u", seq, 0, LOC);
+        assert_eq!(
+            kind(s.task("u").unwrap().check(chunk("a", true))),
+            "InvalidParams"
+        );
     }
 }

@@ -23,7 +23,7 @@ use crate::namespace::{task_key, ContextKey};
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -157,17 +157,15 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     }
     for (version, digest, mut state) in entries {
         let key = ContextKey::from_parts(version, digest);
-        state.rebuild_task_pos();
+        state.rebuild_order();
         // The slot first: the task map refers to it by its number.
         let slot = index.get_or_insert(&key);
         if let Some(meta) = &state.meta {
             if state.gone.is_none() {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
-                for task in &state.tasks {
-                    index.set_task_context(
-                        task.id.with_text(|id| task_key(&meta.tenant, id)),
-                        slot.number,
-                    );
+                for task in state.tasks() {
+                    let id = task.id().to_string();
+                    index.set_task_context(task_key(&meta.tenant, &id), slot.number);
                 }
             }
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{apply, now_ms, Store};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::{ContextState, Gone, Life, MessageRef};
+use crate::index::{Gone, Life};
 use crate::log::frame::{
     decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, FRAME_HEADER_LEN, HEADER_LEN,
 };
@@ -337,7 +337,12 @@ impl Store {
                 &mut state,
                 *key,
                 &next,
-                locs.last().copied().unwrap_or(meta.opened),
+                // A tombstone's place is never read: any will do.
+                locs.last().copied().unwrap_or(RecordLoc {
+                    segment: 0,
+                    offset: 0,
+                    len: 0,
+                }),
             );
         }
         Ok(Some(payload))
@@ -359,22 +364,8 @@ impl Store {
             };
             let _turn = slot.write.lock();
             let mut state = slot.state.write();
-            remap_state(&mut state, &to);
+            state.remap(&to);
         }
-    }
-}
-
-fn remap_state(state: &mut ContextState, to: &impl Fn(&mut RecordLoc)) {
-    if let Some(meta) = state.meta.as_mut() {
-        to(&mut meta.opened);
-    }
-    for m in &mut state.messages {
-        let mut loc = m.loc();
-        to(&mut loc);
-        *m = MessageRef::new(m.seq(), loc);
-    }
-    for task in &mut state.tasks {
-        task.remap(to);
     }
 }
 

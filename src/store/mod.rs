@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
 
 use crate::index::{
-    push, ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef, MAX_SEQ,
+    ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef, MAX_SEQ,
 };
 use crate::log::manifest::Manifest;
 use crate::log::recovery::{recover, OpenReport};
@@ -24,7 +24,8 @@ use crate::namespace::{message_key, task_key, ContextKey};
 use crate::options::{Options, RecoveryMode};
 use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::render::{self, Budget, History, Rendered, Turn};
-use crate::tasks::{Op, TaskEntry};
+use crate::state::Kind;
+use crate::tasks::Op;
 use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
 pub use tasks::{EventRecord, ListTasksQuery, Receipt};
@@ -265,22 +266,14 @@ impl Store {
                 continue;
             };
             let state = slot.state.read();
-            st.index_bytes += state.approx_bytes();
+            st.index_bytes += crate::index::slot_bytes(&state);
             if state.life(now_ms(), self.options.retention) != Life::Live {
                 continue;
             }
             st.contexts += 1;
-            st.tasks += state.tasks.len() as u64;
-            st.messages += state.messages.len() as u64;
-            let mut live: std::collections::HashSet<RecordLoc> =
-                state.messages.iter().map(MessageRef::loc).collect();
-            for task in &state.tasks {
-                live.extend(task.events());
-            }
-            if let Some(meta) = &state.meta {
-                live.insert(meta.opened);
-            }
-            st.live_bytes += live.iter().map(|l| u64::from(l.len)).sum::<u64>();
+            st.tasks += state.task_count() as u64;
+            st.messages += state.history_len();
+            st.live_bytes += state.record_locs().map(|l| u64::from(l.len)).sum::<u64>();
         }
         st.index_bytes += self.index.approx_map_bytes();
         st.disk_bytes = self
@@ -419,7 +412,7 @@ impl Store {
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
         self.segments.prefetch(refs.iter().map(MessageRef::loc));
-        f(refs, total)
+        f(&refs, total)
     }
 
     /// Like [`with_newest_before`](Self::with_newest_before), for history
@@ -441,21 +434,10 @@ impl Store {
         let mut items: Vec<HistoryItem> = refs.iter().map(|r| HistoryItem::message(*r)).collect();
         let mut total = messages;
         if budget.include_artifacts {
-            for task in &state.tasks {
-                for artifact in task.artifacts() {
-                    let Some(loc) = artifact.chunks.last().and_then(|&i| task.event(i as usize))
-                    else {
-                        continue;
-                    };
-                    let seq = self.with_record(loc, |body, _| body.seq)?;
-                    if before.is_none_or(|b| seq < b) {
-                        total += 1;
-                        items.push(HistoryItem {
-                            seq,
-                            loc,
-                            chunks: artifact.chunks.len() as u32,
-                        });
-                    }
+            for (seq, loc, chunks) in state.latest_chunks() {
+                if before.is_none_or(|b| seq < b) {
+                    total += 1;
+                    items.push(HistoryItem { seq, loc, chunks });
                 }
             }
             items.sort_unstable_by_key(|i| i.seq);
@@ -806,8 +788,8 @@ fn info_of(
         key,
         first_activity_ms: meta.first_ms,
         last_activity_ms: state.last_ms,
-        messages: state.messages.len() as u64,
-        tasks: state.tasks.len() as u64,
+        messages: state.history_len(),
+        tasks: state.task_count() as u64,
     })
 }
 
@@ -966,14 +948,14 @@ fn apply(
         state.meta = Some(ContextMeta {
             tenant: name.tenant.as_str().into(),
             context_id: name.context_id.as_str().into(),
-            opened: loc,
             first_ms: body.timestamp_ms,
         });
     }
-    let history = MessageRef::new(body.seq, loc);
     let tenant = state.meta.as_ref().map_or("", |m| &*m.tenant);
     match &body.kind {
-        RecordKind::Message { task: None } => push(&mut state.messages, history),
+        RecordKind::Message { task: None } => {
+            state.push_record(body.seq, loc, Kind::Message, None);
+        }
         RecordKind::Message { task: Some(link) } => {
             index.idem_done(
                 crate::index::short_key(&message_key(tenant, &link.message_id)),
@@ -982,22 +964,24 @@ fn apply(
             );
             if link.opens_task {
                 index.set_task_context(task_key(tenant, &link.task_id), slot.number);
-                state.add_task(TaskEntry::opened(&link.task_id, body.timestamp_ms, loc));
-            } else if let Some(task) = state.task_mut(&link.task_id) {
-                task.push_event(loc, true);
+                state.open_task(&link.task_id, body.seq, body.timestamp_ms, loc);
+            } else {
+                let task = state.task_pos(&link.task_id);
+                state.push_record(body.seq, loc, Kind::Message, task);
             }
-            push(&mut state.messages, history);
         }
         RecordKind::Status {
             task_id,
             state: new_state,
             with_message,
         } => {
-            if let Some(task) = state.task_mut(task_id) {
-                task.set_status(*new_state, body.timestamp_ms, loc, *with_message);
-            }
-            if *with_message {
-                push(&mut state.messages, history);
+            let task = state.task_pos(task_id);
+            let kind = Kind::Status {
+                with_message: *with_message,
+            };
+            state.push_record(body.seq, loc, kind, task);
+            if let Some(task) = task {
+                state.set_status(task, *new_state, body.timestamp_ms);
             }
         }
         RecordKind::Artifact {
@@ -1006,15 +990,17 @@ fn apply(
             append,
             last_chunk,
         } => {
-            if let Some(task) = state.task_mut(task_id) {
-                task.add_chunk(loc, artifact_id, *append, *last_chunk);
+            let task = state.task_pos(task_id);
+            let pos = state.push_record(body.seq, loc, Kind::Artifact, task);
+            if let Some(task) = task {
+                state.add_chunk(task, pos, artifact_id, *append, *last_chunk);
             }
         }
         RecordKind::Gone { expired } => {
             if let Some(meta) = &state.meta {
                 index.unlist_in_tenant(&meta.tenant, meta.first_ms, key);
-                for task in &state.tasks {
-                    index.forget_task(&task.id.with_text(|id| task_key(&meta.tenant, id)));
+                for task in state.tasks() {
+                    index.forget_task(&task_key(&meta.tenant, &task.id().to_string()));
                 }
             }
             state.gone = Some(if *expired {
@@ -1023,9 +1009,7 @@ fn apply(
                 Gone::Deleted
             });
             // Only the name is kept: it keeps the id refused.
-            state.messages = Vec::new();
-            state.tasks = Vec::new();
-            state.task_pos = None;
+            state.clear();
         }
     }
     state.next_seq = body.seq + 1;

@@ -14,11 +14,12 @@ use crate::a2a::{
     TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
-use crate::index::{ContextSlot, IdemStart, Life, MessageRef};
+use crate::index::{ContextSlot, IdemStart, Life};
 use crate::log::segments::RecordLoc;
 use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
 use crate::record::{ContextName, RecordKind, TaskLink};
-use crate::tasks::{Op, TaskEntry};
+use crate::state::TaskView;
+use crate::tasks::Op;
 use crate::time::iso8601_ms;
 
 /// What receiving a message did.
@@ -183,10 +184,8 @@ impl Store {
         digest: &[u8; 32],
     ) -> Result<Receipt> {
         let state = slot.state.read();
-        let at = state.messages.partition_point(|m| m.seq() < seq);
-        let m = state.messages.get(at).filter(|m| m.seq() == seq);
         let context_id = context_of(&state)?.to_string();
-        let loc = m.map(MessageRef::loc).ok_or(Error::TaskNotFound)?;
+        let loc = state.message_at(seq).ok_or(Error::TaskNotFound)?;
         let link = self.with_record(loc, |body, _| match &body.kind {
             RecordKind::Message { task: Some(link) } => Some(link.clone()),
             _ => None,
@@ -358,15 +357,14 @@ impl Store {
             }
             found.extend(
                 state
-                    .tasks
-                    .iter()
-                    .filter(|t| query.status.is_none_or(|s| s == t.state))
+                    .tasks()
+                    .filter(|t| query.status.is_none_or(|s| s == t.state()))
                     .filter(|t| {
                         query
                             .status_timestamp_after_ms
-                            .is_none_or(|a| t.status_ms > a)
+                            .is_none_or(|a| t.status_ms() > a)
                     })
-                    .map(|t| (t.status_ms, t.id.to_string(), key)),
+                    .map(|t| (t.status_ms(), t.id().to_string(), key)),
             );
         }
         found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -467,20 +465,19 @@ impl Store {
     fn read_task(
         &self,
         context_id: &str,
-        task: &TaskEntry,
+        task: TaskView<'_>,
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
         let status = match task.status_loc() {
             Some(loc) => self.read_json(loc)?,
             None => TaskStatus {
-                state: task.state,
+                state: task.state(),
                 message: None,
-                timestamp: Some(iso8601_ms(task.status_ms)),
+                timestamp: Some(iso8601_ms(task.status_ms())),
                 extra: Default::default(),
             },
         };
-        let event = |i: &u32| task.event(*i as usize);
         // The newest `history_length` messages, walking back from the end.
         let mut history = task
             .history()
@@ -495,14 +492,12 @@ impl Store {
         let artifacts = include_artifacts
             .then(|| {
                 task.artifacts()
-                    .iter()
-                    .filter(|a| !a.chunks.is_empty())
-                    .map(|a| self.read_artifact(a.chunks.iter().filter_map(event)))
+                    .map(|chunks| self.read_artifact(chunks.into_iter()))
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
         Ok(Task {
-            id: task.id.to_string(),
+            id: task.id().to_string(),
             context_id: context_id.to_string(),
             status,
             artifacts,

@@ -1,0 +1,762 @@
+//! What the index knows of one context: every record in the context's order
+//! (where it is, whether it carries a message or a status, which task it
+//! belongs to), the tasks, and the rarer things set aside in a box of their
+//! own (seq gaps, artifacts, task ids the store did not make).
+
+use serde::{Deserialize, Serialize};
+
+use crate::a2a::TaskState;
+use crate::error::Result;
+use crate::log::segments::{PackedLoc, RecordLoc};
+use crate::tasks::{check, ArtifactEntry, IdKey, Op, TaskEntry};
+
+/// The most records one context holds: seqs fit in 4 bytes in the index.
+pub const MAX_SEQ: u64 = u32::MAX as u64;
+
+/// Who owns a context and what it is called; set by its opening record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContextMeta {
+    /// The tenant, byte for byte.
+    pub tenant: Box<str>,
+    /// The original contextId, byte for byte.
+    pub context_id: Box<str>,
+    /// When the context was opened (ms since the epoch).
+    pub first_ms: u64,
+}
+
+/// Why a context is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Gone {
+    /// Deleted by `delete_context`.
+    Deleted,
+    /// Expired under the retention policy.
+    Expired,
+}
+
+/// Whether a context can be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// No context of that key (or its first record is not yet durable).
+    Missing,
+    /// In use.
+    Live,
+    /// Deleted or expired: answers as missing, its id is refused.
+    Gone(Gone),
+}
+
+/// Where a message is, and its seq, as a history read is handed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef {
+    seq: u64,
+    loc: RecordLoc,
+}
+
+impl MessageRef {
+    /// The message's seq in its context.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Where its record is.
+    pub fn loc(&self) -> RecordLoc {
+        self.loc
+    }
+}
+
+/// What kind of record the index is told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A message (raw, or received into a task): part of the history.
+    Message,
+    /// A task's status; part of the history if it carries a message.
+    Status {
+        /// The status carries a message.
+        with_message: bool,
+    },
+    /// An artifact chunk.
+    Artifact,
+}
+
+/// One record as the index keeps it: 16 bytes. Its seq is not kept: it is
+/// its position in the context's records, give or take the gaps that
+/// [`Extra::gaps`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rec {
+    /// Where it is, with [`MESSAGE`] and [`STATUS`] in the top bits of the
+    /// length (a payload is at most 16 MiB, so they are free).
+    loc: PackedLoc,
+    /// The task it belongs to, as a position in the context's tasks
+    /// ([`NO_TASK`]: none).
+    task: u32,
+}
+
+/// The record carries a message: it is part of the history.
+const MESSAGE: u32 = 1 << 31;
+/// The record is a task's status.
+const STATUS: u32 = 1 << 30;
+const FLAGS: u32 = MESSAGE | STATUS;
+const NO_TASK: u32 = u32::MAX;
+
+impl Rec {
+    fn loc(self) -> RecordLoc {
+        let mut loc = self.loc;
+        loc.len &= !FLAGS;
+        loc.into()
+    }
+
+    fn has(self, flag: u32) -> bool {
+        self.loc.len & flag != 0
+    }
+}
+
+/// The rarer parts of a context's entry, boxed so that a context without
+/// them pays 8 bytes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Extra {
+    /// (position, seq) wherever a record's seq is not its predecessor's plus
+    /// one (or, at position 0, not 0): only where an open skipped damaged
+    /// records. Ascending.
+    gaps: Vec<(u32, u32)>,
+    /// (task position, id) for each task whose id the store did not make.
+    /// Ascending by position.
+    other_ids: Vec<(u32, Box<str>)>,
+    /// Every artifact of the context's tasks, in the order they were first
+    /// created.
+    artifacts: Vec<ArtifactEntry>,
+    /// Once the context has more than [`SCAN_TASKS`] tasks: their positions
+    /// ordered by id, for a binary search (rebuilt, not checkpointed).
+    #[serde(skip)]
+    order: Vec<u32>,
+}
+
+/// A context with at most this many tasks finds one by scanning them.
+const SCAN_TASKS: usize = 16;
+
+/// What the index knows of one context.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ContextState {
+    /// `None` until the opening record is durable: such a context is invisible.
+    pub meta: Option<ContextMeta>,
+    /// Time of the latest record (ms since the epoch).
+    pub last_ms: u64,
+    /// The seq the next record of this context gets.
+    pub next_seq: u64,
+    /// Every record of the context, in its order.
+    #[serde(with = "recs_bytes")]
+    recs: Vec<Rec>,
+    /// How many of them carry a message: the history's length.
+    history: u64,
+    /// The context's tasks, in the order they were opened.
+    tasks: Vec<TaskEntry>,
+    /// Seq gaps, artifacts, other task ids, the task order.
+    #[allow(clippy::box_collection)]
+    extra: Option<Box<Extra>>,
+    /// Set once the context is deleted or expired: it keeps only its name.
+    pub gone: Option<Gone>,
+}
+
+/// `Vec<Rec>` in the checkpoint as one byte string of 16-byte little-endian
+/// entries (segment, offset, length with flags, task; u32 each): loading a
+/// checkpoint is then one pass over bytes instead of a decoder call per field.
+mod recs_bytes {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    use super::Rec;
+    use crate::log::segments::PackedLoc;
+
+    const ENTRY: usize = 16;
+
+    pub fn serialize<S: Serializer>(recs: &[Rec], s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(recs.len() * ENTRY);
+        for r in recs {
+            for field in [r.loc.segment, r.loc.offset, r.loc.len, r.task] {
+                bytes.extend_from_slice(&field.to_le_bytes());
+            }
+        }
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Rec>, D::Error> {
+        d.deserialize_bytes(RecsVisitor)
+    }
+
+    struct RecsVisitor;
+
+    impl Visitor<'_> for RecsVisitor {
+        type Value = Vec<Rec>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("16-byte records")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
+            if !bytes.len().is_multiple_of(ENTRY) {
+                return Err(E::custom("records are not a whole number of entries"));
+            }
+            let u32_at = |c: &[u8], i: usize| {
+                c.get(i..i + 4)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u32::from_le_bytes)
+            };
+            Ok(bytes
+                .chunks_exact(ENTRY)
+                .map(|c| Rec {
+                    loc: PackedLoc {
+                        segment: u32_at(c, 0),
+                        offset: u32_at(c, 4),
+                        len: u32_at(c, 8),
+                    },
+                    task: u32_at(c, 12),
+                })
+                .collect())
+        }
+
+        fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
+            self.visit_bytes(&bytes)
+        }
+    }
+}
+
+/// Pushes `item`, growing a full vector by half its length (at least 2)
+/// rather than doubling it: the index's vectors are many and mostly short,
+/// so a doubling's spare half would be a third of their memory.
+pub fn push<T>(v: &mut Vec<T>, item: T) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 2).max(2));
+    }
+    v.push(item);
+}
+
+/// A position as the index keeps it. In range: a context holds at most
+/// 2³² records (seqs are refused past [`MAX_SEQ`]), and fewer tasks.
+fn pos32(pos: usize) -> u32 {
+    u32::try_from(pos).unwrap_or(u32::MAX)
+}
+
+impl ContextState {
+    /// An estimate of the heap bytes this entry holds (vectors at their
+    /// capacity), without the slot around it.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let meta = self
+            .meta
+            .as_ref()
+            .map_or(0, |m| m.tenant.len() + m.context_id.len());
+        let extra = self.extra.as_ref().map_or(0, |x| {
+            size_of::<Extra>()
+                + x.gaps.capacity() * 8
+                + x.order.capacity() * 4
+                + x.other_ids.capacity() * size_of::<(u32, Box<str>)>()
+                + x.other_ids.iter().map(|(_, id)| id.len()).sum::<usize>()
+                + x.artifacts.capacity() * size_of::<ArtifactEntry>()
+                + x.artifacts
+                    .iter()
+                    .map(|a| a.id.capacity() + a.chunks.capacity() * 4)
+                    .sum::<usize>()
+        });
+        meta + self.recs.capacity() * size_of::<Rec>()
+            + self.tasks.capacity() * size_of::<TaskEntry>()
+            + extra
+    }
+
+    /// Whether the context can be used now, under `retention`.
+    pub fn life(&self, now_ms: u64, retention: Option<std::time::Duration>) -> Life {
+        if self.meta.is_none() {
+            return Life::Missing;
+        }
+        if let Some(gone) = self.gone {
+            return Life::Gone(gone);
+        }
+        let idle = now_ms.saturating_sub(self.last_ms);
+        match retention {
+            Some(r) if u128::from(idle) >= r.as_millis() => Life::Gone(Gone::Expired),
+            _ => Life::Live,
+        }
+    }
+
+    /// How many messages the history holds.
+    pub fn history_len(&self) -> u64 {
+        self.history
+    }
+
+    /// How many tasks the context holds.
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Where every record is.
+    pub fn record_locs(&self) -> impl Iterator<Item = RecordLoc> + '_ {
+        self.recs.iter().map(|r| r.loc())
+    }
+
+    fn gaps(&self) -> &[(u32, u32)] {
+        self.extra.as_deref().map_or(&[], |x| &x.gaps)
+    }
+
+    /// The seq of the record at `pos`.
+    fn seq_at(&self, pos: usize) -> u64 {
+        let gaps = self.gaps();
+        let i = gaps.partition_point(|&(p, _)| p as usize <= pos);
+        match i.checked_sub(1).and_then(|i| gaps.get(i)) {
+            Some(&(p, seq)) => u64::from(seq) + (pos - p as usize) as u64,
+            None => pos as u64,
+        }
+    }
+
+    /// The position of the first record whose seq is at least `seq` (seqs
+    /// ascend with position).
+    fn pos_of_seq(&self, seq: u64) -> usize {
+        let len = self.recs.len();
+        if self.gaps().is_empty() {
+            return usize::try_from(seq).map_or(len, |s| s.min(len));
+        }
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.seq_at(mid) < seq {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Where the message of seq `seq` is, if the history has one.
+    pub fn message_at(&self, seq: u64) -> Option<RecordLoc> {
+        let pos = self.pos_of_seq(seq);
+        self.recs
+            .get(pos)
+            .filter(|r| r.has(MESSAGE) && self.seq_at(pos) == seq)
+            .map(|r| r.loc())
+    }
+
+    /// Up to `max` of the newest messages with seq below `before` (all, for
+    /// `None`), oldest first, and how many messages lie below `before`.
+    pub fn newest_before(&self, before: Option<u64>, max: usize) -> (Vec<MessageRef>, u64) {
+        let end = before.map_or(self.recs.len(), |b| self.pos_of_seq(b));
+        let (below, after) = self.recs.split_at(end.min(self.recs.len()));
+        let later = after.iter().filter(|r| r.has(MESSAGE)).count() as u64;
+        let count = self.history.saturating_sub(later);
+        let mut refs = Vec::with_capacity(max.min(count as usize));
+        for (pos, rec) in below.iter().enumerate().rev() {
+            if refs.len() == max {
+                break;
+            }
+            if rec.has(MESSAGE) {
+                refs.push(MessageRef {
+                    seq: self.seq_at(pos),
+                    loc: rec.loc(),
+                });
+            }
+        }
+        refs.reverse();
+        (refs, count)
+    }
+
+    /// Adds the record of seq `seq` at `loc`, of `kind`, belonging to task
+    /// `task` (a position in the tasks); returns its position.
+    pub fn push_record(&mut self, seq: u64, loc: RecordLoc, kind: Kind, task: Option<u32>) -> u32 {
+        let pos = self.recs.len();
+        if seq != self.seq_at(pos) {
+            // In range: an append or an open refuses a seq past MAX_SEQ.
+            let seq = u32::try_from(seq).unwrap_or(u32::MAX);
+            push(&mut self.extra_mut().gaps, (pos32(pos), seq));
+        }
+        let mut loc = PackedLoc::from(loc);
+        loc.len &= !FLAGS;
+        let message = matches!(kind, Kind::Message | Kind::Status { with_message: true });
+        if message {
+            loc.len |= MESSAGE;
+            self.history += 1;
+        }
+        if matches!(kind, Kind::Status { .. }) {
+            loc.len |= STATUS;
+        }
+        let task = task.filter(|&t| (t as usize) < self.tasks.len());
+        push(
+            &mut self.recs,
+            Rec {
+                loc,
+                task: task.unwrap_or(NO_TASK),
+            },
+        );
+        if let Some(entry) = task.and_then(|t| self.tasks.get_mut(t as usize)) {
+            entry.last = pos32(pos);
+        }
+        pos32(pos)
+    }
+
+    /// Opens task `id` with the message of seq `seq` at `loc`, recorded at
+    /// `timestamp_ms`.
+    pub fn open_task(&mut self, id: &str, seq: u64, timestamp_ms: u64, loc: RecordLoc) {
+        let key = IdKey::of(id);
+        let task = pos32(self.tasks.len());
+        let first = pos32(self.recs.len());
+        push(&mut self.tasks, TaskEntry::opened(key, timestamp_ms, first));
+        if let IdKey::Other(text) = key {
+            push(&mut self.extra_mut().other_ids, (task, text.into()));
+        }
+        self.push_record(seq, loc, Kind::Message, Some(task));
+        if self.tasks.len() > SCAN_TASKS {
+            if self.extra.as_ref().is_none_or(|x| x.order.is_empty()) {
+                self.rebuild_order();
+            } else {
+                let at = self.order_search(key).unwrap_or_else(|i| i);
+                let order = &mut self.extra_mut().order;
+                order.insert(at.min(order.len()), task);
+            }
+        }
+    }
+
+    /// Records a status of task `task` (the record is already pushed).
+    pub fn set_status(&mut self, task: u32, state: TaskState, at_ms: u64) {
+        if let Some(entry) = self.tasks.get_mut(task as usize) {
+            entry.set_status(state, at_ms);
+        }
+    }
+
+    /// Records the artifact chunk at position `pos` of task `task`.
+    pub fn add_chunk(&mut self, task: u32, pos: u32, artifact_id: &str, append: bool, last: bool) {
+        let artifacts = &mut self.extra_mut().artifacts;
+        let at = artifacts
+            .iter()
+            .position(|a| a.task == task && a.id == artifact_id);
+        let entry = match at {
+            Some(i) => artifacts.get_mut(i),
+            None => {
+                artifacts.push(ArtifactEntry {
+                    task,
+                    id: artifact_id.to_string(),
+                    ..ArtifactEntry::default()
+                });
+                artifacts.last_mut()
+            }
+        };
+        if let Some(entry) = entry {
+            if !append {
+                entry.chunks.clear();
+            }
+            entry.chunks.push(pos);
+            entry.closed = last;
+        }
+    }
+
+    /// Every artifact with at least one chunk: the position of its latest
+    /// chunk, that chunk's seq and where it is, and how many chunks it has.
+    pub fn latest_chunks(&self) -> impl Iterator<Item = (u64, RecordLoc, u32)> + '_ {
+        self.artifacts().iter().filter_map(|a| {
+            let &pos = a.chunks.last()?;
+            let rec = self.recs.get(pos as usize)?;
+            Some((self.seq_at(pos as usize), rec.loc(), pos32(a.chunks.len())))
+        })
+    }
+
+    fn artifacts(&self) -> &[ArtifactEntry] {
+        self.extra.as_deref().map_or(&[], |x| &x.artifacts)
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// Forgets every record and task: the context is gone, and keeps only
+    /// its name.
+    pub fn clear(&mut self) {
+        self.recs = Vec::new();
+        self.tasks = Vec::new();
+        self.extra = None;
+        self.history = 0;
+    }
+
+    /// Moves every record to where `to` says (after a compaction).
+    pub fn remap(&mut self, to: &impl Fn(&mut RecordLoc)) {
+        for rec in &mut self.recs {
+            let flags = rec.loc.len & FLAGS;
+            let mut loc = rec.loc();
+            to(&mut loc);
+            rec.loc = PackedLoc::from(loc);
+            rec.loc.len = (rec.loc.len & !FLAGS) | flags;
+        }
+    }
+
+    /// The id of task `task`, as a lookup compares it.
+    fn id_key(&self, task: usize) -> IdKey<'_> {
+        let Some(entry) = self.tasks.get(task) else {
+            return IdKey::Other("");
+        };
+        match entry.made_id() {
+            Some(bytes) => IdKey::Made(bytes),
+            None => {
+                let others = self.extra.as_deref().map_or(&[][..], |x| &x.other_ids);
+                let at = others.partition_point(|(t, _)| (*t as usize) < task);
+                IdKey::Other(others.get(at).map_or("", |(_, id)| id))
+            }
+        }
+    }
+
+    /// Where `key` is, or would go, in the task order.
+    fn order_search(&self, key: IdKey<'_>) -> std::result::Result<usize, usize> {
+        let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
+        order.binary_search_by(|&t| self.id_key(t as usize).cmp(&key))
+    }
+
+    /// Rebuilds the task order (after loading a checkpoint, or once the
+    /// context passes [`SCAN_TASKS`] tasks).
+    pub fn rebuild_order(&mut self) {
+        if self.tasks.len() <= SCAN_TASKS {
+            if let Some(x) = self.extra.as_mut() {
+                x.order = Vec::new();
+            }
+            return;
+        }
+        let mut order: Vec<u32> = (0..pos32(self.tasks.len())).collect();
+        order.sort_by(|&a, &b| self.id_key(a as usize).cmp(&self.id_key(b as usize)));
+        self.extra_mut().order = order;
+    }
+
+    /// The position of the task of `id`.
+    pub fn task_pos(&self, id: &str) -> Option<u32> {
+        let key = IdKey::of(id);
+        if self.tasks.len() <= SCAN_TASKS {
+            return (0..self.tasks.len())
+                .find(|&t| self.id_key(t) == key)
+                .map(pos32);
+        }
+        let at = self.order_search(key).ok()?;
+        self.extra.as_deref()?.order.get(at).copied()
+    }
+
+    /// The task of `id`.
+    pub fn task(&self, id: &str) -> Option<TaskView<'_>> {
+        self.task_pos(id).and_then(|t| self.task_at(t))
+    }
+
+    /// The task at position `task`.
+    pub fn task_at(&self, task: u32) -> Option<TaskView<'_>> {
+        self.tasks.get(task as usize).map(|entry| TaskView {
+            context: self,
+            task,
+            entry,
+        })
+    }
+
+    /// Every task, in the order they were opened.
+    pub fn tasks(&self) -> impl Iterator<Item = TaskView<'_>> {
+        (0..pos32(self.tasks.len())).filter_map(|t| self.task_at(t))
+    }
+}
+
+/// One task of a context, with the context's records at hand.
+#[derive(Clone, Copy)]
+pub struct TaskView<'a> {
+    context: &'a ContextState,
+    task: u32,
+    entry: &'a TaskEntry,
+}
+
+impl<'a> TaskView<'a> {
+    /// The task's id, as a lookup compares it (it shows as its text).
+    pub fn id(&self) -> IdKey<'a> {
+        self.context.id_key(self.task as usize)
+    }
+
+    /// The current state.
+    pub fn state(&self) -> TaskState {
+        self.entry.state
+    }
+
+    /// When the current status was recorded (ms since the epoch).
+    pub fn status_ms(&self) -> u64 {
+        self.entry.status_ms()
+    }
+
+    /// The positions of the task's records, in order.
+    fn positions(&self) -> impl DoubleEndedIterator<Item = (usize, Rec)> + 'a {
+        let (first, last) = (self.entry.first as usize, self.entry.last as usize);
+        let task = self.task;
+        self.context
+            .recs
+            .get(first..=last)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter(move |(_, r)| r.task == task)
+            .map(move |(i, r)| (first + i, *r))
+    }
+
+    /// Where every event is, in order (its per-task seq is its index + 1).
+    pub fn events(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + 'a {
+        self.positions().map(|(_, r)| r.loc())
+    }
+
+    /// How many events the task has.
+    pub fn event_count(&self) -> usize {
+        self.positions().count()
+    }
+
+    /// The events that carry a message (the task's history), in order.
+    pub fn history(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + 'a {
+        self.positions()
+            .filter(|(_, r)| r.has(MESSAGE))
+            .map(|(_, r)| r.loc())
+    }
+
+    /// Where the latest status record is (`None` while submitted).
+    pub fn status_loc(&self) -> Option<RecordLoc> {
+        self.positions()
+            .rev()
+            .find(|(_, r)| r.has(STATUS))
+            .map(|(_, r)| r.loc())
+    }
+
+    /// The task's artifacts, in the order they were first created, each
+    /// with where its chunks are.
+    pub fn artifacts(&self) -> impl Iterator<Item = Vec<RecordLoc>> + 'a {
+        let (task, recs) = (self.task, &self.context.recs);
+        self.context
+            .artifacts()
+            .iter()
+            .filter(move |a| a.task == task && !a.chunks.is_empty())
+            .map(move |a| {
+                a.chunks
+                    .iter()
+                    .filter_map(|&p| recs.get(p as usize).map(|r| r.loc()))
+                    .collect()
+            })
+    }
+
+    /// Whether `op` is allowed now; the error says why not.
+    pub fn check(&self, op: Op<'_>) -> Result<()> {
+        let task = self.task;
+        let artifacts = self.context.artifacts();
+        let artifact = |id: &str| {
+            artifacts
+                .iter()
+                .find(|a| a.task == task && a.id == id)
+                .map(|a| a.closed)
+        };
+        check(&self.id(), self.entry.state, artifact, op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(offset: u32) -> RecordLoc {
+        RecordLoc {
+            segment: crate::log::segments::MAX_SEGMENT_ID,
+            offset,
+            len: crate::MAX_RECORD_BYTES,
+        }
+    }
+
+    #[test]
+    fn records_keep_their_place_seq_and_kind() {
+        assert_eq!(std::mem::size_of::<Rec>(), 16);
+        assert_eq!(std::mem::size_of::<TaskEntry>(), 36);
+        let mut s = ContextState::default();
+        s.push_record(0, at(0), Kind::Message, None);
+        s.open_task("t", 1, 5, at(1));
+        let t = s.task_pos("t").unwrap();
+        s.push_record(2, at(2), Kind::Status { with_message: true }, Some(t));
+        s.set_status(t, TaskState::Working, 6);
+        let chunk = s.push_record(3, at(3), Kind::Artifact, Some(t));
+        s.add_chunk(t, chunk, "a", false, true);
+        s.push_record(4, at(4), Kind::Message, None);
+        s.push_record(
+            5,
+            at(5),
+            Kind::Status {
+                with_message: false,
+            },
+            Some(t),
+        );
+        s.set_status(t, TaskState::Completed, 7);
+        let task = s.task("t").unwrap();
+        assert_eq!(
+            task.events().collect::<Vec<_>>(),
+            vec![at(1), at(2), at(3), at(5)]
+        );
+        assert_eq!(task.history().collect::<Vec<_>>(), vec![at(1), at(2)]);
+        assert_eq!(task.status_loc(), Some(at(5)));
+        assert_eq!((task.state(), task.status_ms()), (TaskState::Completed, 7));
+        assert_eq!(task.artifacts().collect::<Vec<_>>(), vec![vec![at(3)]]);
+        assert_eq!(s.history_len(), 4);
+        let (refs, below) = s.newest_before(None, 3);
+        let seqs: Vec<u64> = refs.iter().map(MessageRef::seq).collect();
+        assert_eq!((seqs, below), (vec![1, 2, 4], 4));
+        let (refs, below) = s.newest_before(Some(2), 10);
+        assert_eq!((refs.len(), below), (2, 2));
+        assert_eq!(s.message_at(4), Some(at(4)));
+        assert_eq!(s.message_at(3), None, "an artifact is not a message");
+        assert_eq!(s.latest_chunks().collect::<Vec<_>>(), vec![(3, at(3), 1)]);
+        s.remap(&|loc: &mut RecordLoc| loc.offset += 10);
+        let task = s.task("t").unwrap();
+        assert_eq!(task.history().collect::<Vec<_>>(), vec![at(11), at(12)]);
+        assert_eq!(task.status_loc(), Some(at(15)));
+    }
+
+    #[test]
+    fn seqs_past_a_gap_are_found_by_seq() {
+        let mut s = ContextState::default();
+        for (seq, offset) in [(0, 0), (1, 1), (5, 2), (6, 3), (9, 4)] {
+            s.push_record(seq, at(offset), Kind::Message, None);
+        }
+        let seqs: Vec<u64> = s
+            .newest_before(None, 10)
+            .0
+            .iter()
+            .map(MessageRef::seq)
+            .collect();
+        assert_eq!(seqs, vec![0, 1, 5, 6, 9]);
+        assert_eq!(s.message_at(6), Some(at(3)));
+        assert_eq!(s.message_at(4), None);
+        let (refs, below) = s.newest_before(Some(6), 10);
+        assert_eq!((refs.len(), below), (3, 3));
+        let (refs, below) = s.newest_before(Some(4), 10);
+        assert_eq!((refs.len(), below), (2, 2));
+        // A context whose first record is not seq 0.
+        let mut s = ContextState::default();
+        s.push_record(7, at(0), Kind::Message, None);
+        assert_eq!(s.message_at(7), Some(at(0)));
+    }
+
+    #[test]
+    fn tasks_are_found_by_id_past_the_scan_limit() {
+        let mut s = ContextState::default();
+        let ids: Vec<String> = (0..40u32)
+            .map(|i| match i % 3 {
+                0 => format!("{:032x}", u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                1 => format!("other-{i}"),
+                _ => format!("{:032X}", i),
+            })
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            s.open_task(id, i as u64, 0, at(i as u32));
+            for (j, seen) in ids.iter().take(i + 1).enumerate() {
+                assert_eq!(s.task_pos(seen), Some(j as u32), "{seen} after {i} tasks");
+                assert_eq!(s.task_at(j as u32).unwrap().id().to_string(), *seen);
+            }
+            assert_eq!(s.task_pos("missing"), None);
+        }
+        s.rebuild_order();
+        assert!(ids
+            .iter()
+            .enumerate()
+            .all(|(j, id)| s.task_pos(id) == Some(j as u32)));
+        let config = bincode::config::standard();
+        let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
+        let (mut back, _): (ContextState, usize) =
+            bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        back.rebuild_order();
+        assert_eq!(back.recs, s.recs);
+        assert_eq!(back.tasks, s.tasks);
+        assert!(ids
+            .iter()
+            .enumerate()
+            .all(|(j, id)| back.task_pos(id) == Some(j as u32)));
+    }
+}

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::namespace::ContextKey;
+use crate::packed_map::PackedMap;
 pub use crate::state::{ContextMeta, ContextState, Gone, Life, MessageRef, MAX_SEQ};
 
 /// Number of shards of the key map.
@@ -90,7 +91,7 @@ impl IdemAt {
 #[derive(Default)]
 struct IdemShard {
     /// Received messageIds.
-    done: HashMap<ShortKey, IdemAt>,
+    done: PackedMap<IdemAt>,
     /// messageIds whose receive is under way.
     pending: HashMap<ShortKey, Arc<Gate>>,
 }
@@ -154,7 +155,7 @@ impl Drop for IdemGuard<'_> {
 pub struct Index {
     shards: [Shard; SHARDS],
     /// (tenant, task id) key to the number of the task's context.
-    tasks: [RwLock<HashMap<ShortKey, u32>>; SHARDS],
+    tasks: [RwLock<PackedMap<u32>>; SHARDS],
     /// (tenant, messageId) key to where the message went.
     idem: [Mutex<IdemShard>; SHARDS],
     /// Context number to key: every context the index has held, in the
@@ -187,7 +188,7 @@ impl Index {
         &self.idem[usize::from(key[0]) % SHARDS]
     }
 
-    fn task_shard(&self, key: &ShortKey) -> &RwLock<HashMap<ShortKey, u32>> {
+    fn task_shard(&self, key: &ShortKey) -> &RwLock<PackedMap<u32>> {
         // In range: reduced modulo the array's length.
         &self.tasks[usize::from(key[0]) % SHARDS]
     }
@@ -200,7 +201,7 @@ impl Index {
     /// The context of the task with this (tenant, task id) key.
     pub fn task_context(&self, task_key: &[u8; 32]) -> Option<ContextKey> {
         let short = short_key(task_key);
-        let number = self.task_shard(&short).read().get(&short).copied()?;
+        let number = self.task_shard(&short).read().get(&short)?;
         self.key_of(number)
     }
 
@@ -214,7 +215,7 @@ impl Index {
     pub fn idem_start(&self, key: [u8; 32]) -> IdemStart<'_> {
         let key = short_key(&key);
         let mut shard = self.idem_shard(&key).lock();
-        if let Some(at) = shard.done.get(&key).copied() {
+        if let Some(at) = shard.done.get(&key) {
             if let Some(context) = self.key_of(at.context) {
                 return IdemStart::Done(context, at.seq());
             }
@@ -235,9 +236,9 @@ impl Index {
     pub fn idem_entries(&self) -> Vec<(ShortKey, ContextKey, u64)> {
         let mut out = Vec::new();
         for shard in &self.idem {
-            for (k, at) in &shard.lock().done {
+            for (k, at) in shard.lock().done.entries() {
                 if let Some(context) = self.key_of(at.context) {
-                    out.push((*k, context, at.seq()));
+                    out.push((k, context, at.seq()));
                 }
             }
         }
@@ -336,15 +337,15 @@ impl Index {
     pub fn approx_map_bytes(&self) -> u64 {
         use std::mem::size_of;
         let contexts: usize = self.shards.iter().map(|s| s.read().capacity()).sum();
-        let tasks: usize = self.tasks.iter().map(|s| s.read().capacity()).sum();
-        let idem: usize = self.idem.iter().map(|s| s.lock().done.capacity()).sum();
+        let tasks: usize = self.tasks.iter().map(|s| s.read().approx_bytes()).sum();
+        let idem: usize = self.idem.iter().map(|s| s.lock().done.approx_bytes()).sum();
         let numbers = self.numbers.read().capacity();
         // The listing's B-tree nodes hold 11 entries and are about two
         // thirds full.
         let listed = self.visible_contexts() * size_of::<(u64, ContextKey)>() * 3 / 2;
         (contexts * (size_of::<ContextKey>() + 8 + 1)
-            + tasks * (size_of::<(ShortKey, u32)>() + 1)
-            + idem * (size_of::<(ShortKey, IdemAt)>() + 1)
+            + tasks
+            + idem
             + numbers * size_of::<ContextKey>()
             + listed) as u64
     }

@@ -39,6 +39,7 @@ pub mod log;
 mod mmap;
 pub mod namespace;
 pub mod options;
+mod packed_map;
 pub mod record;
 pub mod render;
 pub mod state;

@@ -1,0 +1,180 @@
+//! A map from 16-byte keys that holds most of its entries in a sorted vector
+//! at their exact size, and only the newest in a small hash map in front.
+//!
+//! A hash table carries slack: between a third and a half of its slots are
+//! empty, plus a control byte per slot. The index's messageId and task maps
+//! hold one entry per received message or task, so that slack was a third
+//! of what a received message cost. Here a lookup checks the small map, then
+//! binary-searches the vector; once the small map holds an eighth as many
+//! entries as the vector (at least [`MIN_RECENT`]), it is merged in, which
+//! costs each insert a copy of about eight entries on average.
+
+use std::collections::HashMap;
+
+/// The 16-byte keys the map holds.
+pub type Key = [u8; 16];
+
+/// The small map is merged once it holds this many entries, or an eighth of
+/// the vector's, whichever is more.
+const MIN_RECENT: usize = 16;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct PackedMap<V> {
+    /// Ascending by key, no key twice.
+    sorted: Vec<(Key, V)>,
+    /// Newer than `sorted`: `Some` sets a key, `None` removes it.
+    recent: HashMap<Key, Option<V>>,
+}
+
+impl<V> Default for PackedMap<V> {
+    fn default() -> Self {
+        Self {
+            sorted: Vec::new(),
+            recent: HashMap::new(),
+        }
+    }
+}
+
+impl<V: Copy> PackedMap<V> {
+    fn find(&self, key: &Key) -> Result<usize, usize> {
+        self.sorted.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &Key) -> Option<V> {
+        if let Some(v) = self.recent.get(key) {
+            return *v;
+        }
+        let at = self.find(key).ok()?;
+        self.sorted.get(at).map(|(_, v)| *v)
+    }
+
+    /// Sets the value of `key`.
+    pub fn insert(&mut self, key: Key, value: V) {
+        if !self.recent.contains_key(&key) {
+            if let Ok(at) = self.find(&key) {
+                if let Some(entry) = self.sorted.get_mut(at) {
+                    entry.1 = value;
+                    return;
+                }
+            }
+        }
+        self.recent.insert(key, Some(value));
+        self.maybe_merge();
+    }
+
+    /// Removes `key`.
+    pub fn remove(&mut self, key: &Key) {
+        if self.find(key).is_ok() {
+            self.recent.insert(*key, None);
+            self.maybe_merge();
+        } else {
+            self.recent.remove(key);
+        }
+    }
+
+    /// Every entry, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (Key, V)> + '_ {
+        let old = self
+            .sorted
+            .iter()
+            .filter(|(k, _)| !self.recent.contains_key(k))
+            .copied();
+        let new = self.recent.iter().filter_map(|(k, v)| v.map(|v| (*k, v)));
+        old.chain(new)
+    }
+
+    /// An estimate of the bytes it holds: the vector at its capacity, the
+    /// small map's slots with their control bytes.
+    pub fn approx_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.sorted.capacity() * size_of::<(Key, V)>()
+            + self.recent.capacity() * (size_of::<(Key, Option<V>)>() + 1)
+    }
+
+    fn maybe_merge(&mut self) {
+        if self.recent.len() >= MIN_RECENT.max(self.sorted.len() / 8) {
+            self.merge();
+        }
+    }
+
+    /// Merges the small map into the vector, dropping removed keys; the
+    /// new vector is allocated at its exact size, and the small map starts
+    /// over empty.
+    fn merge(&mut self) {
+        let mut recent: Vec<(Key, Option<V>)> =
+            std::mem::take(&mut self.recent).into_iter().collect();
+        recent.sort_unstable_by_key(|e| e.0);
+        let kept = recent.iter().filter(|(_, v)| v.is_some()).count();
+        let mut out = Vec::with_capacity(self.sorted.len() + kept);
+        let mut old = std::mem::take(&mut self.sorted).into_iter().peekable();
+        for (key, value) in recent {
+            while let Some(entry) = old.next_if(|(k, _)| *k < key) {
+                out.push(entry);
+            }
+            // The small map's entry replaces the vector's of the same key.
+            old.next_if(|(k, _)| *k == key);
+            if let Some(value) = value {
+                out.push((key, value));
+            }
+        }
+        out.extend(old);
+        out.shrink_to_fit();
+        self.sorted = out;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(n: u8) -> Key {
+        let mut k = [0u8; 16];
+        k[0] = n;
+        k[15] = n.wrapping_mul(7);
+        k
+    }
+
+    proptest! {
+        /// Inserts, overwrites and removes, against a `HashMap`, through
+        /// many merges.
+        #[test]
+        fn behaves_as_a_map(ops in proptest::collection::vec((any::<bool>(), 0u8..64, any::<u32>()), 0..600)) {
+            let mut map = PackedMap::default();
+            let mut model = HashMap::new();
+            for (insert, k, v) in ops {
+                if insert {
+                    map.insert(key(k), v);
+                    model.insert(key(k), v);
+                } else {
+                    map.remove(&key(k));
+                    model.remove(&key(k));
+                }
+                for n in 0..64 {
+                    prop_assert_eq!(map.get(&key(n)), model.get(&key(n)).copied());
+                }
+            }
+            let mut entries: Vec<_> = map.entries().collect();
+            entries.sort_unstable();
+            let mut want: Vec<_> = model.into_iter().collect();
+            want.sort_unstable();
+            prop_assert_eq!(entries, want);
+        }
+    }
+
+    #[test]
+    fn most_entries_sit_in_the_vector_at_their_exact_size() {
+        let mut map = PackedMap::default();
+        for n in 0..10_000u32 {
+            let mut k = [0u8; 16];
+            k[..4].copy_from_slice(&n.wrapping_mul(2_654_435_761).to_le_bytes());
+            map.insert(k, n);
+        }
+        assert!(map.recent.len() <= map.sorted.len() / 8 + MIN_RECENT);
+        let per_entry = map.approx_bytes() as f64 / 10_000.0;
+        // 20 bytes an entry, plus the small map's share.
+        assert!(per_entry < 26.0, "{per_entry} bytes an entry");
+    }
+}

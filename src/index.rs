@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::namespace::ContextKey;
 use crate::packed_map::PackedMap;
 pub use crate::state::{ContextMeta, ContextState, Gone, Life, MessageRef, MAX_SEQ};
+use crate::tasks::IdKey;
 
 /// Number of shards of the key map.
 pub const SHARDS: usize = 64;
@@ -66,6 +67,26 @@ pub fn short_key(key: &[u8; 32]) -> ShortKey {
     short
 }
 
+/// The first 8 bytes of a context key's digest. A task id the store makes
+/// in a context is these 8 bytes and 8 random ones, as 32 hex digits: the id
+/// itself then leads to its context, with no task-map entry, and the task
+/// keeps only its random half.
+pub type TaskPrefix = [u8; 8];
+
+/// The prefix of `key`.
+pub fn task_prefix(key: &ContextKey) -> TaskPrefix {
+    let mut prefix = [0u8; 8];
+    prefix.copy_from_slice(key.digest().split_at(8).0);
+    prefix
+}
+
+/// The prefix of a store-made task id's 16 bytes.
+pub fn prefix_of_id(id: &[u8; 16]) -> TaskPrefix {
+    let mut prefix = [0u8; 8];
+    prefix.copy_from_slice(id.split_at(8).0);
+    prefix
+}
+
 /// Where a received message went: 8 bytes (context number, seq).
 #[derive(Debug, Clone, Copy)]
 struct IdemAt {
@@ -91,7 +112,7 @@ impl IdemAt {
 #[derive(Default)]
 struct IdemShard {
     /// Received messageIds.
-    done: PackedMap<IdemAt>,
+    done: PackedMap<ShortKey, IdemAt>,
     /// messageIds whose receive is under way.
     pending: HashMap<ShortKey, Arc<Gate>>,
 }
@@ -155,12 +176,16 @@ impl Drop for IdemGuard<'_> {
 pub struct Index {
     shards: [Shard; SHARDS],
     /// (tenant, task id) key to the number of the task's context.
-    tasks: [RwLock<PackedMap<u32>>; SHARDS],
+    tasks: [RwLock<PackedMap<ShortKey, u32>>; SHARDS],
     /// (tenant, messageId) key to where the message went.
     idem: [Mutex<IdemShard>; SHARDS],
     /// Context number to key: every context the index has held, in the
     /// order it first saw them (a leaf lock: nothing is taken under it).
     numbers: RwLock<Vec<ContextKey>>,
+    /// The first 8 bytes of a context key's digest to the number of the
+    /// first context seen with them: what a store-made task id begins with
+    /// (see [`TaskPrefix`]).
+    prefixes: [RwLock<PackedMap<TaskPrefix, u32>>; SHARDS],
     /// Per tenant, its visible contexts ordered by (first activity, key).
     tenants: RwLock<HashMap<String, BTreeSet<(u64, ContextKey)>>>,
 }
@@ -172,6 +197,7 @@ impl Default for Index {
             tasks: std::array::from_fn(|_| RwLock::default()),
             idem: std::array::from_fn(|_| Mutex::default()),
             numbers: RwLock::default(),
+            prefixes: std::array::from_fn(|_| RwLock::default()),
             tenants: RwLock::default(),
         }
     }
@@ -188,9 +214,34 @@ impl Index {
         &self.idem[usize::from(key[0]) % SHARDS]
     }
 
-    fn task_shard(&self, key: &ShortKey) -> &RwLock<PackedMap<u32>> {
+    fn task_shard(&self, key: &ShortKey) -> &RwLock<PackedMap<ShortKey, u32>> {
         // In range: reduced modulo the array's length.
         &self.tasks[usize::from(key[0]) % SHARDS]
+    }
+
+    fn prefix_shard(&self, prefix: &TaskPrefix) -> &RwLock<PackedMap<TaskPrefix, u32>> {
+        // In range: reduced modulo the array's length.
+        &self.prefixes[usize::from(prefix[0]) % SHARDS]
+    }
+
+    /// The context whose key begins a store-made task id: the first context
+    /// the index saw with that prefix.
+    pub fn prefix_context(&self, prefix: &TaskPrefix) -> Option<(ContextKey, Arc<ContextSlot>)> {
+        let number = self.prefix_shard(prefix).read().get(prefix)?;
+        let key = self.key_of(number)?;
+        Some((key, self.get(&key)?))
+    }
+
+    /// Whether task `id` of context number `context` is found through the
+    /// prefix of its id, so that the task map needs no entry for it.
+    pub fn routes_to(&self, id: &str, context: u32) -> bool {
+        match IdKey::of(id) {
+            IdKey::Made(bytes) => {
+                let prefix = prefix_of_id(&bytes);
+                self.prefix_shard(&prefix).read().get(&prefix) == Some(context)
+            }
+            IdKey::Other(_) => false,
+        }
     }
 
     /// The key of context number `number`.
@@ -273,8 +324,14 @@ impl Index {
                 // take terabytes of index.
                 let number = u32::try_from(numbers.len()).unwrap_or(u32::MAX);
                 numbers.push(*key);
+                let prefix = task_prefix(key);
+                let mut prefixes = self.prefix_shard(&prefix).write();
+                if prefixes.get(&prefix).is_none() {
+                    prefixes.insert(prefix, number);
+                }
                 Arc::new(ContextSlot {
                     number,
+                    state: RwLock::new(ContextState::with_prefix(prefix)),
                     ..ContextSlot::default()
                 })
             })
@@ -340,6 +397,7 @@ impl Index {
         let tasks: usize = self.tasks.iter().map(|s| s.read().approx_bytes()).sum();
         let idem: usize = self.idem.iter().map(|s| s.lock().done.approx_bytes()).sum();
         let numbers = self.numbers.read().capacity();
+        let prefixes: usize = self.prefixes.iter().map(|s| s.read().approx_bytes()).sum();
         // The listing's B-tree nodes hold 11 entries and are about two
         // thirds full.
         let listed = self.visible_contexts() * size_of::<(u64, ContextKey)>() * 3 / 2;
@@ -347,6 +405,7 @@ impl Index {
             + tasks
             + idem
             + numbers * size_of::<ContextKey>()
+            + prefixes
             + listed) as u64
     }
 

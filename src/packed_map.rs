@@ -1,18 +1,17 @@
-//! A map from 16-byte keys that holds most of its entries in a sorted vector
-//! at their exact size, and only the newest in a small hash map in front.
+//! A map from small fixed-size keys that holds most of its entries in a
+//! sorted vector at their exact size, and only the newest in a small hash
+//! map in front.
 //!
 //! A hash table carries slack: between a third and a half of its slots are
 //! empty, plus a control byte per slot. The index's messageId and task maps
-//! hold one entry per received message or task, so that slack was a third
-//! of what a received message cost. Here a lookup checks the small map, then
+//! hold one entry per received message, task or context, so that slack was
+//! a third of what a received message cost. Here a lookup checks the small map, then
 //! binary-searches the vector; once the small map holds an eighth as many
 //! entries as the vector (at least [`MIN_RECENT`]), it is merged in, which
 //! costs each insert a copy of about eight entries on average.
 
 use std::collections::HashMap;
-
-/// The 16-byte keys the map holds.
-pub type Key = [u8; 16];
+use std::hash::Hash;
 
 /// The small map is merged once it holds this many entries, or an eighth of
 /// the vector's, whichever is more.
@@ -20,14 +19,14 @@ const MIN_RECENT: usize = 16;
 
 /// See the module documentation.
 #[derive(Debug)]
-pub struct PackedMap<V> {
+pub struct PackedMap<K, V> {
     /// Ascending by key, no key twice.
-    sorted: Vec<(Key, V)>,
+    sorted: Vec<(K, V)>,
     /// Newer than `sorted`: `Some` sets a key, `None` removes it.
-    recent: HashMap<Key, Option<V>>,
+    recent: HashMap<K, Option<V>>,
 }
 
-impl<V> Default for PackedMap<V> {
+impl<K, V> Default for PackedMap<K, V> {
     fn default() -> Self {
         Self {
             sorted: Vec::new(),
@@ -36,13 +35,13 @@ impl<V> Default for PackedMap<V> {
     }
 }
 
-impl<V: Copy> PackedMap<V> {
-    fn find(&self, key: &Key) -> Result<usize, usize> {
+impl<K: Copy + Ord + Hash, V: Copy> PackedMap<K, V> {
+    fn find(&self, key: &K) -> Result<usize, usize> {
         self.sorted.binary_search_by(|(k, _)| k.cmp(key))
     }
 
     /// The value of `key`.
-    pub fn get(&self, key: &Key) -> Option<V> {
+    pub fn get(&self, key: &K) -> Option<V> {
         if let Some(v) = self.recent.get(key) {
             return *v;
         }
@@ -51,7 +50,7 @@ impl<V: Copy> PackedMap<V> {
     }
 
     /// Sets the value of `key`.
-    pub fn insert(&mut self, key: Key, value: V) {
+    pub fn insert(&mut self, key: K, value: V) {
         if !self.recent.contains_key(&key) {
             if let Ok(at) = self.find(&key) {
                 if let Some(entry) = self.sorted.get_mut(at) {
@@ -65,7 +64,7 @@ impl<V: Copy> PackedMap<V> {
     }
 
     /// Removes `key`.
-    pub fn remove(&mut self, key: &Key) {
+    pub fn remove(&mut self, key: &K) {
         if self.find(key).is_ok() {
             self.recent.insert(*key, None);
             self.maybe_merge();
@@ -75,7 +74,7 @@ impl<V: Copy> PackedMap<V> {
     }
 
     /// Every entry, in no particular order.
-    pub fn entries(&self) -> impl Iterator<Item = (Key, V)> + '_ {
+    pub fn entries(&self) -> impl Iterator<Item = (K, V)> + '_ {
         let old = self
             .sorted
             .iter()
@@ -89,8 +88,8 @@ impl<V: Copy> PackedMap<V> {
     /// small map's slots with their control bytes.
     pub fn approx_bytes(&self) -> usize {
         use std::mem::size_of;
-        self.sorted.capacity() * size_of::<(Key, V)>()
-            + self.recent.capacity() * (size_of::<(Key, Option<V>)>() + 1)
+        self.sorted.capacity() * size_of::<(K, V)>()
+            + self.recent.capacity() * (size_of::<(K, Option<V>)>() + 1)
     }
 
     fn maybe_merge(&mut self) {
@@ -103,7 +102,7 @@ impl<V: Copy> PackedMap<V> {
     /// new vector is allocated at its exact size, and the small map starts
     /// over empty.
     fn merge(&mut self) {
-        let mut recent: Vec<(Key, Option<V>)> =
+        let mut recent: Vec<(K, Option<V>)> =
             std::mem::take(&mut self.recent).into_iter().collect();
         recent.sort_unstable_by_key(|e| e.0);
         let kept = recent.iter().filter(|(_, v)| v.is_some()).count();
@@ -130,7 +129,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn key(n: u8) -> Key {
+    fn key(n: u8) -> [u8; 16] {
         let mut k = [0u8; 16];
         k[0] = n;
         k[15] = n.wrapping_mul(7);

@@ -117,7 +117,9 @@ struct Extra {
     /// one (or, at position 0, not 0): only where an open skipped damaged
     /// records. Ascending.
     gaps: Vec<(u32, u32)>,
-    /// (task position, id) for each task whose id the store did not make.
+    /// (task position, id) for each task whose id the store did not make in
+    /// this context (a 32-hex-digit id that does not begin with the
+    /// context's prefix included).
     /// Ascending by position.
     other_ids: Vec<(u32, Box<str>)>,
     /// Every artifact of the context's tasks, in the order they were first
@@ -135,6 +137,9 @@ const SCAN_TASKS: usize = 16;
 /// What the index knows of one context.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ContextState {
+    /// The first 8 bytes of the context key's digest: the first half of
+    /// every task id the store makes in this context.
+    prefix: [u8; 8],
     /// `None` until the opening record is durable: such a context is invisible.
     pub meta: Option<ContextMeta>,
     /// Time of the latest record (ms since the epoch).
@@ -235,6 +240,23 @@ fn pos32(pos: usize) -> u32 {
 }
 
 impl ContextState {
+    /// The state of a context not yet opened, whose key begins with `prefix`.
+    pub fn with_prefix(prefix: [u8; 8]) -> Self {
+        ContextState {
+            prefix,
+            ..ContextState::default()
+        }
+    }
+
+    /// A task id for a new task: this context's prefix and 8 random bytes,
+    /// as 32 hex digits.
+    pub fn task_id_with(&self, random: [u8; 8]) -> String {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.prefix);
+        id[8..].copy_from_slice(&random);
+        IdKey::Made(id).to_string()
+    }
+
     /// An estimate of the heap bytes this entry holds (vectors at their
     /// capacity), without the slot around it.
     pub fn heap_bytes(&self) -> usize {
@@ -394,9 +416,20 @@ impl ContextState {
         let key = IdKey::of(id);
         let task = pos32(self.tasks.len());
         let first = pos32(self.recs.len());
-        push(&mut self.tasks, TaskEntry::opened(key, timestamp_ms, first));
-        if let IdKey::Other(text) = key {
-            push(&mut self.extra_mut().other_ids, (task, text.into()));
+        let tail = match key {
+            IdKey::Made(bytes) if bytes[..8] == self.prefix => {
+                let mut tail = [0u8; 8];
+                tail.copy_from_slice(&bytes[8..]);
+                Some(tail)
+            }
+            _ => None,
+        };
+        push(
+            &mut self.tasks,
+            TaskEntry::opened(tail, timestamp_ms, first),
+        );
+        if tail.is_none() {
+            push(&mut self.extra_mut().other_ids, (task, id.into()));
         }
         self.push_record(seq, loc, Kind::Message, Some(task));
         if self.tasks.len() > SCAN_TASKS {
@@ -486,12 +519,17 @@ impl ContextState {
         let Some(entry) = self.tasks.get(task) else {
             return IdKey::Other("");
         };
-        match entry.made_id() {
-            Some(bytes) => IdKey::Made(bytes),
+        match entry.tail() {
+            Some(tail) => {
+                let mut id = [0u8; 16];
+                id[..8].copy_from_slice(&self.prefix);
+                id[8..].copy_from_slice(&tail);
+                IdKey::Made(id)
+            }
             None => {
                 let others = self.extra.as_deref().map_or(&[][..], |x| &x.other_ids);
                 let at = others.partition_point(|(t, _)| (*t as usize) < task);
-                IdKey::Other(others.get(at).map_or("", |(_, id)| id))
+                IdKey::of(others.get(at).map_or("", |(_, id)| id))
             }
         }
     }
@@ -656,7 +694,7 @@ mod tests {
     #[test]
     fn records_keep_their_place_seq_and_kind() {
         assert_eq!(std::mem::size_of::<Rec>(), 16);
-        assert_eq!(std::mem::size_of::<TaskEntry>(), 36);
+        assert_eq!(std::mem::size_of::<TaskEntry>(), 28);
         let mut s = ContextState::default();
         s.push_record(0, at(0), Kind::Message, None);
         s.open_task("t", 1, 5, at(1));
@@ -726,14 +764,18 @@ mod tests {
 
     #[test]
     fn tasks_are_found_by_id_past_the_scan_limit() {
-        let mut s = ContextState::default();
+        let mut s = ContextState::with_prefix(*b"prefix!!");
+        // Ids the store made here, 32 hex digits it did not make here, and
+        // other text.
         let ids: Vec<String> = (0..40u32)
-            .map(|i| match i % 3 {
+            .map(|i| match i % 4 {
                 0 => format!("{:032x}", u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
                 1 => format!("other-{i}"),
-                _ => format!("{:032X}", i),
+                2 => format!("{:032X}", i),
+                _ => s.task_id_with(u64::from(i).wrapping_mul(0x9e37_79b9).to_le_bytes()),
             })
             .collect();
+        assert!(ids[3].starts_with(&hex::encode(b"prefix!!")));
         for (i, id) in ids.iter().enumerate() {
             s.open_task(id, i as u64, 0, at(i as u32));
             for (j, seen) in ids.iter().take(i + 1).enumerate() {
@@ -758,5 +800,7 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(j, id)| back.task_pos(id) == Some(j as u32)));
+        // Only the ids not made here are kept aside as text.
+        assert_eq!(s.extra.as_ref().unwrap().other_ids.len(), 30);
     }
 }

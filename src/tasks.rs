@@ -85,14 +85,15 @@ fn made(id: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// What the index keeps of one task: 36 bytes. Its events are the records
+/// What the index keeps of one task: 28 bytes. Its events are the records
 /// of its context that name it, from `first` to `last`; its history is
 /// those of them that carry a message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskEntry {
-    /// A store-made id's 16 bytes; zeros for any other id, whose text the
-    /// context keeps aside (`other` is set).
-    id: [u8; 16],
+    /// The random half of an id the store made in this context (whose first
+    /// half is the context's task prefix); zeros for any other id, whose
+    /// text the context keeps aside (`other` is set).
+    tail: [u8; 8],
     /// When the current status was recorded (store clock, ms since the
     /// epoch), low and high halves: two `u32`s keep the entry 4-aligned.
     status_ms: [u32; 2],
@@ -108,27 +109,25 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
-    /// A task of id `id`, opened at `timestamp_ms` by the record at
-    /// position `first`.
-    pub fn opened(id: IdKey<'_>, timestamp_ms: u64, first: u32) -> Self {
+    /// A task opened at `timestamp_ms` by the record at position `first`,
+    /// whose id is the context's prefix and `tail` (`None`: any other id,
+    /// kept aside by the context).
+    pub fn opened(tail: Option<[u8; 8]>, timestamp_ms: u64, first: u32) -> Self {
         let mut entry = TaskEntry {
-            id: [0; 16],
+            tail: tail.unwrap_or_default(),
             status_ms: [0; 2],
             first,
             last: first,
             state: TaskState::Submitted,
-            other: matches!(id, IdKey::Other(_)),
+            other: tail.is_none(),
         };
-        if let IdKey::Made(bytes) = id {
-            entry.id = bytes;
-        }
         entry.set_status_ms(timestamp_ms);
         entry
     }
 
-    /// The id's 16 bytes, for a store-made id.
-    pub fn made_id(&self) -> Option<[u8; 16]> {
-        (!self.other).then_some(self.id)
+    /// The random half of a store-made id.
+    pub fn tail(&self) -> Option<[u8; 8]> {
+        (!self.other).then_some(self.tail)
     }
 
     /// When the current status was recorded.
@@ -295,10 +294,10 @@ mod tests {
         // Upper case is not what the store makes: kept as text, so that it
         // comes back byte for byte.
         assert!(matches!(IdKey::of(&made.to_uppercase()), IdKey::Other(_)));
-        let entry = TaskEntry::opened(IdKey::of(made), u64::MAX - 1, 3);
+        let entry = TaskEntry::opened(Some([7; 8]), u64::MAX - 1, 3);
         assert_eq!(entry.status_ms(), u64::MAX - 1);
-        assert!(entry.made_id().is_some());
-        assert!(TaskEntry::opened(IdKey::of("t"), 0, 0).made_id().is_none());
+        assert_eq!(entry.tail(), Some([7; 8]));
+        assert!(TaskEntry::opened(None, 0, 0).tail().is_none());
     }
 
     #[test]

@@ -566,3 +566,79 @@ fn a_segment_named_past_the_largest_id_is_refused() {
         "{report:?}"
     );
 }
+
+#[test]
+fn tasks_whose_ids_the_store_did_not_make_here_are_found_after_every_kind_of_open() {
+    use ctxlog::record::{encode, RecordBody, RecordKind, TaskLink};
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let msg = |id: &str| {
+        format!(
+            r#"{{"messageId":"{id}","role":"ROLE_USER","contextId":"c","parts":[{{"text":"{id}"}}]}}"#
+        )
+    };
+    let made = store.receive_message("t", msg("m0").as_bytes()).unwrap();
+    store.close().unwrap();
+    // Tasks opened by records an earlier version or another tool wrote:
+    // one id of 32 hex digits that does not begin with the context's
+    // prefix, and one that is not hex at all.
+    let key = ctxlog::ContextKey::derive("t", "c").unwrap();
+    let foreign = ["00112233445566778899aabbccddeeff", "legacy-task"];
+    for (seq, task_id) in (1..).zip(foreign) {
+        let body = RecordBody {
+            seq,
+            timestamp_ms: 10 + seq,
+            opens: None,
+            kind: RecordKind::Message {
+                task: Some(TaskLink {
+                    task_id: task_id.to_string(),
+                    opens_task: true,
+                    message_id: format!("m{seq}"),
+                    digest: [0; 32],
+                }),
+            },
+        };
+        let blob = msg(&format!("m{seq}"));
+        append_frame(dir.path(), &encode(&key, &body, blob.as_bytes()).unwrap());
+    }
+    let check = |store: &Store, how: &str| {
+        for id in foreign.iter().copied().chain([made.task_id.as_str()]) {
+            let task = store.get_task("t", id, None, false);
+            assert_eq!(task.map(|t| t.id).ok().as_deref(), Some(id), "{id}, {how}");
+            assert!(
+                matches!(
+                    store.get_task("u", id, None, false),
+                    Err(Error::TaskNotFound)
+                ),
+                "another tenant reached {id}, {how}"
+            );
+        }
+    };
+    // The checkpoint of the close, then the two records replayed.
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(store.open_report().from_checkpoint);
+    check(&store, "replayed after a checkpoint");
+    let cancel = store.cancel_task("t", foreign[0]).unwrap();
+    assert_eq!(cancel.status.state, ctxlog::a2a::TaskState::Canceled);
+    let next = store.receive_message("t", msg("m9").as_bytes()).unwrap();
+    assert_eq!(
+        next.task_id[..16],
+        made.task_id[..16],
+        "the store's task ids in one context share their first half"
+    );
+    store.close().unwrap();
+    // From the checkpoint alone, then from a scan of the whole log.
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(store.open_report().replayed == 0 && store.open_report().from_checkpoint);
+    check(&store, "from the checkpoint");
+    store.close().unwrap();
+    fs::remove_file(dir.path().join("CHECKPOINT")).unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    check(&store, "from a scan");
+    let canceled = store.get_task("t", foreign[0], None, false).unwrap();
+    assert_eq!(canceled.status.state, ctxlog::a2a::TaskState::Canceled);
+    assert_eq!(
+        store.get_task("t", &next.task_id, None, false).unwrap().id,
+        next.task_id
+    );
+}

@@ -165,7 +165,9 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
                 for task in state.tasks() {
                     let id = task.id().to_string();
-                    index.set_task_context(task_key(&meta.tenant, &id), slot.number);
+                    if !index.routes_to(&id, slot.number) {
+                        index.set_task_context(task_key(&meta.tenant, &id), slot.number);
+                    }
                 }
             }
         }

@@ -963,7 +963,9 @@ fn apply(
                 body.seq,
             );
             if link.opens_task {
-                index.set_task_context(task_key(tenant, &link.task_id), slot.number);
+                if !index.routes_to(&link.task_id, slot.number) {
+                    index.set_task_context(task_key(tenant, &link.task_id), slot.number);
+                }
                 state.open_task(&link.task_id, body.seq, body.timestamp_ms, loc);
             } else {
                 let task = state.task_pos(&link.task_id);

@@ -14,12 +14,12 @@ use crate::a2a::{
     TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
-use crate::index::{ContextSlot, IdemStart, Life};
+use crate::index::{prefix_of_id, ContextSlot, IdemStart, Life};
 use crate::log::segments::RecordLoc;
 use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
 use crate::record::{ContextName, RecordKind, TaskLink};
 use crate::state::TaskView;
-use crate::tasks::Op;
+use crate::tasks::{IdKey, Op};
 use crate::time::iso8601_ms;
 
 /// What receiving a message did.
@@ -158,7 +158,7 @@ impl Store {
             let state = slot.state.read();
             (state.meta.is_none(), next_timestamp(&state))
         };
-        let task_id = random_id()?;
+        let task_id = self.fresh_task_id(tenant, &slot)?;
         let name = new_context.then(|| ContextName {
             tenant: tenant.to_string(),
             context_id: context_id.clone(),
@@ -537,15 +537,46 @@ impl Store {
 
     /// The context and slot of a task of this tenant.
     fn task_slot(&self, tenant: &str, task_id: &str) -> Result<(ContextKey, Arc<ContextSlot>)> {
-        let key = self
-            .index
-            .task_context(&task_key(tenant, task_id))
-            .ok_or(Error::TaskNotFound)?;
-        let slot = self.index.get(&key).ok_or(Error::TaskNotFound)?;
+        let (key, slot) = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
         if self.life(&slot) != Life::Live {
             return Err(Error::TaskNotFound);
         }
         Ok((key, slot))
+    }
+
+    /// The context of a task of this tenant, live or not: through the
+    /// prefix of a store-made id, else through the task map.
+    fn find_task(&self, tenant: &str, task_id: &str) -> Option<(ContextKey, Arc<ContextSlot>)> {
+        if let IdKey::Made(bytes) = IdKey::of(task_id) {
+            if let Some((key, slot)) = self.index.prefix_context(&prefix_of_id(&bytes)) {
+                let state = slot.state.read();
+                let owned = state.meta.as_ref().is_some_and(|m| &*m.tenant == tenant);
+                if owned && state.task_pos(task_id).is_some() {
+                    drop(state);
+                    return Some((key, slot));
+                }
+            }
+        }
+        let key = self.index.task_context(&task_key(tenant, task_id))?;
+        Some((key, self.index.get(&key)?))
+    }
+
+    /// A task id no task of this tenant has, for a new task in the context
+    /// of `slot` (whose write lock the caller holds): the context's prefix
+    /// and 64 random bits.
+    fn fresh_task_id(&self, tenant: &str, slot: &ContextSlot) -> Result<String> {
+        loop {
+            let mut random = [0u8; 8];
+            getrandom::fill(&mut random).map_err(|e| Error::Io {
+                op: "draw a random task id",
+                path: "getrandom".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            let id = slot.state.read().task_id_with(random);
+            if self.find_task(tenant, &id).is_none() {
+                return Ok(id);
+            }
+        }
     }
 
     /// Checks `op` on the task (the caller holds the context's write lock) and
@@ -689,7 +720,8 @@ fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Resul
     serde_json::from_slice(bytes).map_err(|e| format!("a stored object does not parse: {e}"))
 }
 
-/// 128 random bits as 32 hex digits: store-made ids are opaque and unguessable.
+/// 128 random bits as 32 hex digits: a store-made contextId, opaque and
+/// unguessable.
 pub(crate) fn random_id() -> Result<String> {
     crate::render::new_nonce()
 }

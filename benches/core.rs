@@ -94,6 +94,59 @@ fn bench_reads(c: &mut Criterion) {
     }
 }
 
+/// Task reads and receives on the A2A path (`Buffered`, so the index and
+/// the codec are what is measured, not the disk): 50 contexts of 100 tasks,
+/// each task a received message and the agent's COMPLETED reply, as
+/// interleaved in its context as a busy case leaves them.
+fn bench_tasks(c: &mut Criterion) {
+    let (_dir, store) = buffered_store();
+    let contexts = 50;
+    let mut oldest = Vec::new();
+    let mut newest = Vec::new();
+    let mut n = 0usize;
+    for t in 0..100 {
+        for ctx in 0..contexts {
+            n += 1;
+            let msg = serde_json::json!({"messageId": format!("m{n}"), "role": "ROLE_USER",
+                "contextId": format!("ctx-{ctx}"), "parts": [{"text": "please refund order 123"}]});
+            let r = store
+                .receive_message("bench", msg.to_string().as_bytes())
+                .unwrap();
+            let reply = serde_json::json!({ "statusUpdate": { "taskId": r.task_id,
+                "contextId": r.context_id, "status": { "state": "TASK_STATE_COMPLETED",
+                "message": { "messageId": format!("a{n}"), "role": "ROLE_AGENT",
+                    "parts": [{ "text": "refunded" }] } } } });
+            store
+                .apply_event("bench", reply.to_string().as_bytes())
+                .unwrap();
+            match t {
+                0 => oldest.push(r.task_id),
+                99 => newest.push(r.task_id),
+                _ => {}
+            }
+        }
+    }
+    for (name, ids) in [("oldest", &oldest), ("newest", &newest)] {
+        let mut i = 0usize;
+        c.bench_function(&format!("task/get the {name} of 100"), |b| {
+            b.iter(|| {
+                i = (i + 1) % ids.len();
+                store.get_task("bench", &ids[i], None, false).unwrap()
+            })
+        });
+    }
+    c.bench_function("task/receive a new task", |b| {
+        b.iter(|| {
+            n += 1;
+            let msg = format!(
+                r#"{{"messageId":"m{n}","role":"ROLE_USER","contextId":"ctx-{}","parts":[{{"text":"again"}}]}}"#,
+                n % contexts
+            );
+            store.receive_message("bench", msg.as_bytes()).unwrap()
+        })
+    });
+}
+
 /// A 1 KiB A2A message of readable text.
 fn a2a_message(i: usize) -> Vec<u8> {
     let text: String = "Please refund the duplicate charge on order 123. "
@@ -131,7 +184,7 @@ fn bench_render(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_codec, bench_reads, bench_render
+    targets = bench_codec, bench_reads, bench_tasks, bench_render
 }
 
 fn config() -> Criterion {

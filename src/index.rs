@@ -5,6 +5,7 @@
 //! entry for long. Each context then has its own slot with its own locks.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -177,6 +178,8 @@ pub struct Index {
     shards: [Shard; SHARDS],
     /// (tenant, task id) key to the number of the task's context.
     tasks: [RwLock<PackedMap<ShortKey, u32>>; SHARDS],
+    /// Set by the first task-map entry (see [`Index::any_task_entry`]).
+    any_task_entry: AtomicBool,
     /// (tenant, messageId) key to where the message went.
     idem: [Mutex<IdemShard>; SHARDS],
     /// Context number to key: every context the index has held, in the
@@ -195,6 +198,7 @@ impl Default for Index {
         Self {
             shards: std::array::from_fn(|_| RwLock::default()),
             tasks: std::array::from_fn(|_| RwLock::default()),
+            any_task_entry: AtomicBool::new(false),
             idem: std::array::from_fn(|_| Mutex::default()),
             numbers: RwLock::default(),
             prefixes: std::array::from_fn(|_| RwLock::default()),
@@ -259,7 +263,14 @@ impl Index {
     /// Records which context (by its slot's number) a task is in.
     pub fn set_task_context(&self, task_key: [u8; 32], context: u32) {
         let short = short_key(&task_key);
+        self.any_task_entry.store(true, Ordering::Release);
         self.task_shard(&short).write().insert(short, context);
+    }
+
+    /// Whether the task map has ever held an entry: until it has, every
+    /// task is found through its id's prefix.
+    pub fn any_task_entry(&self) -> bool {
+        self.any_task_entry.load(Ordering::Acquire)
     }
 
     /// Looks up a messageId, claiming it if it is unknown.

@@ -60,7 +60,13 @@ impl<'a> IdKey<'a> {
 impl std::fmt::Display for IdKey<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            IdKey::Made(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
+            IdKey::Made(bytes) => {
+                // Neither step fails: the buffer is twice the bytes, and
+                // hex digits are ASCII.
+                let mut text = [0u8; 32];
+                hex::encode_to_slice(bytes, &mut text).map_err(|_| std::fmt::Error)?;
+                f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
+            }
             IdKey::Other(other) => f.write_str(other),
         }
     }

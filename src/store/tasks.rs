@@ -557,6 +557,9 @@ impl Store {
                 }
             }
         }
+        if !self.index.any_task_entry() {
+            return None;
+        }
         let key = self.index.task_context(&task_key(tenant, task_id))?;
         Some((key, self.index.get(&key)?))
     }

@@ -223,12 +223,14 @@ mod recs_bytes {
     }
 }
 
-/// Pushes `item`, growing a full vector by half its length (at least 2)
-/// rather than doubling it: the index's vectors are many and mostly short,
-/// so a doubling's spare half would be a third of their memory.
+/// Pushes `item`, growing a full vector by a quarter of its length (at
+/// least 2) rather than doubling it: the index's vectors hold most of its
+/// memory, and their spare capacity averages about a tenth of their length
+/// this way, against a third when doubling. Each push copies about four
+/// entries on average, against two.
 pub fn push<T>(v: &mut Vec<T>, item: T) {
     if v.len() == v.capacity() {
-        v.reserve_exact((v.len() / 2).max(2));
+        v.reserve_exact((v.len() / 4).max(2));
     }
     v.push(item);
 }

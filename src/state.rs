@@ -408,6 +408,9 @@ impl ContextState {
         );
         if let Some(entry) = task.and_then(|t| self.tasks.get_mut(t as usize)) {
             entry.last = pos32(pos);
+            // Saturates rather than wraps: a context holds at most 2³²
+            // records.
+            entry.events = entry.events.saturating_add(1);
         }
         pos32(pos)
     }
@@ -417,7 +420,6 @@ impl ContextState {
     pub fn open_task(&mut self, id: &str, seq: u64, timestamp_ms: u64, loc: RecordLoc) {
         let key = IdKey::of(id);
         let task = pos32(self.tasks.len());
-        let first = pos32(self.recs.len());
         let tail = match key {
             IdKey::Made(bytes) if bytes[..8] == self.prefix => {
                 let mut tail = [0u8; 8];
@@ -426,10 +428,7 @@ impl ContextState {
             }
             _ => None,
         };
-        push(
-            &mut self.tasks,
-            TaskEntry::opened(tail, timestamp_ms, first),
-        );
+        push(&mut self.tasks, TaskEntry::opened(tail, timestamp_ms));
         if tail.is_none() {
             push(&mut self.extra_mut().other_ids, (task, id.into()));
         }
@@ -612,43 +611,42 @@ impl<'a> TaskView<'a> {
         self.entry.status_ms()
     }
 
-    /// The positions of the task's records, in order.
-    fn positions(&self) -> impl DoubleEndedIterator<Item = (usize, Rec)> + 'a {
-        let (first, last) = (self.entry.first as usize, self.entry.last as usize);
+    /// The task's records, newest first: a walk back from its latest one
+    /// that stops at its first (other tasks' records in between are
+    /// stepped over).
+    fn newest(&self) -> impl Iterator<Item = Rec> + 'a {
         let task = self.task;
         self.context
             .recs
-            .get(first..=last)
+            .get(..=self.entry.last as usize)
             .unwrap_or_default()
             .iter()
-            .enumerate()
-            .filter(move |(_, r)| r.task == task)
-            .map(move |(i, r)| (first + i, *r))
+            .rev()
+            .filter(move |r| r.task == task)
+            .take(self.entry.events as usize)
+            .copied()
     }
 
     /// Where every event is, in order (its per-task seq is its index + 1).
-    pub fn events(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + 'a {
-        self.positions().map(|(_, r)| r.loc())
+    pub fn events(&self) -> Vec<RecordLoc> {
+        let mut events: Vec<RecordLoc> = self.newest().map(Rec::loc).collect();
+        events.reverse();
+        events
     }
 
     /// How many events the task has.
     pub fn event_count(&self) -> usize {
-        self.positions().count()
+        self.entry.events as usize
     }
 
-    /// The events that carry a message (the task's history), in order.
-    pub fn history(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + 'a {
-        self.positions()
-            .filter(|(_, r)| r.has(MESSAGE))
-            .map(|(_, r)| r.loc())
+    /// The events that carry a message (the task's history), newest first.
+    pub fn history_newest(&self) -> impl Iterator<Item = RecordLoc> + 'a {
+        self.newest().filter(|r| r.has(MESSAGE)).map(Rec::loc)
     }
 
     /// Where the latest status record is (`None` while submitted).
     pub fn status_loc(&self) -> Option<RecordLoc> {
-        self.positions()
-            .rev()
-            .find(|(_, r)| r.has(STATUS))
-            .map(|(_, r)| r.loc())
+        self.newest().find(|r| r.has(STATUS)).map(Rec::loc)
     }
 
     /// The task's artifacts, in the order they were first created, each
@@ -716,11 +714,12 @@ mod tests {
         );
         s.set_status(t, TaskState::Completed, 7);
         let task = s.task("t").unwrap();
+        assert_eq!(task.events(), vec![at(1), at(2), at(3), at(5)]);
+        assert_eq!(task.event_count(), 4);
         assert_eq!(
-            task.events().collect::<Vec<_>>(),
-            vec![at(1), at(2), at(3), at(5)]
+            task.history_newest().collect::<Vec<_>>(),
+            vec![at(2), at(1)]
         );
-        assert_eq!(task.history().collect::<Vec<_>>(), vec![at(1), at(2)]);
         assert_eq!(task.status_loc(), Some(at(5)));
         assert_eq!((task.state(), task.status_ms()), (TaskState::Completed, 7));
         assert_eq!(task.artifacts().collect::<Vec<_>>(), vec![vec![at(3)]]);
@@ -735,7 +734,10 @@ mod tests {
         assert_eq!(s.latest_chunks().collect::<Vec<_>>(), vec![(3, at(3), 1)]);
         s.remap(&|loc: &mut RecordLoc| loc.offset += 10);
         let task = s.task("t").unwrap();
-        assert_eq!(task.history().collect::<Vec<_>>(), vec![at(11), at(12)]);
+        assert_eq!(
+            task.history_newest().collect::<Vec<_>>(),
+            vec![at(12), at(11)]
+        );
         assert_eq!(task.status_loc(), Some(at(15)));
     }
 

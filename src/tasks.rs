@@ -92,8 +92,8 @@ fn made(id: &str) -> Option<[u8; 16]> {
 }
 
 /// What the index keeps of one task: 28 bytes. Its events are the records
-/// of its context that name it, from `first` to `last`; its history is
-/// those of them that carry a message.
+/// of its context that name it: the last `events` of them up to `last`;
+/// its history is those of them that carry a message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskEntry {
     /// The random half of an id the store made in this context (whose first
@@ -103,10 +103,9 @@ pub struct TaskEntry {
     /// When the current status was recorded (store clock, ms since the
     /// epoch), low and high halves: two `u32`s keep the entry 4-aligned.
     status_ms: [u32; 2],
-    /// The position of the task's first record (the message that opened
-    /// it) in the context's records.
-    pub first: u32,
-    /// The position of its latest record.
+    /// How many records it has (its events).
+    pub events: u32,
+    /// The position of its latest record in the context's records.
     pub last: u32,
     /// The current state.
     pub state: TaskState,
@@ -115,15 +114,15 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
-    /// A task opened at `timestamp_ms` by the record at position `first`,
-    /// whose id is the context's prefix and `tail` (`None`: any other id,
-    /// kept aside by the context).
-    pub fn opened(tail: Option<[u8; 8]>, timestamp_ms: u64, first: u32) -> Self {
+    /// A task opened at `timestamp_ms`, with no record yet (the opening
+    /// message is pushed next), whose id is the context's prefix and `tail`
+    /// (`None`: any other id, kept aside by the context).
+    pub fn opened(tail: Option<[u8; 8]>, timestamp_ms: u64) -> Self {
         let mut entry = TaskEntry {
             tail: tail.unwrap_or_default(),
             status_ms: [0; 2],
-            first,
-            last: first,
+            events: 0,
+            last: 0,
             state: TaskState::Submitted,
             other: tail.is_none(),
         };
@@ -300,10 +299,10 @@ mod tests {
         // Upper case is not what the store makes: kept as text, so that it
         // comes back byte for byte.
         assert!(matches!(IdKey::of(&made.to_uppercase()), IdKey::Other(_)));
-        let entry = TaskEntry::opened(Some([7; 8]), u64::MAX - 1, 3);
+        let entry = TaskEntry::opened(Some([7; 8]), u64::MAX - 1);
         assert_eq!(entry.status_ms(), u64::MAX - 1);
         assert_eq!(entry.tail(), Some([7; 8]));
-        assert!(TaskEntry::opened(None, 0, 0).tail().is_none());
+        assert!(TaskEntry::opened(None, 0).tail().is_none());
     }
 
     #[test]
@@ -339,7 +338,7 @@ mod tests {
             6,
             "the opening message, one status, four chunks"
         );
-        assert_eq!(task.history().collect::<Vec<_>>(), vec![LOC]);
+        assert_eq!(task.history_newest().collect::<Vec<_>>(), vec![LOC]);
         // Another task's artifact of the same id is its own.
         s.open_task("u", seq, 0, LOC);
         assert_eq!(

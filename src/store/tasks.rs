@@ -415,6 +415,7 @@ impl Store {
         let skip = usize::try_from(after).unwrap_or(usize::MAX);
         let context_id = context_of(&state)?;
         task.events()
+            .into_iter()
             .enumerate()
             .skip(skip)
             .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(loc, task_id, context_id)?)))
@@ -480,8 +481,7 @@ impl Store {
         };
         // The newest `history_length` messages, walking back from the end.
         let mut history = task
-            .history()
-            .rev()
+            .history_newest()
             .take(history_length.unwrap_or(usize::MAX))
             .map(|loc| {
                 self.with_message(loc, |_, bytes| from_json::<Message>(bytes))?

@@ -76,16 +76,13 @@ pub type TaskPrefix = [u8; 8];
 
 /// The prefix of `key`.
 pub fn task_prefix(key: &ContextKey) -> TaskPrefix {
-    let mut prefix = [0u8; 8];
-    prefix.copy_from_slice(key.digest().split_at(8).0);
-    prefix
+    // A 32-byte digest always has a first 8-byte chunk.
+    key.digest().first_chunk().copied().unwrap_or_default()
 }
 
 /// The prefix of a store-made task id's 16 bytes.
 pub fn prefix_of_id(id: &[u8; 16]) -> TaskPrefix {
-    let mut prefix = [0u8; 8];
-    prefix.copy_from_slice(id.split_at(8).0);
-    prefix
+    crate::tasks::split_id(*id).0
 }
 
 /// Where a received message went: 8 bytes (context number, seq).

@@ -333,13 +333,19 @@ pub(crate) fn turn_cost(nonce: &str, turn: &Turn) -> usize {
 
 /// A fresh nonce: 128 bits of the operating system's randomness, as hex.
 pub fn new_nonce() -> Result<String> {
-    let mut bytes = [0u8; 16];
+    random_bytes::<16>("draw a random nonce").map(hex::encode)
+}
+
+/// `N` bytes from the operating system's randomness; `op` names what they
+/// are for in the error.
+pub(crate) fn random_bytes<const N: usize>(op: &'static str) -> Result<[u8; N]> {
+    let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes).map_err(|e| Error::Io {
-        op: "draw a random nonce",
+        op,
         path: "getrandom".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    Ok(hex::encode(bytes))
+    Ok(bytes)
 }
 
 /// Renders a chosen history inside the guard frame.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::a2a::TaskState;
 use crate::error::Result;
 use crate::log::segments::{PackedLoc, RecordLoc};
-use crate::tasks::{check, ArtifactEntry, IdKey, Op, TaskEntry};
+use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
 pub const MAX_SEQ: u64 = u32::MAX as u64;
@@ -253,10 +253,7 @@ impl ContextState {
     /// A task id for a new task: this context's prefix and 8 random bytes,
     /// as 32 hex digits.
     pub fn task_id_with(&self, random: [u8; 8]) -> String {
-        let mut id = [0u8; 16];
-        id[..8].copy_from_slice(&self.prefix);
-        id[8..].copy_from_slice(&random);
-        IdKey::Made(id).to_string()
+        IdKey::Made(join_id(self.prefix, random)).to_string()
     }
 
     /// An estimate of the heap bytes this entry holds (vectors at their
@@ -421,12 +418,11 @@ impl ContextState {
         let key = IdKey::of(id);
         let task = pos32(self.tasks.len());
         let tail = match key {
-            IdKey::Made(bytes) if bytes[..8] == self.prefix => {
-                let mut tail = [0u8; 8];
-                tail.copy_from_slice(&bytes[8..]);
-                Some(tail)
-            }
-            _ => None,
+            IdKey::Made(bytes) => match split_id(bytes) {
+                (prefix, tail) if prefix == self.prefix => Some(tail),
+                _ => None,
+            },
+            IdKey::Other(_) => None,
         };
         push(&mut self.tasks, TaskEntry::opened(tail, timestamp_ms));
         if tail.is_none() {
@@ -521,12 +517,7 @@ impl ContextState {
             return IdKey::Other("");
         };
         match entry.tail() {
-            Some(tail) => {
-                let mut id = [0u8; 16];
-                id[..8].copy_from_slice(&self.prefix);
-                id[8..].copy_from_slice(&tail);
-                IdKey::Made(id)
-            }
+            Some(tail) => IdKey::Made(join_id(self.prefix, tail)),
             None => {
                 let others = self.extra.as_deref().map_or(&[][..], |x| &x.other_ids);
                 let at = others.partition_point(|(t, _)| (*t as usize) < task);

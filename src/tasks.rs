@@ -72,6 +72,20 @@ impl std::fmt::Display for IdKey<'_> {
     }
 }
 
+/// A store-made id's 16 bytes from its halves: the context's prefix, then
+/// the random tail.
+pub fn join_id(prefix: [u8; 8], tail: [u8; 8]) -> [u8; 16] {
+    let [a, b, c, d, e, f, g, h] = prefix;
+    let [i, j, k, l, m, n, o, p] = tail;
+    [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p]
+}
+
+/// A store-made id's halves: the prefix, then the tail.
+pub fn split_id(id: [u8; 16]) -> ([u8; 8], [u8; 8]) {
+    let [a, b, c, d, e, f, g, h, tail @ ..] = id;
+    ([a, b, c, d, e, f, g, h], tail)
+}
+
 /// The 16 bytes of a store-made id: exactly 32 lowercase hex digits.
 fn made(id: &str) -> Option<[u8; 16]> {
     let digit = |c: u8| match c {

@@ -569,12 +569,7 @@ impl Store {
     /// and 64 random bits.
     fn fresh_task_id(&self, tenant: &str, slot: &ContextSlot) -> Result<String> {
         loop {
-            let mut random = [0u8; 8];
-            getrandom::fill(&mut random).map_err(|e| Error::Io {
-                op: "draw a random task id",
-                path: "getrandom".into(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            let random = crate::render::random_bytes("draw a random task id")?;
             let id = slot.state.read().task_id_with(random);
             if self.find_task(tenant, &id).is_none() {
                 return Ok(id);

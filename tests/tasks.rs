@@ -607,3 +607,95 @@ fn agent_status_messages_join_the_rendered_context_history() {
     assert_eq!(turns[1].0, ctxlog::render::Role::Agent);
     assert_eq!(turns[1].1, "which order?");
 }
+
+/// Everything a reader sees of a context's tasks: each task as `get_task`
+/// returns it (artifacts included) and its whole event stream.
+fn snapshot(store: &Store, ids: &[String]) -> Vec<(Value, Value)> {
+    ids.iter()
+        .map(|id| {
+            let task = store.get_task("t", id, None, true).unwrap();
+            let events: Vec<_> = store
+                .events_since("t", id, 0)
+                .unwrap()
+                .into_iter()
+                .map(|(seq, e)| (seq, serde_json::to_value(e).unwrap()))
+                .collect();
+            (
+                serde_json::to_value(task).unwrap(),
+                serde_json::to_value(events).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_context_of_many_interleaved_tasks_reads_the_same_after_each_kind_of_reopen() {
+    let (dir, store) = store();
+    let mut open: Vec<(Receipt, bool)> = Vec::new();
+    // 40 tasks in one context (past the 16 a lookup scans), their events
+    // interleaved: every round opens a task and moves a third of the open
+    // ones on (a status with a message, an artifact chunk).
+    for round in 0..40 {
+        let mut msg = user(&format!("m{round}"), &format!("ask {round}"));
+        msg["contextId"] = json!("case");
+        open.push((send(&store, "t", &msg).unwrap(), false));
+        for (i, (r, started)) in open.iter_mut().enumerate() {
+            if (round + i) % 3 != 0 {
+                continue;
+            }
+            let event = status(r, TaskState::Working, Some(&format!("step {round}.{i}")));
+            store.update_status("t", &event).unwrap();
+            let c = chunk(r, "a", &format!("part {round}"), *started, false);
+            store.add_artifact("t", &c).unwrap();
+            *started = true;
+        }
+    }
+    let open: Vec<Receipt> = open.into_iter().map(|(r, _)| r).collect();
+    for r in open.iter().step_by(4) {
+        store
+            .update_status("t", &status(r, TaskState::Completed, Some("done")))
+            .unwrap();
+    }
+    let ids: Vec<String> = open.iter().map(|r| r.task_id.clone()).collect();
+    let before = snapshot(&store, &ids);
+    let listed = |store: &Store| {
+        let query = ListTasksQuery {
+            page_size: Some(100),
+            ..Default::default()
+        };
+        let page = store.list_tasks("t", &query).unwrap();
+        let mut ids: Vec<String> = page.tasks.into_iter().map(|t| t.id).collect();
+        ids.sort();
+        ids
+    };
+    let mut all = ids.clone();
+    all.sort();
+    assert_eq!(listed(&store), all);
+    // From the checkpoint written at close, then from a scan of the log.
+    let store = reopen(&dir, store);
+    assert!(store.open_report().from_checkpoint);
+    assert_eq!(
+        snapshot(&store, &ids),
+        before,
+        "after loading the checkpoint"
+    );
+    assert_eq!(listed(&store), all);
+    store.close().unwrap();
+    std::fs::remove_file(dir.path().join("CHECKPOINT")).unwrap();
+    let store = Store::open(
+        dir.path(),
+        Options::default().durability(Durability::Buffered),
+    )
+    .unwrap();
+    assert!(!store.open_report().from_checkpoint);
+    assert_eq!(snapshot(&store, &ids), before, "after a scan");
+    // A task opened now is found beside them.
+    let mut msg = user("late", "one more");
+    msg["contextId"] = json!("case");
+    let late = send(&store, "t", &msg).unwrap();
+    assert_eq!(
+        store.get_task("t", &late.task_id, None, false).unwrap().id,
+        late.task_id
+    );
+    assert_eq!(snapshot(&store, &ids), before);
+}

@@ -86,10 +86,12 @@ pub fn prefix_of_id(id: &[u8; 16]) -> TaskPrefix {
 }
 
 /// Where a received message went: 8 bytes (context number, seq).
-#[derive(Debug, Clone, Copy)]
-struct IdemAt {
-    context: u32,
-    seq: u32,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdemAt {
+    /// The number of the message's context.
+    pub context: u32,
+    /// The message's seq in it.
+    pub seq: u32,
 }
 
 impl IdemAt {
@@ -212,7 +214,7 @@ impl Index {
 
     fn idem_shard(&self, key: &ShortKey) -> &Mutex<IdemShard> {
         // In range: reduced modulo the array's length.
-        &self.idem[usize::from(key[0]) % SHARDS]
+        &self.idem[Index::idem_shard_of(key)]
     }
 
     fn task_shard(&self, key: &ShortKey) -> &RwLock<PackedMap<ShortKey, u32>> {
@@ -228,19 +230,21 @@ impl Index {
     /// The context whose key begins a store-made task id: the first context
     /// the index saw with that prefix.
     pub fn prefix_context(&self, prefix: &TaskPrefix) -> Option<(ContextKey, Arc<ContextSlot>)> {
-        let number = self.prefix_shard(prefix).read().get(prefix)?;
-        let key = self.key_of(number)?;
+        let key = self.key_of(self.prefix_owner(prefix)?)?;
         Some((key, self.get(&key)?))
+    }
+
+    /// The number of the context a task id beginning with `prefix` leads
+    /// to: the first context the index saw with that prefix.
+    pub fn prefix_owner(&self, prefix: &TaskPrefix) -> Option<u32> {
+        self.prefix_shard(prefix).read().get(prefix)
     }
 
     /// Whether task `id` of context number `context` is found through the
     /// prefix of its id, so that the task map needs no entry for it.
     pub fn routes_to(&self, id: &str, context: u32) -> bool {
         match IdKey::of(id) {
-            IdKey::Made(bytes) => {
-                let prefix = prefix_of_id(&bytes);
-                self.prefix_shard(&prefix).read().get(&prefix) == Some(context)
-            }
+            IdKey::Made(bytes) => self.prefix_owner(&prefix_of_id(&bytes)) == Some(context),
             IdKey::Other(_) => false,
         }
     }
@@ -291,17 +295,31 @@ impl Index {
         })
     }
 
-    /// Every received messageId: its short key, context and seq.
-    pub fn idem_entries(&self) -> Vec<(ShortKey, ContextKey, u64)> {
-        let mut out = Vec::new();
-        for shard in &self.idem {
-            for (k, at) in shard.lock().done.entries() {
-                if let Some(context) = self.key_of(at.context) {
-                    out.push((k, context, at.seq()));
-                }
-            }
+    /// Every received messageId, shard by shard: its short key, its
+    /// context's number and its seq, ascending by short key in each shard.
+    pub fn idem_shards(&self) -> Vec<Vec<(ShortKey, IdemAt)>> {
+        self.idem
+            .iter()
+            .map(|shard| {
+                let mut entries: Vec<_> = shard.lock().done.entries().collect();
+                entries.sort_unstable_by_key(|e| e.0);
+                entries
+            })
+            .collect()
+    }
+
+    /// Loads received messageIds, shard by shard as [`Index::idem_shards`]
+    /// gave them, into an index that has none yet: a shard's entries that
+    /// ascend by key become its sorted vector as they are.
+    pub fn idem_load(&self, shards: Vec<Vec<(ShortKey, IdemAt)>>) {
+        for (shard, entries) in self.idem.iter().zip(shards) {
+            shard.lock().done.extend_sorted(entries);
         }
-        out
+    }
+
+    /// Which shard of the messageId map holds `key`.
+    pub fn idem_shard_of(key: &ShortKey) -> usize {
+        usize::from(key[0]) % SHARDS
     }
 
     /// Records where a received messageId went: record `seq` of the context

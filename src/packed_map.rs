@@ -73,6 +73,24 @@ impl<K: Copy + Ord + Hash, V: Copy> PackedMap<K, V> {
         }
     }
 
+    /// Adds `entries`: when the map is empty and they ascend strictly by
+    /// key (as a checkpoint writes them), they become its vector as they
+    /// are; otherwise each is inserted.
+    pub fn extend_sorted(&mut self, mut entries: Vec<(K, V)>) {
+        let ascending = entries.windows(2).all(|w| match w {
+            [a, b] => a.0 < b.0,
+            _ => true,
+        });
+        if ascending && self.sorted.is_empty() && self.recent.is_empty() {
+            entries.shrink_to_fit();
+            self.sorted = entries;
+            return;
+        }
+        for (key, value) in entries {
+            self.insert(key, value);
+        }
+    }
+
     /// Every entry, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = (K, V)> + '_ {
         let old = self
@@ -161,6 +179,35 @@ mod tests {
             want.sort_unstable();
             prop_assert_eq!(entries, want);
         }
+    }
+
+    #[test]
+    fn extending_takes_sorted_entries_whole_and_inserts_the_others() {
+        let mut map = PackedMap::default();
+        map.extend_sorted(vec![(key(1), 1), (key(2), 2), (key(5), 5)]);
+        assert_eq!(map.sorted.len(), 3);
+        assert!(map.recent.is_empty());
+        // Unsorted, with a key already there: inserted one by one.
+        map.extend_sorted(vec![(key(9), 9), (key(2), 20), (key(3), 3)]);
+        let got: Vec<_> = (0..10).map(|n| map.get(&key(n))).collect();
+        let want = [
+            None,
+            Some(1),
+            Some(20),
+            Some(3),
+            None,
+            Some(5),
+            None,
+            None,
+            None,
+            Some(9),
+        ];
+        assert_eq!(got, want);
+        // Sorted but with a key twice: not taken whole.
+        let mut map = PackedMap::default();
+        map.extend_sorted(vec![(key(1), 1), (key(1), 2)]);
+        assert_eq!(map.get(&key(1)), Some(2));
+        assert_eq!(map.entries().count(), 1);
     }
 
     #[test]

@@ -126,8 +126,9 @@ struct Extra {
     /// created.
     artifacts: Vec<ArtifactEntry>,
     /// Once the context has more than [`SCAN_TASKS`] tasks: their positions
-    /// ordered by id, for a binary search (rebuilt, not checkpointed).
-    #[serde(skip)]
+    /// ordered by id, for a binary search. Checkpointed, and checked when
+    /// loaded ([`ContextState::check_order`]).
+    #[serde(with = "u32s_bytes")]
     order: Vec<u32>,
 }
 
@@ -152,6 +153,7 @@ pub struct ContextState {
     /// How many of them carry a message: the history's length.
     history: u64,
     /// The context's tasks, in the order they were opened.
+    #[serde(with = "tasks_bytes")]
     tasks: Vec<TaskEntry>,
     /// Seq gaps, artifacts, other task ids, the task order.
     #[allow(clippy::box_collection)]
@@ -223,6 +225,93 @@ mod recs_bytes {
     }
 }
 
+/// A `Vec<u32>` in the checkpoint as one byte string of little-endian
+/// words.
+mod u32s_bytes {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(words: &[u32], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+        d.deserialize_bytes(WordsVisitor)
+    }
+
+    struct WordsVisitor;
+
+    impl Visitor<'_> for WordsVisitor {
+        type Value = Vec<u32>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("4-byte words")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
+            if !bytes.len().is_multiple_of(4) {
+                return Err(E::custom("not a whole number of 4-byte words"));
+            }
+            let mut words = Vec::with_capacity(bytes.len() / 4);
+            for w in bytes.chunks_exact(4) {
+                words.extend(w.try_into().ok().map(u32::from_le_bytes));
+            }
+            Ok(words)
+        }
+
+        fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
+            self.visit_bytes(&bytes)
+        }
+    }
+}
+
+/// `Vec<TaskEntry>` in the checkpoint as one byte string of
+/// [`TASK_BYTES`]-byte entries (see [`TaskEntry::to_bytes`]).
+mod tasks_bytes {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    use crate::tasks::{TaskEntry, TASK_BYTES};
+
+    pub fn serialize<S: Serializer>(tasks: &[TaskEntry], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = tasks.iter().flat_map(TaskEntry::to_bytes).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TaskEntry>, D::Error> {
+        d.deserialize_bytes(TasksVisitor)
+    }
+
+    struct TasksVisitor;
+
+    impl Visitor<'_> for TasksVisitor {
+        type Value = Vec<TaskEntry>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("task entries")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
+            if !bytes.len().is_multiple_of(TASK_BYTES) {
+                return Err(E::custom("task entries are not a whole number of entries"));
+            }
+            // Allocated at its exact length: collecting through `Result`
+            // would grow it by doubling.
+            let mut tasks = Vec::with_capacity(bytes.len() / TASK_BYTES);
+            for c in bytes.chunks_exact(TASK_BYTES) {
+                let task = c.try_into().ok().and_then(TaskEntry::from_bytes);
+                tasks.push(task.ok_or_else(|| E::custom("a task entry does not decode"))?);
+            }
+            Ok(tasks)
+        }
+
+        fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
+            self.visit_bytes(&bytes)
+        }
+    }
+}
+
 /// Pushes `item`, growing a full vector by a quarter of its length (at
 /// least 2) rather than doubling it: the index's vectors hold most of its
 /// memory, and their spare capacity averages about a tenth of their length
@@ -242,6 +331,11 @@ fn pos32(pos: usize) -> u32 {
 }
 
 impl ContextState {
+    /// The first 8 bytes of the context key's digest.
+    pub fn prefix(&self) -> [u8; 8] {
+        self.prefix
+    }
+
     /// The state of a context not yet opened, whose key begins with `prefix`.
     pub fn with_prefix(prefix: [u8; 8]) -> Self {
         ContextState {
@@ -526,14 +620,46 @@ impl ContextState {
         }
     }
 
+    /// Whether task `a`'s id sorts before task `b`'s. Two ids made in this
+    /// context share their first half, so their random halves decide.
+    fn id_less(&self, a: usize, b: usize) -> bool {
+        let tail = |t: usize| self.tasks.get(t).and_then(TaskEntry::tail);
+        match (tail(a), tail(b)) {
+            (Some(x), Some(y)) => x < y,
+            _ => self.id_key(a) < self.id_key(b),
+        }
+    }
+
     /// Where `key` is, or would go, in the task order.
     fn order_search(&self, key: IdKey<'_>) -> std::result::Result<usize, usize> {
         let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
         order.binary_search_by(|&t| self.id_key(t as usize).cmp(&key))
     }
 
-    /// Rebuilds the task order (after loading a checkpoint, or once the
-    /// context passes [`SCAN_TASKS`] tasks).
+    /// Checks the task order a checkpoint gave, and rebuilds it if it is
+    /// not the order of this context's tasks (one pass, against a sort).
+    pub fn check_order(&mut self) {
+        let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
+        let n = self.tasks.len();
+        let sound = if n <= SCAN_TASKS {
+            order.is_empty()
+        } else {
+            // Of length n, every position below n, strictly ascending by
+            // id (so no position twice): a permutation in id order.
+            order.len() == n
+                && order.iter().all(|&t| (t as usize) < n)
+                && order.windows(2).all(|w| match w {
+                    [a, b] => self.id_less(*a as usize, *b as usize),
+                    _ => true,
+                })
+        };
+        if !sound {
+            self.rebuild_order();
+        }
+    }
+
+    /// Rebuilds the task order (once the context passes [`SCAN_TASKS`]
+    /// tasks, or when a loaded one does not check out).
     pub fn rebuild_order(&mut self) {
         if self.tasks.len() <= SCAN_TASKS {
             if let Some(x) = self.extra.as_mut() {
@@ -542,7 +668,7 @@ impl ContextState {
             return;
         }
         let mut order: Vec<u32> = (0..pos32(self.tasks.len())).collect();
-        order.sort_by(|&a, &b| self.id_key(a as usize).cmp(&self.id_key(b as usize)));
+        order.sort_by_cached_key(|&t| self.id_key(t as usize));
         self.extra_mut().order = order;
     }
 
@@ -595,6 +721,12 @@ impl<'a> TaskView<'a> {
     /// The current state.
     pub fn state(&self) -> TaskState {
         self.entry.state
+    }
+
+    /// Whether the store made its id in this context (its first half is
+    /// the context's prefix).
+    pub fn made_here(&self) -> bool {
+        self.entry.tail().is_some()
     }
 
     /// When the current status was recorded (ms since the epoch).
@@ -788,7 +920,22 @@ mod tests {
         let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
         let (mut back, _): (ContextState, usize) =
             bincode::serde::decode_from_slice(&bytes, config).unwrap();
-        back.rebuild_order();
+        let order = back.extra.as_ref().unwrap().order.clone();
+        // Loaded vectors hold no spare capacity.
+        assert_eq!(back.tasks.capacity(), back.tasks.len());
+        assert_eq!(back.recs.capacity(), back.recs.len());
+        assert_eq!(back.extra.as_ref().unwrap().order.capacity(), order.len());
+        back.check_order();
+        assert_eq!(back.extra.as_ref().unwrap().order, order, "kept as loaded");
+        for damage in [vec![0; 40], order[..39].to_vec(), {
+            let mut o = order.clone();
+            o.swap(3, 4);
+            o
+        }] {
+            back.extra.as_mut().unwrap().order = damage;
+            back.check_order();
+            assert_eq!(back.extra.as_ref().unwrap().order, order, "rebuilt");
+        }
         assert_eq!(back.recs, s.recs);
         assert_eq!(back.tasks, s.tasks);
         assert!(ids

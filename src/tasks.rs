@@ -105,6 +105,9 @@ fn made(id: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// How many bytes a task entry takes in the checkpoint.
+pub const TASK_BYTES: usize = 26;
+
 /// What the index keeps of one task: 28 bytes. Its events are the records
 /// of its context that name it: the last `events` of them up to `last`;
 /// its history is those of them that carry a message.
@@ -142,6 +145,48 @@ impl TaskEntry {
         };
         entry.set_status_ms(timestamp_ms);
         entry
+    }
+
+    /// The entry's bytes in the checkpoint: tail (8), status time's halves,
+    /// event count and latest position (u32 each, little-endian), the
+    /// state's place in [`TaskState::ALL`], and 1 if the id is kept aside.
+    pub fn to_bytes(&self) -> [u8; TASK_BYTES] {
+        let mut out = [0u8; TASK_BYTES];
+        let [lo, hi] = self.status_ms;
+        let state = TaskState::ALL.iter().position(|s| *s == self.state);
+        let words = [lo, hi, self.events, self.last].map(u32::to_le_bytes);
+        // The place is at most 8: ALL has 9 states.
+        let flags = [state.map_or(u8::MAX, |i| i as u8), u8::from(self.other)];
+        let fields = self.tail.iter().chain(words.iter().flatten()).chain(&flags);
+        for (b, f) in out.iter_mut().zip(fields) {
+            *b = *f;
+        }
+        out
+    }
+
+    /// An entry from its checkpoint bytes; `None` if they are not one.
+    pub fn from_bytes(bytes: &[u8; TASK_BYTES]) -> Option<Self> {
+        let (tail, rest) = bytes.split_first_chunk::<8>()?;
+        let (words, rest) = rest.split_first_chunk::<16>()?;
+        let word = |i: usize| {
+            words
+                .get(i * 4..i * 4 + 4)
+                .and_then(|w| w.try_into().ok())
+                .map(u32::from_le_bytes)
+        };
+        let [state, other] = *rest else { return None };
+        Some(TaskEntry {
+            tail: *tail,
+            status_ms: [word(0)?, word(1)?],
+            events: word(2)?,
+            last: word(3)?,
+            state: *TaskState::ALL.get(usize::from(state))?,
+            other: match other {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        })
     }
 
     /// The random half of a store-made id.
@@ -313,8 +358,22 @@ mod tests {
         // Upper case is not what the store makes: kept as text, so that it
         // comes back byte for byte.
         assert!(matches!(IdKey::of(&made.to_uppercase()), IdKey::Other(_)));
-        let entry = TaskEntry::opened(Some([7; 8]), u64::MAX - 1);
+        let mut entry = TaskEntry::opened(Some([7; 8]), u64::MAX - 1);
         assert_eq!(entry.status_ms(), u64::MAX - 1);
+        (entry.events, entry.last) = (3, u32::MAX);
+        for state in TaskState::ALL {
+            entry.state = state;
+            assert_eq!(
+                TaskEntry::from_bytes(&entry.to_bytes()),
+                Some(entry.clone())
+            );
+        }
+        let mut bad = entry.to_bytes();
+        bad[TASK_BYTES - 2] = 9;
+        assert_eq!(TaskEntry::from_bytes(&bad), None, "no tenth state");
+        bad = entry.to_bytes();
+        bad[TASK_BYTES - 1] = 2;
+        assert_eq!(TaskEntry::from_bytes(&bad), None, "the flag is 0 or 1");
         assert_eq!(entry.tail(), Some([7; 8]));
         assert!(TaskEntry::opened(None, 0).tail().is_none());
     }

@@ -631,6 +631,125 @@ fn w3(scale: Scale, root: &Path) -> Vec<Row> {
     ]
 }
 
+/// The options of the exchanges store: appends are made durable in
+/// batches, by `sync`.
+fn exchanges_options() -> Options {
+    Options::default().durability(Durability::Buffered)
+}
+
+/// Fills `dir` with about `bytes` of A2A exchanges (see [`w3_exchanges`])
+/// and syncs them.
+fn fill_exchanges(dir: &Path, bytes: u64) -> Store {
+    let store = Store::open(dir, exchanges_options()).unwrap();
+    let contexts: u64 = if bytes >= 1 << 30 { 10_000 } else { 50 };
+    let text: String = "Please refund the duplicate charge. "
+        .chars()
+        .cycle()
+        .take(BODY)
+        .collect();
+    let tasks = (bytes / (2 * BODY as u64) / contexts).max(1);
+    let mut n = 0u64;
+    for _ in 0..tasks {
+        for c in 0..contexts {
+            n += 1;
+            let msg = format!(
+                r#"{{"messageId":"m{n}","role":"ROLE_USER","contextId":"ctx-{c}","parts":[{{"text":"{text}"}}]}}"#
+            );
+            let r = store.receive_message("bench", msg.as_bytes()).unwrap();
+            let reply = format!(
+                r#"{{"statusUpdate":{{"taskId":"{}","contextId":"ctx-{c}","status":{{"state":"TASK_STATE_COMPLETED","message":{{"messageId":"a{n}","role":"ROLE_AGENT","parts":[{{"text":"{text}"}}]}}}}}}}}"#,
+                r.task_id
+            );
+            store.apply_event("bench", reply.as_bytes()).unwrap();
+        }
+    }
+    store.sync().unwrap();
+    store
+}
+
+/// Fills a store of exchanges in a child process, kills it once its last
+/// append is durable, and times the reopen: how long, and how many records
+/// it replayed after the checkpoint.
+fn reopen_exchanges_after_kill(root: &Path, bytes: u64) -> (Duration, u64) {
+    let dir = root.join("w3-exchanges-killed");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["fill-exchanges", dir.to_str().unwrap(), &bytes.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "committed");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    let store = Store::open(&dir, exchanges_options()).unwrap();
+    let opened = t.elapsed();
+    let replayed = store.open_report().replayed;
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+    (opened, replayed)
+}
+
+/// A store of about `reopen_bytes` of A2A exchanges (ctxlog only): per task
+/// a received message and the agent's COMPLETED status carrying its reply,
+/// 1 KiB of text each, over 10,000 contexts (50 in quick mode). Prints its
+/// reopen time, index bytes per stored message, and space on disk against
+/// the live payload before and after half its contexts are deleted and
+/// `compact()` runs.
+fn w3_exchanges(scale: Scale, root: &Path) {
+    let dir = root.join("w3-exchanges");
+    let t = Instant::now();
+    let store = fill_exchanges(&dir, scale.reopen_bytes);
+    let filled = t.elapsed();
+    store.close().unwrap();
+    let t = Instant::now();
+    let store = Store::open(&dir, exchanges_options()).unwrap();
+    let reopened = t.elapsed();
+    let killed = reopen_exchanges_after_kill(root, scale.reopen_bytes);
+    let st = store.stats();
+    println!(
+        "\n### W3, A2A exchanges (ctxlog): {} contexts, {} tasks, {} messages, {} MiB on disk (filled in {:.1} s)\n",
+        st.contexts,
+        st.tasks,
+        st.messages,
+        st.disk_bytes >> 20,
+        filled.as_secs_f64()
+    );
+    println!(
+        "- reopen after clean close: {:.1} ms; after the writer was killed: {:.1} ms ({} records replayed after the checkpoint)",
+        reopened.as_secs_f64() * 1e3,
+        killed.0.as_secs_f64() * 1e3,
+        killed.1
+    );
+    println!(
+        "- index bytes per stored message: {:.1} (target <= 64)",
+        st.index_bytes as f64 / st.messages as f64
+    );
+    let space = |store: &Store| {
+        let st = store.stats();
+        st.disk_bytes as f64 / st.live_bytes as f64
+    };
+    let full = space(&store);
+    for c in (0..st.contexts).step_by(2) {
+        store.delete_context("bench", &format!("ctx-{c}")).unwrap();
+    }
+    let half = space(&store);
+    let t = Instant::now();
+    store.compact().unwrap();
+    let compacted = t.elapsed();
+    println!(
+        "- space on disk / live payload: {full:.2}x as written, {half:.2}x with half the contexts deleted, {:.2}x after compact() ({:.1} s; target <= 1.15x)",
+        space(&store),
+        compacted.as_secs_f64()
+    );
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn floors(scale: Scale, root: &Path) {
     let path: PathBuf = root.join("floor");
     let mut f = OpenOptions::new()
@@ -702,6 +821,29 @@ fn main() {
         child_fill(&args[1], Path::new(&args[2]), args[3].parse().unwrap());
         return;
     }
+    if args.first().map(String::as_str) == Some("fill-exchanges") {
+        let store = fill_exchanges(Path::new(&args[1]), args[2].parse().unwrap());
+        println!("committed");
+        std::io::stdout().flush().unwrap();
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        drop(store);
+        return;
+    }
+    if args.first().map(String::as_str) == Some("exchanges") {
+        // Only the ctxlog store of A2A exchanges: `exchanges [full]`.
+        let scale = if args.get(1).map(String::as_str) == Some("full") {
+            FULL
+        } else {
+            QUICK
+        };
+        let root = tempfile::tempdir_in(
+            std::env::var_os("CTXLOG_BENCH_DIR").unwrap_or_else(|| ".".into()),
+        )
+        .unwrap();
+        w3_exchanges(scale, root.path());
+        return;
+    }
     let full = args.first().map(String::as_str) == Some("full");
     let scale = if full { FULL } else { QUICK };
     let root =
@@ -736,4 +878,5 @@ fn main() {
     table("W2: read of a 20-message history", "us", true, &reads);
     table("Space and memory", "x or MiB", true, &space);
     table("W3: reopen", "ms or us", true, &w3(scale, root.path()));
+    w3_exchanges(scale, root.path());
 }

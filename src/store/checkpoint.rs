@@ -5,8 +5,8 @@
 //! open fail or serve wrong data.
 //!
 //! ```text
-//! magic "CTXLCKP\0" | version:u32 = 2 | crc32 of the rest:u32 | bincode(Header)
-//! | count:u64 | count × bincode(Entry) | bincode(Vec<Idem>)
+//! magic "CTXLCKP\0" | version:u32 = 6 | crc32 of the rest:u32 | bincode(Header)
+//! | count:u64 | count × bincode(Entry) | 64 × (n:u64 | n × idem entry (24 bytes))
 //! ```
 
 use std::path::Path;
@@ -16,14 +16,14 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::{ContextState, Index, MAX_SEQ};
+use crate::index::{ContextState, IdemAt, Index, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::{task_key, ContextKey};
 
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -33,8 +33,11 @@ struct Header {
 
 /// One context: its key (version, digest) and its index entry.
 type Entry = (u8, [u8; 32], ContextState);
-/// One received messageId: its short key, its context's key, its seq.
-type Idem = (crate::index::ShortKey, (u8, [u8; 32]), u64);
+/// One received messageId: its short key (16 bytes), the position of its
+/// context among the checkpoint's entries and its seq (u32 each,
+/// little-endian). Written shard by shard of the index's messageId map,
+/// ascending by short key within a shard.
+const IDEM_BYTES: usize = 24;
 
 fn config() -> impl bincode::config::Config {
     bincode::config::standard()
@@ -93,23 +96,45 @@ impl Store {
             records: self.records(),
         };
         encode(&header, &mut body)?;
-        let keys = self.index.all_contexts();
-        body.extend_from_slice(&(keys.len() as u64).to_le_bytes());
-        for key in &keys {
-            let Some(slot) = self.index.get(key) else {
-                continue;
-            };
-            let state = slot.state.read();
-            let entry = (key.version(), *key.digest(), &*state);
-            encode(&entry, &mut body)?;
-        }
-        let idem: Vec<Idem> = self
+        let slots: Vec<_> = self
             .index
-            .idem_entries()
+            .all_contexts()
             .into_iter()
-            .map(|(k, ctx, seq)| (k, (ctx.version(), *ctx.digest()), seq))
+            .filter_map(|key| Some((key, self.index.get(&key)?)))
             .collect();
-        encode(&idem, &mut body)?;
+        body.extend_from_slice(&(slots.len() as u64).to_le_bytes());
+        // A context's place among the entries, by its number.
+        let mut place = vec![
+            u32::MAX;
+            slots
+                .iter()
+                .map(|(_, s)| s.number as usize + 1)
+                .max()
+                .unwrap_or(0)
+        ];
+        for (i, (key, slot)) in slots.iter().enumerate() {
+            let state = slot.state.read();
+            encode(&(key.version(), *key.digest(), &*state), &mut body)?;
+            if let Some(p) = place.get_mut(slot.number as usize) {
+                // Fits: the index numbers its contexts in a u32.
+                *p = i as u32;
+            }
+        }
+        for shard in self.index.idem_shards() {
+            let entries: Vec<_> = shard
+                .into_iter()
+                .filter_map(|(key, at)| {
+                    let &p = place.get(at.context as usize).filter(|&&p| p != u32::MAX)?;
+                    Some((key, p, at.seq))
+                })
+                .collect();
+            body.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+            for (key, p, seq) in entries {
+                body.extend_from_slice(&key);
+                body.extend_from_slice(&p.to_le_bytes());
+                body.extend_from_slice(&seq.to_le_bytes());
+            }
+        }
         let mut file = MAGIC.to_vec();
         file.extend_from_slice(&VERSION.to_le_bytes());
         file.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -150,20 +175,50 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         entries.push(entry);
         rest = rest.get(used..)?;
     }
-    let (idem, used): (Vec<Idem>, usize) =
-        bincode::serde::decode_from_slice(rest, config()).ok()?;
-    if used != rest.len() {
+    let entries_len = entries.len();
+    // The messageId map, shard by shard, checked (every entry names a
+    // context of the checkpoint, and sits in its shard) before the index is
+    // touched.
+    let mut idem = Vec::with_capacity(SHARDS);
+    for shard in 0..SHARDS {
+        let (n, tail) = rest.split_at_checked(8)?;
+        let n = usize::try_from(u64::from_le_bytes(n.try_into().ok()?)).ok()?;
+        let (run, tail) = tail.split_at_checked(n.checked_mul(IDEM_BYTES)?)?;
+        rest = tail;
+        let mut entries = Vec::with_capacity(n);
+        for e in run.chunks_exact(IDEM_BYTES) {
+            let (key, words) = e.split_first_chunk::<16>()?;
+            let (at, seq) = words.split_first_chunk::<4>()?;
+            let (context, seq) = (
+                u32::from_le_bytes(*at),
+                u32::from_le_bytes(seq.try_into().ok()?),
+            );
+            if context as usize >= entries_len || Index::idem_shard_of(key) != shard {
+                return None;
+            }
+            entries.push((*key, IdemAt { context, seq }));
+        }
+        idem.push(entries);
+    }
+    if !rest.is_empty() {
         return None;
     }
+    // The number the index gives each context, by its place in the entries.
+    let mut numbers = Vec::with_capacity(entries.len());
     for (version, digest, mut state) in entries {
         let key = ContextKey::from_parts(version, digest);
-        state.rebuild_order();
+        state.check_order();
         // The slot first: the task map refers to it by its number.
         let slot = index.get_or_insert(&key);
+        numbers.push(slot.number);
         if let Some(meta) = &state.meta {
             if state.gone.is_none() {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
-                for task in state.tasks() {
+                // Tasks the store made here are found through their id's
+                // prefix when this context owns it; the others need the
+                // task map.
+                let owns = index.prefix_owner(&state.prefix()) == Some(slot.number);
+                for task in state.tasks().filter(|t| !(owns && t.made_here())) {
                     let id = task.id().to_string();
                     if !index.routes_to(&id, slot.number) {
                         index.set_task_context(task_key(&meta.tenant, &id), slot.number);
@@ -173,14 +228,14 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         }
         *slot.state.write() = state;
     }
-    if idem.iter().any(|&(_, _, seq)| seq > MAX_SEQ) {
-        return None;
+    for entry in idem.iter_mut().flatten() {
+        // In range: checked above against the number of entries.
+        entry.1.context = numbers
+            .get(entry.1.context as usize)
+            .copied()
+            .unwrap_or(u32::MAX);
     }
-    for (message, (version, digest), seq) in idem {
-        if let Some(slot) = index.get(&ContextKey::from_parts(version, digest)) {
-            index.idem_done(message, slot.number, seq);
-        }
-    }
+    index.idem_load(idem);
     let (generation, segment, offset) = header.resume;
     Some(Loaded {
         resume: Resume {

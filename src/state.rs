@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::a2a::TaskState;
 use crate::error::Result;
 use crate::log::segments::{PackedLoc, RecordLoc};
-use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry};
+use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry, TASK_BYTES};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
 pub const MAX_SEQ: u64 = u32::MAX as u64;
@@ -128,7 +128,7 @@ struct Extra {
     /// Once the context has more than [`SCAN_TASKS`] tasks: their positions
     /// ordered by id, for a binary search. Checkpointed, and checked when
     /// loaded ([`ContextState::check_order`]).
-    #[serde(with = "u32s_bytes")]
+    #[serde(with = "fixed_bytes")]
     order: Vec<u32>,
 }
 
@@ -148,12 +148,12 @@ pub struct ContextState {
     /// The seq the next record of this context gets.
     pub next_seq: u64,
     /// Every record of the context, in its order.
-    #[serde(with = "recs_bytes")]
+    #[serde(with = "fixed_bytes")]
     recs: Vec<Rec>,
     /// How many of them carry a message: the history's length.
     history: u64,
     /// The context's tasks, in the order they were opened.
-    #[serde(with = "tasks_bytes")]
+    #[serde(with = "fixed_bytes")]
     tasks: Vec<TaskEntry>,
     /// Seq gaps, artifacts, other task ids, the task order.
     #[allow(clippy::box_collection)]
@@ -162,148 +162,115 @@ pub struct ContextState {
     pub gone: Option<Gone>,
 }
 
-/// `Vec<Rec>` in the checkpoint as one byte string of 16-byte little-endian
-/// entries (segment, offset, length with flags, task; u32 each): loading a
-/// checkpoint is then one pass over bytes instead of a decoder call per field.
-mod recs_bytes {
-    use serde::de::{Error, Visitor};
-    use serde::{Deserializer, Serializer};
+/// An entry the checkpoint keeps in a byte string of fixed-size entries
+/// (see [`fixed_bytes`]).
+trait Fixed: Sized {
+    /// Bytes per entry.
+    const SIZE: usize;
+    /// Appends the entry's bytes.
+    fn put(&self, out: &mut Vec<u8>);
+    /// The entry of `SIZE` bytes; `None` if they are not one.
+    fn get(bytes: &[u8]) -> Option<Self>;
+}
 
-    use super::Rec;
-    use crate::log::segments::PackedLoc;
+/// The little-endian u32 at `i` of `bytes` (0 past its end).
+fn u32_at(bytes: &[u8], i: usize) -> u32 {
+    bytes
+        .get(i..i + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
 
-    const ENTRY: usize = 16;
+/// A record: segment, offset, length with flags, task (u32 each).
+impl Fixed for Rec {
+    const SIZE: usize = 16;
 
-    pub fn serialize<S: Serializer>(recs: &[Rec], s: S) -> Result<S::Ok, S::Error> {
-        let mut bytes = Vec::with_capacity(recs.len() * ENTRY);
-        for r in recs {
-            for field in [r.loc.segment, r.loc.offset, r.loc.len, r.task] {
-                bytes.extend_from_slice(&field.to_le_bytes());
-            }
+    fn put(&self, out: &mut Vec<u8>) {
+        for field in [self.loc.segment, self.loc.offset, self.loc.len, self.task] {
+            out.extend_from_slice(&field.to_le_bytes());
         }
-        s.serialize_bytes(&bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Rec>, D::Error> {
-        d.deserialize_bytes(RecsVisitor)
-    }
-
-    struct RecsVisitor;
-
-    impl Visitor<'_> for RecsVisitor {
-        type Value = Vec<Rec>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("16-byte records")
-        }
-
-        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
-            if !bytes.len().is_multiple_of(ENTRY) {
-                return Err(E::custom("records are not a whole number of entries"));
-            }
-            let u32_at = |c: &[u8], i: usize| {
-                c.get(i..i + 4)
-                    .and_then(|b| b.try_into().ok())
-                    .map_or(0, u32::from_le_bytes)
-            };
-            Ok(bytes
-                .chunks_exact(ENTRY)
-                .map(|c| Rec {
-                    loc: PackedLoc {
-                        segment: u32_at(c, 0),
-                        offset: u32_at(c, 4),
-                        len: u32_at(c, 8),
-                    },
-                    task: u32_at(c, 12),
-                })
-                .collect())
-        }
-
-        fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
-            self.visit_bytes(&bytes)
-        }
+    fn get(b: &[u8]) -> Option<Self> {
+        let loc = PackedLoc {
+            segment: u32_at(b, 0),
+            offset: u32_at(b, 4),
+            len: u32_at(b, 8),
+        };
+        Some(Rec {
+            loc,
+            task: u32_at(b, 12),
+        })
     }
 }
 
-/// A `Vec<u32>` in the checkpoint as one byte string of little-endian
-/// words.
-mod u32s_bytes {
-    use serde::de::{Error, Visitor};
-    use serde::{Deserializer, Serializer};
+/// A task's position (in the task order).
+impl Fixed for u32 {
+    const SIZE: usize = 4;
 
-    pub fn serialize<S: Serializer>(words: &[u32], s: S) -> Result<S::Ok, S::Error> {
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        s.serialize_bytes(&bytes)
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
-        d.deserialize_bytes(WordsVisitor)
-    }
-
-    struct WordsVisitor;
-
-    impl Visitor<'_> for WordsVisitor {
-        type Value = Vec<u32>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("4-byte words")
-        }
-
-        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
-            if !bytes.len().is_multiple_of(4) {
-                return Err(E::custom("not a whole number of 4-byte words"));
-            }
-            let mut words = Vec::with_capacity(bytes.len() / 4);
-            for w in bytes.chunks_exact(4) {
-                words.extend(w.try_into().ok().map(u32::from_le_bytes));
-            }
-            Ok(words)
-        }
-
-        fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
-            self.visit_bytes(&bytes)
-        }
+    fn get(b: &[u8]) -> Option<Self> {
+        Some(u32_at(b, 0))
     }
 }
 
-/// `Vec<TaskEntry>` in the checkpoint as one byte string of
-/// [`TASK_BYTES`]-byte entries (see [`TaskEntry::to_bytes`]).
-mod tasks_bytes {
+/// A task entry (see [`TaskEntry::to_bytes`]).
+impl Fixed for TaskEntry {
+    const SIZE: usize = TASK_BYTES;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    fn get(b: &[u8]) -> Option<Self> {
+        b.try_into().ok().and_then(TaskEntry::from_bytes)
+    }
+}
+
+/// A vector of [`Fixed`] entries in the checkpoint as one byte string:
+/// loading a checkpoint is then one pass over bytes per vector instead of a
+/// decoder call per field, and the vector is allocated at its exact length.
+mod fixed_bytes {
+    use std::marker::PhantomData;
+
     use serde::de::{Error, Visitor};
     use serde::{Deserializer, Serializer};
 
-    use crate::tasks::{TaskEntry, TASK_BYTES};
+    use super::Fixed;
 
-    pub fn serialize<S: Serializer>(tasks: &[TaskEntry], s: S) -> Result<S::Ok, S::Error> {
-        let bytes: Vec<u8> = tasks.iter().flat_map(TaskEntry::to_bytes).collect();
+    pub fn serialize<T: Fixed, S: Serializer>(items: &[T], s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(items.len() * T::SIZE);
+        for item in items {
+            item.put(&mut bytes);
+        }
         s.serialize_bytes(&bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TaskEntry>, D::Error> {
-        d.deserialize_bytes(TasksVisitor)
+    pub fn deserialize<'de, T: Fixed, D: Deserializer<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+        d.deserialize_bytes(FixedVisitor(PhantomData))
     }
 
-    struct TasksVisitor;
+    struct FixedVisitor<T>(PhantomData<T>);
 
-    impl Visitor<'_> for TasksVisitor {
-        type Value = Vec<TaskEntry>;
+    impl<T: Fixed> Visitor<'_> for FixedVisitor<T> {
+        type Value = Vec<T>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("task entries")
+            write!(f, "a byte string of {}-byte entries", T::SIZE)
         }
 
         fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
-            if !bytes.len().is_multiple_of(TASK_BYTES) {
-                return Err(E::custom("task entries are not a whole number of entries"));
+            if !bytes.len().is_multiple_of(T::SIZE) {
+                return Err(E::custom("not a whole number of entries"));
             }
-            // Allocated at its exact length: collecting through `Result`
-            // would grow it by doubling.
-            let mut tasks = Vec::with_capacity(bytes.len() / TASK_BYTES);
-            for c in bytes.chunks_exact(TASK_BYTES) {
-                let task = c.try_into().ok().and_then(TaskEntry::from_bytes);
-                tasks.push(task.ok_or_else(|| E::custom("a task entry does not decode"))?);
+            let mut items = Vec::with_capacity(bytes.len() / T::SIZE);
+            for chunk in bytes.chunks_exact(T::SIZE) {
+                items.push(T::get(chunk).ok_or_else(|| E::custom("an entry does not decode"))?);
             }
-            Ok(tasks)
+            Ok(items)
         }
 
         fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {

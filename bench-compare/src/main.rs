@@ -575,33 +575,36 @@ fn child_fill(name: &str, dir: &Path, bytes: u64) {
     let _ = std::io::stdin().read_line(&mut line);
 }
 
+/// Runs this program as a child that fills a store (`args`), and returns
+/// it once it says its last append is durable; it then waits for its stdin
+/// to close (a clean close) or to be killed.
+fn filler(args: &[&str]) -> std::process::Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "committed");
+    child
+}
+
 /// W3: reopen of a store of about `reopen_bytes`, after a clean close and
 /// after the writer was killed right after its last durable commit.
 fn w3(scale: Scale, root: &Path) -> Vec<Row> {
     let mut clean = Vec::new();
     let mut crash = Vec::new();
     let mut first = Vec::new();
-    let exe = std::env::current_exe().unwrap();
     for name in ENGINES {
         for killed in [false, true] {
             let dir = root.join(format!("w3-{name}-{killed}"));
             std::fs::create_dir_all(&dir).unwrap();
-            let mut child = Command::new(&exe)
-                .args([
-                    "fill",
-                    name,
-                    dir.to_str().unwrap(),
-                    &scale.reopen_bytes.to_string(),
-                ])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            assert_eq!(line.trim(), "committed");
+            let bytes = scale.reopen_bytes.to_string();
+            let mut child = filler(&["fill", name, dir.to_str().unwrap(), &bytes]);
             if killed {
                 child.kill().unwrap();
             } else {
@@ -672,17 +675,7 @@ fn fill_exchanges(dir: &Path, bytes: u64) -> Store {
 /// it replayed after the checkpoint.
 fn reopen_exchanges_after_kill(root: &Path, bytes: u64) -> (Duration, u64) {
     let dir = root.join("w3-exchanges-killed");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["fill-exchanges", dir.to_str().unwrap(), &bytes.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "committed");
+    let mut child = filler(&["fill-exchanges", dir.to_str().unwrap(), &bytes.to_string()]);
     child.kill().unwrap();
     child.wait().unwrap();
     let t = Instant::now();

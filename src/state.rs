@@ -600,7 +600,29 @@ impl ContextState {
     /// Where `key` is, or would go, in the task order.
     fn order_search(&self, key: IdKey<'_>) -> std::result::Result<usize, usize> {
         let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
-        order.binary_search_by(|&t| self.id_key(t as usize).cmp(&key))
+        let tail = self.tail_of(key);
+        order.binary_search_by(|&t| self.cmp_id(t as usize, key, tail))
+    }
+
+    /// The random half of `key`, if the store made it in this context.
+    fn tail_of(&self, key: IdKey<'_>) -> Option<[u8; 8]> {
+        match key {
+            IdKey::Made(bytes) => match split_id(bytes) {
+                (prefix, tail) if prefix == self.prefix => Some(tail),
+                _ => None,
+            },
+            IdKey::Other(_) => None,
+        }
+    }
+
+    /// How task `t`'s id compares with `key`, whose random half is `tail`
+    /// if the store made it here: two such ids share their first half, so
+    /// their random halves decide without building either id.
+    fn cmp_id(&self, t: usize, key: IdKey<'_>, tail: Option<[u8; 8]>) -> std::cmp::Ordering {
+        match (self.tasks.get(t).and_then(TaskEntry::tail), tail) {
+            (Some(mine), Some(theirs)) => mine.cmp(&theirs),
+            _ => self.id_key(t).cmp(&key),
+        }
     }
 
     /// Checks the task order a checkpoint gave, and rebuilds it if it is
@@ -642,10 +664,16 @@ impl ContextState {
     /// The position of the task of `id`.
     pub fn task_pos(&self, id: &str) -> Option<u32> {
         let key = IdKey::of(id);
+        let tail = self.tail_of(key);
+        let is = |t: usize| self.cmp_id(t, key, tail).is_eq();
+        // The newest task first: a reply or status most often names the
+        // task just opened.
+        let newest = self.tasks.len().checked_sub(1);
+        if let Some(t) = newest.filter(|&t| is(t)) {
+            return Some(pos32(t));
+        }
         if self.tasks.len() <= SCAN_TASKS {
-            return (0..self.tasks.len())
-                .find(|&t| self.id_key(t) == key)
-                .map(pos32);
+            return (0..self.tasks.len()).find(|&t| is(t)).map(pos32);
         }
         let at = self.order_search(key).ok()?;
         self.extra.as_deref()?.order.get(at).copied()

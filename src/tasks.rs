@@ -86,23 +86,40 @@ pub fn split_id(id: [u8; 16]) -> ([u8; 8], [u8; 8]) {
     ([a, b, c, d, e, f, g, h], tail)
 }
 
-/// The 16 bytes of a store-made id: exactly 32 lowercase hex digits.
+/// The value of each byte as a lowercase hex digit; 0xFF for any other.
+const NIBBLE: [u8; 256] = {
+    let mut table = [0xFF; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// The 16 bytes of a store-made id: exactly 32 lowercase hex digits. Every
+/// lookup of a task parses its id, so this runs without a branch per digit.
 fn made(id: &str) -> Option<[u8; 16]> {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
     let text = id.as_bytes();
     if text.len() != 32 {
         return None;
     }
     let mut out = [0u8; 16];
+    let mut bad = 0u8;
     for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
-        let (&[hi, lo], _) = pair.split_first_chunk::<2>()?;
-        *byte = digit(hi)? << 4 | digit(lo)?;
+        if let [hi, lo] = pair {
+            // In range: a u8 indexes a table of 256.
+            let (hi, lo) = (NIBBLE[usize::from(*hi)], NIBBLE[usize::from(*lo)]);
+            bad |= hi | lo;
+            *byte = hi << 4 | lo;
+        }
     }
-    Some(out)
+    (bad & 0xF0 == 0).then_some(out)
 }
 
 /// How many bytes a task entry takes in the checkpoint.
@@ -376,6 +393,25 @@ mod tests {
         assert_eq!(TaskEntry::from_bytes(&bad), None, "the flag is 0 or 1");
         assert_eq!(entry.tail(), Some([7; 8]));
         assert!(TaskEntry::opened(None, 0).tail().is_none());
+    }
+
+    #[test]
+    fn a_store_made_id_is_exactly_32_lowercase_hex_digits() {
+        for c in (0u8..128).map(char::from) {
+            for at in [0, 1, 30, 31] {
+                let mut id: Vec<char> = "0123456789abcdef0123456789abcdef".chars().collect();
+                id[at] = c;
+                let id: String = id.into_iter().collect();
+                let hex = c.is_ascii_digit() || ('a'..='f').contains(&c);
+                assert_eq!(made(&id).is_some(), hex, "{c:?} at {at}");
+                if let Some(bytes) = made(&id) {
+                    assert_eq!(hex::encode(bytes), id);
+                }
+            }
+        }
+        assert!(made("0123456789abcdef0123456789abcde").is_none());
+        assert!(made("0123456789abcdef0123456789abcdef0").is_none());
+        assert!(made("é123456789abcdef0123456789abcde").is_none());
     }
 
     #[test]

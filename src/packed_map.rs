@@ -11,7 +11,31 @@
 //! costs each insert a copy of about eight entries on average.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// Hashes keys that are already uniformly random (prefixes of SHA-256
+/// digests, which whoever picks the ids cannot steer) by folding their
+/// bytes, rather than running SipHash over them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            for (w, b) in word.iter_mut().zip(chunk) {
+                *w = *b;
+            }
+            self.0 = self.0.rotate_left(23) ^ u64::from_le_bytes(word);
+        }
+    }
+}
+
+type Recent<K, V> = HashMap<K, Option<V>, BuildHasherDefault<DigestHasher>>;
 
 /// The small map is merged once it holds this many entries, or an eighth of
 /// the vector's, whichever is more.
@@ -23,14 +47,14 @@ pub struct PackedMap<K, V> {
     /// Ascending by key, no key twice.
     sorted: Vec<(K, V)>,
     /// Newer than `sorted`: `Some` sets a key, `None` removes it.
-    recent: HashMap<K, Option<V>>,
+    recent: Recent<K, V>,
 }
 
 impl<K, V> Default for PackedMap<K, V> {
     fn default() -> Self {
         Self {
             sorted: Vec::new(),
-            recent: HashMap::new(),
+            recent: Recent::default(),
         }
     }
 }

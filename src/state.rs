@@ -139,7 +139,9 @@ const SCAN_TASKS: usize = 16;
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ContextState {
     /// The first 8 bytes of the context key's digest: the first half of
-    /// every task id the store makes in this context.
+    /// every task id the store makes in this context. Not checkpointed: the
+    /// key is, and a load sets it from there.
+    #[serde(skip)]
     prefix: [u8; 8],
     /// `None` until the opening record is durable: such a context is invisible.
     pub meta: Option<ContextMeta>,
@@ -167,6 +169,9 @@ pub struct ContextState {
 trait Fixed: Sized {
     /// Bytes per entry.
     const SIZE: usize;
+    /// A placeholder, standing for an entry that does not decode until the
+    /// whole vector is refused.
+    const PLACEHOLDER: Self;
     /// Appends the entry's bytes.
     fn put(&self, out: &mut Vec<u8>);
     /// The entry of `SIZE` bytes; `None` if they are not one.
@@ -184,6 +189,14 @@ fn u32_at(bytes: &[u8], i: usize) -> u32 {
 /// A record: segment, offset, length with flags, task (u32 each).
 impl Fixed for Rec {
     const SIZE: usize = 16;
+    const PLACEHOLDER: Self = Rec {
+        loc: PackedLoc {
+            segment: 0,
+            offset: 0,
+            len: 0,
+        },
+        task: NO_TASK,
+    };
 
     fn put(&self, out: &mut Vec<u8>) {
         for field in [self.loc.segment, self.loc.offset, self.loc.len, self.task] {
@@ -207,6 +220,7 @@ impl Fixed for Rec {
 /// A task's position (in the task order).
 impl Fixed for u32 {
     const SIZE: usize = 4;
+    const PLACEHOLDER: Self = 0;
 
     fn put(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());
@@ -220,6 +234,7 @@ impl Fixed for u32 {
 /// A task entry (see [`TaskEntry::to_bytes`]).
 impl Fixed for TaskEntry {
     const SIZE: usize = TASK_BYTES;
+    const PLACEHOLDER: Self = TaskEntry::PLACEHOLDER;
 
     fn put(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_bytes());
@@ -266,9 +281,20 @@ mod fixed_bytes {
             if !bytes.len().is_multiple_of(T::SIZE) {
                 return Err(E::custom("not a whole number of entries"));
             }
-            let mut items = Vec::with_capacity(bytes.len() / T::SIZE);
-            for chunk in bytes.chunks_exact(T::SIZE) {
-                items.push(T::get(chunk).ok_or_else(|| E::custom("an entry does not decode"))?);
+            // An exact-size map collects in one tight loop into a vector of
+            // exactly the right length; a failed entry only raises a flag.
+            let mut failed = false;
+            let items: Vec<T> = bytes
+                .chunks_exact(T::SIZE)
+                .map(|chunk| {
+                    T::get(chunk).unwrap_or_else(|| {
+                        failed = true;
+                        T::PLACEHOLDER
+                    })
+                })
+                .collect();
+            if failed {
+                return Err(E::custom("an entry does not decode"));
             }
             Ok(items)
         }
@@ -301,6 +327,11 @@ impl ContextState {
     /// The first 8 bytes of the context key's digest.
     pub fn prefix(&self) -> [u8; 8] {
         self.prefix
+    }
+
+    /// Sets the prefix (after loading the state from a checkpoint).
+    pub fn set_prefix(&mut self, prefix: [u8; 8]) {
+        self.prefix = prefix;
     }
 
     /// The state of a context not yet opened, whose key begins with `prefix`.
@@ -915,6 +946,7 @@ mod tests {
         let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
         let (mut back, _): (ContextState, usize) =
             bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        back.set_prefix(s.prefix());
         let order = back.extra.as_ref().unwrap().order.clone();
         // Loaded vectors hold no spare capacity.
         assert_eq!(back.tasks.capacity(), back.tasks.len());

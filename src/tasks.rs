@@ -148,6 +148,16 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
+    /// An entry that stands for none (while a checkpoint is refused).
+    pub const PLACEHOLDER: TaskEntry = TaskEntry {
+        tail: [0; 8],
+        status_ms: [0; 2],
+        events: 0,
+        last: 0,
+        state: TaskState::Unspecified,
+        other: true,
+    };
+
     /// A task opened at `timestamp_ms`, with no record yet (the opening
     /// message is pushed next), whose id is the context's prefix and `tail`
     /// (`None`: any other id, kept aside by the context).

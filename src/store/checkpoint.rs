@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::{ContextState, IdemAt, Index, SHARDS};
+use crate::index::{task_prefix, ContextState, IdemAt, Index, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::{task_key, ContextKey};
 
@@ -207,6 +207,7 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     let mut numbers = Vec::with_capacity(entries.len());
     for (version, digest, mut state) in entries {
         let key = ContextKey::from_parts(version, digest);
+        state.set_prefix(task_prefix(&key));
         state.check_order();
         // The slot first: the task map refers to it by its number.
         let slot = index.get_or_insert(&key);
@@ -217,7 +218,8 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
                 // Tasks the store made here are found through their id's
                 // prefix when this context owns it; the others need the
                 // task map.
-                let owns = index.prefix_owner(&state.prefix()) == Some(slot.number);
+                let owns = state.task_count() > 0
+                    && index.prefix_owner(&state.prefix()) == Some(slot.number);
                 for task in state.tasks().filter(|t| !(owns && t.made_here())) {
                     let id = task.id().to_string();
                     if !index.routes_to(&id, slot.number) {

@@ -527,6 +527,10 @@ impl ContextState {
             } else {
                 let at = self.order_search(key).unwrap_or_else(|i| i);
                 let order = &mut self.extra_mut().order;
+                if order.len() == order.capacity() {
+                    // Grown as `push` grows the index's vectors.
+                    order.reserve_exact((order.len() / 4).max(2));
+                }
                 order.insert(at.min(order.len()), task);
             }
         }

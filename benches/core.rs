@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion};
 use ctxlog::record::{self, ContextName, RecordBody, RecordKind};
 use ctxlog::render::Budget;
-use ctxlog::{ContextKey, Durability, Options, Store};
+use ctxlog::{ContextKey, Durability, Options, Receipt, Store};
 
 const KIB: usize = 1024;
 
@@ -94,6 +94,30 @@ fn bench_reads(c: &mut Criterion) {
     }
 }
 
+/// Receives user message `m{n}` saying `text` in context `ctx-{ctx}`,
+/// joining `task` if given.
+fn receive(store: &Store, n: usize, ctx: usize, task: Option<&str>, text: &str) -> Receipt {
+    let mut m = serde_json::json!({"messageId": format!("m{n}"), "role": "ROLE_USER",
+        "contextId": format!("ctx-{ctx}"), "parts": [{"text": text}]});
+    if let Some(task) = task {
+        m["taskId"] = task.into();
+    }
+    store
+        .receive_message("bench", m.to_string().as_bytes())
+        .unwrap()
+}
+
+/// The agent completes `task` of context `ctx-{ctx}`, replying `text` in a
+/// message `reply_id` carried by the COMPLETED status.
+fn complete(store: &Store, task: &str, ctx: usize, reply_id: &str, text: &str) {
+    let status = serde_json::json!({ "statusUpdate": { "taskId": task,
+        "contextId": format!("ctx-{ctx}"), "status": { "state": "TASK_STATE_COMPLETED",
+        "message": { "messageId": reply_id, "role": "ROLE_AGENT", "parts": [{ "text": text }] } } } });
+    store
+        .apply_event("bench", status.to_string().as_bytes())
+        .unwrap();
+}
+
 /// Task reads and receives on the A2A path (`Buffered`, so the index and
 /// the codec are what is measured, not the disk): 50 contexts of 100 tasks,
 /// each task a received message and the agent's COMPLETED reply, as
@@ -107,18 +131,8 @@ fn bench_tasks(c: &mut Criterion) {
     for t in 0..100 {
         for ctx in 0..contexts {
             n += 1;
-            let msg = serde_json::json!({"messageId": format!("m{n}"), "role": "ROLE_USER",
-                "contextId": format!("ctx-{ctx}"), "parts": [{"text": "please refund order 123"}]});
-            let r = store
-                .receive_message("bench", msg.to_string().as_bytes())
-                .unwrap();
-            let reply = serde_json::json!({ "statusUpdate": { "taskId": r.task_id,
-                "contextId": r.context_id, "status": { "state": "TASK_STATE_COMPLETED",
-                "message": { "messageId": format!("a{n}"), "role": "ROLE_AGENT",
-                    "parts": [{ "text": "refunded" }] } } } });
-            store
-                .apply_event("bench", reply.to_string().as_bytes())
-                .unwrap();
+            let r = receive(&store, n, ctx, None, "please refund order 123");
+            complete(&store, &r.task_id, ctx, &format!("a{n}"), "refunded");
             match t {
                 0 => oldest.push(r.task_id),
                 99 => newest.push(r.task_id),
@@ -294,17 +308,9 @@ fn index_bytes_per_message(mix: Mix, contexts: usize, per_context: usize) -> f64
     let (_dir, store) = buffered_store();
     let mut task_of = vec![String::new(); contexts];
     let mut n = 0usize;
-    let mut receive = |c: usize, task: Option<&str>| {
+    let mut receive_next = |c: usize, task: Option<&str>| {
         n += 1;
-        let mut m = serde_json::json!({"messageId": format!("m{n}"), "role": "ROLE_USER",
-            "contextId": format!("ctx-{c}"), "parts": [{"text": "m"}]});
-        if let Some(task) = task {
-            m["taskId"] = task.into();
-        }
-        store
-            .receive_message("bench", m.to_string().as_bytes())
-            .unwrap()
-            .task_id
+        receive(&store, n, c, task, "m").task_id
     };
     let size = |c: usize| per_context / 2 + per_context * c / contexts;
     // Round robin over the contexts, as the traffic of many cases arrives.
@@ -321,18 +327,10 @@ fn index_bytes_per_message(mix: Mix, contexts: usize, per_context: usize) -> f64
                 }
                 Mix::Received { per_task } => {
                     let follow_up = i % per_task != 0;
-                    *task = receive(c, follow_up.then_some(task.as_str()));
+                    *task = receive_next(c, follow_up.then_some(task.as_str()));
                 }
-                Mix::Exchanges if i % 2 == 0 => *task = receive(c, None),
-                Mix::Exchanges => {
-                    let status = serde_json::json!({ "statusUpdate": { "taskId": task,
-                        "contextId": format!("ctx-{c}"), "status": { "state": "TASK_STATE_COMPLETED",
-                        "message": { "messageId": format!("a{i}-{c}"), "role": "ROLE_AGENT",
-                            "parts": [{ "text": "done" }] } } } });
-                    store
-                        .apply_event("bench", status.to_string().as_bytes())
-                        .unwrap();
-                }
+                Mix::Exchanges if i % 2 == 0 => *task = receive_next(c, None),
+                Mix::Exchanges => complete(&store, task, c, &format!("a{i}-{c}"), "done"),
             }
         }
     }

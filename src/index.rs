@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::namespace::ContextKey;
+use crate::namespace::{task_key, ContextKey};
 use crate::packed_map::PackedMap;
 pub use crate::state::{ContextMeta, ContextState, Gone, Life, MessageRef, MAX_SEQ};
 use crate::tasks::IdKey;
@@ -242,7 +242,7 @@ impl Index {
 
     /// Whether task `id` of context number `context` is found through the
     /// prefix of its id, so that the task map needs no entry for it.
-    pub fn routes_to(&self, id: &str, context: u32) -> bool {
+    fn routes_to(&self, id: &str, context: u32) -> bool {
         match IdKey::of(id) {
             IdKey::Made(bytes) => self.prefix_owner(&prefix_of_id(&bytes)) == Some(context),
             IdKey::Other(_) => false,
@@ -261,11 +261,48 @@ impl Index {
         self.key_of(number)
     }
 
-    /// Records which context (by its slot's number) a task is in.
-    pub fn set_task_context(&self, task_key: [u8; 32], context: u32) {
-        let short = short_key(&task_key);
+    /// Enters task `id` of `tenant`'s context number `context` in the task
+    /// map, unless its id's prefix leads there.
+    pub fn enter_task(&self, tenant: &str, context: u32, id: &str) {
+        if self.routes_to(id, context) {
+            return;
+        }
+        let short = short_key(&task_key(tenant, id));
         self.any_task_entry.store(true, Ordering::Release);
         self.task_shard(&short).write().insert(short, context);
+    }
+
+    /// Enters every task of `state` (`tenant`'s context number `context`)
+    /// that its id's prefix does not lead to (after loading the state).
+    pub fn enter_tasks(&self, tenant: &str, context: u32, state: &ContextState) {
+        for id in self.mapped_tasks(context, state) {
+            self.enter_task(tenant, context, &id);
+        }
+    }
+
+    /// Takes every task of `state` out of the task map (its context is gone).
+    pub fn leave_tasks(&self, tenant: &str, context: u32, state: &ContextState) {
+        for id in self.mapped_tasks(context, state) {
+            if !self.routes_to(&id, context) {
+                let short = short_key(&task_key(tenant, &id));
+                self.task_shard(&short).write().remove(&short);
+            }
+        }
+    }
+
+    /// The ids of the tasks of `state` that may have a task-map entry: all
+    /// but those the store made in the context, when the context owns its
+    /// prefix (their ids lead to it without one).
+    fn mapped_tasks<'a>(
+        &self,
+        context: u32,
+        state: &'a ContextState,
+    ) -> impl Iterator<Item = String> + 'a {
+        let owns = state.task_count() > 0 && self.prefix_owner(&state.prefix()) == Some(context);
+        state
+            .tasks()
+            .filter(move |t| !(owns && t.made_here()))
+            .map(|t| t.id().to_string())
     }
 
     /// Whether the task map has ever held an entry: until it has, every
@@ -388,12 +425,6 @@ impl Index {
     pub fn idem_forget(&self, key: [u8; 32]) {
         let key = short_key(&key);
         self.idem_shard(&key).lock().done.remove(&key);
-    }
-
-    /// Forgets a task's context (its context is gone).
-    pub fn forget_task(&self, task_key: &[u8; 32]) {
-        let short = short_key(task_key);
-        self.task_shard(&short).write().remove(&short);
     }
 
     /// Up to `limit` of the tenant's contexts after `after`, in listing order.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::a2a::TaskState;
 use crate::error::Result;
+use crate::log::frame::u32_at;
 use crate::log::segments::{PackedLoc, RecordLoc};
 use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry, TASK_BYTES};
 
@@ -178,14 +179,6 @@ trait Fixed: Sized {
     fn get(bytes: &[u8]) -> Option<Self>;
 }
 
-/// The little-endian u32 at `i` of `bytes` (0 past its end).
-fn u32_at(bytes: &[u8], i: usize) -> u32 {
-    bytes
-        .get(i..i + 4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_le_bytes)
-}
-
 /// A record: segment, offset, length with flags, task (u32 each).
 impl Fixed for Rec {
     const SIZE: usize = 16;
@@ -311,10 +304,16 @@ mod fixed_bytes {
 /// this way, against a third when doubling. Each push copies about four
 /// entries on average, against two.
 pub fn push<T>(v: &mut Vec<T>, item: T) {
+    insert(v, v.len(), item);
+}
+
+/// Inserts `item` at `at` (at most the length), growing the vector as
+/// [`push`] does.
+fn insert<T>(v: &mut Vec<T>, at: usize, item: T) {
     if v.len() == v.capacity() {
         v.reserve_exact((v.len() / 4).max(2));
     }
-    v.push(item);
+    v.insert(at.min(v.len()), item);
 }
 
 /// A position as the index keeps it. In range: a context holds at most
@@ -509,13 +508,7 @@ impl ContextState {
     pub fn open_task(&mut self, id: &str, seq: u64, timestamp_ms: u64, loc: RecordLoc) {
         let key = IdKey::of(id);
         let task = pos32(self.tasks.len());
-        let tail = match key {
-            IdKey::Made(bytes) => match split_id(bytes) {
-                (prefix, tail) if prefix == self.prefix => Some(tail),
-                _ => None,
-            },
-            IdKey::Other(_) => None,
-        };
+        let tail = self.tail_of(key);
         push(&mut self.tasks, TaskEntry::opened(tail, timestamp_ms));
         if tail.is_none() {
             push(&mut self.extra_mut().other_ids, (task, id.into()));
@@ -526,12 +519,7 @@ impl ContextState {
                 self.rebuild_order();
             } else {
                 let at = self.order_search(key).unwrap_or_else(|i| i);
-                let order = &mut self.extra_mut().order;
-                if order.len() == order.capacity() {
-                    // Grown as `push` grows the index's vectors.
-                    order.reserve_exact((order.len() / 4).max(2));
-                }
-                order.insert(at.min(order.len()), task);
+                insert(&mut self.extra_mut().order, at, task);
             }
         }
     }
@@ -622,16 +610,6 @@ impl ContextState {
         }
     }
 
-    /// Whether task `a`'s id sorts before task `b`'s. Two ids made in this
-    /// context share their first half, so their random halves decide.
-    fn id_less(&self, a: usize, b: usize) -> bool {
-        let tail = |t: usize| self.tasks.get(t).and_then(TaskEntry::tail);
-        match (tail(a), tail(b)) {
-            (Some(x), Some(y)) => x < y,
-            _ => self.id_key(a) < self.id_key(b),
-        }
-    }
-
     /// Where `key` is, or would go, in the task order.
     fn order_search(&self, key: IdKey<'_>) -> std::result::Result<usize, usize> {
         let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
@@ -673,7 +651,11 @@ impl ContextState {
             order.len() == n
                 && order.iter().all(|&t| (t as usize) < n)
                 && order.windows(2).all(|w| match w {
-                    [a, b] => self.id_less(*a as usize, *b as usize),
+                    [a, b] => {
+                        let b = *b as usize;
+                        let tail = self.tasks.get(b).and_then(TaskEntry::tail);
+                        self.cmp_id(*a as usize, self.id_key(b), tail).is_lt()
+                    }
                     _ => true,
                 })
         };

@@ -3,6 +3,7 @@
 
 use crate::a2a::TaskState;
 use crate::error::{Error, Result};
+use crate::log::frame::u32_at;
 
 /// An operation on an existing task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +129,7 @@ pub const TASK_BYTES: usize = 26;
 /// What the index keeps of one task: 28 bytes. Its events are the records
 /// of its context that name it: the last `events` of them up to `last`;
 /// its history is those of them that carry a message.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskEntry {
     /// The random half of an id the store made in this context (whose first
     /// half is the context's task prefix); zeros for any other id, whose
@@ -195,18 +196,12 @@ impl TaskEntry {
     pub fn from_bytes(bytes: &[u8; TASK_BYTES]) -> Option<Self> {
         let (tail, rest) = bytes.split_first_chunk::<8>()?;
         let (words, rest) = rest.split_first_chunk::<16>()?;
-        let word = |i: usize| {
-            words
-                .get(i * 4..i * 4 + 4)
-                .and_then(|w| w.try_into().ok())
-                .map(u32::from_le_bytes)
-        };
         let [state, other] = *rest else { return None };
         Some(TaskEntry {
             tail: *tail,
-            status_ms: [word(0)?, word(1)?],
-            events: word(2)?,
-            last: word(3)?,
+            status_ms: [u32_at(words, 0), u32_at(words, 4)],
+            events: u32_at(words, 8),
+            last: u32_at(words, 12),
             state: *TaskState::ALL.get(usize::from(state))?,
             other: match other {
                 0 => false,

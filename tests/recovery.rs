@@ -88,6 +88,15 @@ fn append_frame(dir: &Path, payload: &[u8]) {
     fs::write(&seg, bytes).unwrap();
 }
 
+/// A closed store holding one raw message, `raw`, in context ("t", "c").
+fn closed_store_with(raw: &[u8]) -> tempfile::TempDir {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.append_message("t", "c", raw).unwrap();
+    store.close().unwrap();
+    dir
+}
+
 fn read_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     segment_files(dir)
         .into_iter()
@@ -299,10 +308,7 @@ fn another_format_version_is_refused_clearly() {
 
 #[test]
 fn records_of_an_unknown_namespace_version_are_never_served() {
-    let dir = tmp();
-    let store = Store::open(dir.path(), Options::default()).unwrap();
-    store.append_message("t", "c", b"current").unwrap();
-    store.close().unwrap();
+    let dir = closed_store_with(b"current");
     // Append a valid frame whose payload claims namespace version 2 and the
     // key the current version gives ("t", "c").
     let key = ctxlog::ContextKey::derive("t", "c").unwrap();
@@ -492,10 +498,7 @@ fn checkpoints_taken_while_appends_are_in_flight_lose_nothing() {
 
 #[test]
 fn a_read_only_session_leaves_the_checkpoint_as_it_was() {
-    let dir = tmp();
-    let store = Store::open(dir.path(), Options::default()).unwrap();
-    store.append_message("t", "c", b"one").unwrap();
-    store.close().unwrap();
+    let dir = closed_store_with(b"one");
     let path = dir.path().join("CHECKPOINT");
     let before = fs::metadata(&path).unwrap().modified().unwrap();
     let bytes = fs::read(&path).unwrap();
@@ -513,10 +516,7 @@ fn a_read_only_session_leaves_the_checkpoint_as_it_was() {
 #[test]
 fn a_record_seq_past_the_limit_is_damage_not_a_wrapped_seq() {
     use ctxlog::record::{encode, RecordBody, RecordKind};
-    let dir = tmp();
-    let store = Store::open(dir.path(), Options::default()).unwrap();
-    store.append_message("t", "c", b"first").unwrap();
-    store.close().unwrap();
+    let dir = closed_store_with(b"first");
     fs::remove_file(dir.path().join("CHECKPOINT")).unwrap();
     // A valid frame whose record claims seq 2^32 in context "c": a gap,
     // which SkipCorrupt accepts, but past what a context can hold.
@@ -549,10 +549,7 @@ fn a_record_seq_past_the_limit_is_damage_not_a_wrapped_seq() {
 
 #[test]
 fn a_segment_named_past_the_largest_id_is_refused() {
-    let dir = tmp();
-    let store = Store::open(dir.path(), Options::default()).unwrap();
-    store.append_message("t", "c", b"first").unwrap();
-    store.close().unwrap();
+    let dir = closed_store_with(b"first");
     let seg = segment_files(dir.path()).pop().unwrap();
     fs::copy(&seg, dir.path().join("0000000100000000.seg")).unwrap();
     match Store::open(dir.path(), Options::default()) {

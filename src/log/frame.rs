@@ -210,6 +210,11 @@ pub fn find_next_frame(segment: &[u8], segment_id: u64, from: u64, max_len: u32)
     None
 }
 
+/// The little-endian u32 at `at` of `bytes`; 0 if they end before it.
+pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    le_u32(bytes.get(at..at.saturating_add(4)).unwrap_or_default())
+}
+
 // The slices passed below always have the exact length, checked by the callers
 // through `get`; a shorter one would read as zero rather than panic.
 fn le_u32(b: &[u8]) -> u32 {

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::frame::{
-    decode_frame, decode_header, encode_header, find_next_frame, is_preallocated, HeaderError,
-    FLAG_COMPACTED, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
+    decode_frame, decode_header, encode_header, find_next_frame, is_preallocated, u32_at,
+    HeaderError, FLAG_COMPACTED, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
 };
 use super::manifest::Manifest;
 use super::segments::{
@@ -424,10 +424,7 @@ fn count_started_frames(bytes: &[u8], from: u64, max_record: u32) -> u64 {
     let mut at = from;
     let mut n = 0;
     while at < end {
-        let len = bytes
-            .get(at as usize..at as usize + 4)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u32::from_le_bytes);
+        let len = u32_at(bytes, at as usize);
         // No frame starts here: zeros (preallocated space) or garbage.
         if len == 0 || len > max_record {
             break;

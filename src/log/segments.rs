@@ -20,7 +20,9 @@ use crate::fs::{Fs, Mapped};
 pub const MAX_SEGMENT_ID: u64 = u32::MAX as u64;
 
 /// Where one record lives: 16 bytes, the unit of the in-memory index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct RecordLoc {
     /// The segment id.
     pub segment: u64,

@@ -17,8 +17,9 @@ use super::Store;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::index::{task_prefix, ContextState, IdemAt, Index, SHARDS};
+use crate::log::frame::u32_at;
 use crate::log::recovery::Resume;
-use crate::namespace::{task_key, ContextKey};
+use crate::namespace::ContextKey;
 
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
@@ -188,11 +189,7 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         let mut entries = Vec::with_capacity(n);
         for e in run.chunks_exact(IDEM_BYTES) {
             let (key, words) = e.split_first_chunk::<16>()?;
-            let (at, seq) = words.split_first_chunk::<4>()?;
-            let (context, seq) = (
-                u32::from_le_bytes(*at),
-                u32::from_le_bytes(seq.try_into().ok()?),
-            );
+            let (context, seq) = (u32_at(words, 0), u32_at(words, 4));
             if context as usize >= entries_len || Index::idem_shard_of(key) != shard {
                 return None;
             }
@@ -215,17 +212,7 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         if let Some(meta) = &state.meta {
             if state.gone.is_none() {
                 index.list_in_tenant(&meta.tenant, meta.first_ms, key);
-                // Tasks the store made here are found through their id's
-                // prefix when this context owns it; the others need the
-                // task map.
-                let owns = state.task_count() > 0
-                    && index.prefix_owner(&state.prefix()) == Some(slot.number);
-                for task in state.tasks().filter(|t| !(owns && t.made_here())) {
-                    let id = task.id().to_string();
-                    if !index.routes_to(&id, slot.number) {
-                        index.set_task_context(task_key(&meta.tenant, &id), slot.number);
-                    }
-                }
+                index.enter_tasks(&meta.tenant, slot.number, &state);
             }
         }
         *slot.state.write() = state;

@@ -338,11 +338,7 @@ impl Store {
                 *key,
                 &next,
                 // A tombstone's place is never read: any will do.
-                locs.last().copied().unwrap_or(RecordLoc {
-                    segment: 0,
-                    offset: 0,
-                    len: 0,
-                }),
+                locs.last().copied().unwrap_or_default(),
             );
         }
         Ok(Some(payload))

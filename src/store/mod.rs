@@ -20,7 +20,7 @@ mod checkpoint;
 mod compact;
 mod tasks;
 mod turns;
-use crate::namespace::{message_key, task_key, ContextKey};
+use crate::namespace::{message_key, ContextKey};
 use crate::options::{Options, RecoveryMode};
 use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::render::{self, Budget, History, Rendered, Turn};
@@ -963,9 +963,7 @@ fn apply(
                 body.seq,
             );
             if link.opens_task {
-                if !index.routes_to(&link.task_id, slot.number) {
-                    index.set_task_context(task_key(tenant, &link.task_id), slot.number);
-                }
+                index.enter_task(tenant, slot.number, &link.task_id);
                 state.open_task(&link.task_id, body.seq, body.timestamp_ms, loc);
             } else {
                 let task = state.task_pos(&link.task_id);
@@ -1001,9 +999,7 @@ fn apply(
         RecordKind::Gone { expired } => {
             if let Some(meta) = &state.meta {
                 index.unlist_in_tenant(&meta.tenant, meta.first_ms, key);
-                for task in state.tasks() {
-                    index.forget_task(&task_key(&meta.tenant, &task.id().to_string()));
-                }
+                index.leave_tasks(&meta.tenant, slot.number, state);
             }
             state.gone = Some(if *expired {
                 Gone::Expired

@@ -220,19 +220,13 @@ impl Store {
     ) -> Result<EventRecord> {
         let (key, slot) = self.task_slot(tenant, &event.task_id)?;
         let _turn = slot.write.lock();
-        let timestamp_ms = self.check_task_op(
+        let checked = self.check_task_op(
             &slot,
             &event.task_id,
             Some(&event.context_id),
             Op::Status(event.status.state),
         )?;
-        self.write_status(
-            &slot,
-            &key,
-            &event.task_id,
-            event.status.clone(),
-            timestamp_ms,
-        )
+        self.write_status(&slot, &key, &event.task_id, event.status.clone(), checked)
     }
 
     fn write_status(
@@ -241,8 +235,9 @@ impl Store {
         key: &ContextKey,
         task_id: &str,
         mut status: TaskStatus,
-        timestamp_ms: u64,
+        checked: Checked,
     ) -> Result<EventRecord> {
+        let timestamp_ms = checked.timestamp_ms;
         status
             .timestamp
             .get_or_insert_with(|| iso8601_ms(timestamp_ms));
@@ -253,7 +248,7 @@ impl Store {
             with_message: status.message.is_some(),
         };
         self.append_record(slot, key, None, kind, &blob, timestamp_ms)?;
-        Ok(self.event_record(slot, task_id))
+        Ok(checked.record(task_id))
     }
 
     /// Applies an artifact chunk: `append: false` creates or replaces the
@@ -270,8 +265,7 @@ impl Store {
             artifact_id,
             append: event.append,
         };
-        let timestamp_ms =
-            self.check_task_op(&slot, &event.task_id, Some(&event.context_id), op)?;
+        let checked = self.check_task_op(&slot, &event.task_id, Some(&event.context_id), op)?;
         let blob = to_json(&event.artifact)?;
         let kind = RecordKind::Artifact {
             task_id: event.task_id.clone(),
@@ -279,8 +273,8 @@ impl Store {
             append: event.append,
             last_chunk: event.last_chunk,
         };
-        self.append_record(&slot, &key, None, kind, &blob, timestamp_ms)?;
-        Ok(self.event_record(&slot, &event.task_id))
+        self.append_record(&slot, &key, None, kind, &blob, checked.timestamp_ms)?;
+        Ok(checked.record(&event.task_id))
     }
 
     /// Applies one agent event given as an A2A `StreamResponse` (JSON) that
@@ -306,14 +300,14 @@ impl Store {
         let (key, slot) = self.task_slot(tenant, task_id)?;
         {
             let _turn = slot.write.lock();
-            let timestamp_ms = self.check_task_op(&slot, task_id, None, Op::Cancel)?;
+            let checked = self.check_task_op(&slot, task_id, None, Op::Cancel)?;
             let status = TaskStatus {
                 state: TaskState::Canceled,
                 message: None,
                 timestamp: None,
                 extra: Default::default(),
             };
-            self.write_status(&slot, &key, task_id, status, timestamp_ms)?;
+            self.write_status(&slot, &key, task_id, status, checked)?;
         }
         self.get_task(tenant, task_id, None, true)
     }
@@ -577,33 +571,25 @@ impl Store {
         }
     }
 
-    /// Checks `op` on the task (the caller holds the context's write lock) and
-    /// returns the timestamp for its record.
+    /// Checks `op` on the task (the caller holds the context's write lock,
+    /// so nothing else reaches the task before the record is appended).
     fn check_task_op(
         &self,
         slot: &ContextSlot,
         task_id: &str,
         context_id: Option<&str>,
         op: Op<'_>,
-    ) -> Result<u64> {
+    ) -> Result<Checked> {
         let state = slot.state.read();
         if context_id.is_some_and(|c| c != context_of(&state).unwrap_or_default()) {
             return Err(mismatch());
         }
-        state.task(task_id).ok_or(Error::TaskNotFound)?.check(op)?;
-        Ok(next_timestamp(&state))
-    }
-
-    fn event_record(&self, slot: &ContextSlot, task_id: &str) -> EventRecord {
-        let seq = slot
-            .state
-            .read()
-            .task(task_id)
-            .map_or(0, |t| t.event_count() as u64);
-        EventRecord {
-            task_id: task_id.to_string(),
-            seq,
-        }
+        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        task.check(op)?;
+        Ok(Checked {
+            timestamp_ms: next_timestamp(&state),
+            event_seq: task.event_count() as u64 + 1,
+        })
     }
 
     /// Keys of the tenant's listed contexts (only `context_id`'s, if given);
@@ -628,6 +614,25 @@ impl Store {
             if self.index.get(&key).is_none() {
                 return Ok(id);
             }
+        }
+    }
+}
+
+/// What checking an operation on a task gives the event it records.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    /// The timestamp for its record.
+    timestamp_ms: u64,
+    /// Its per-task sequence number: one past the task's events so far.
+    event_seq: u64,
+}
+
+impl Checked {
+    /// The record of the event, once appended.
+    fn record(self, task_id: &str) -> EventRecord {
+        EventRecord {
+            task_id: task_id.to_string(),
+            seq: self.event_seq,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::idem_run::IdemRun;
 use crate::namespace::{task_key, ContextKey};
 use crate::packed_map::PackedMap;
 pub use crate::state::{ContextMeta, ContextState, Gone, Life, MessageRef, MAX_SEQ};
@@ -108,13 +109,83 @@ impl IdemAt {
     }
 }
 
+/// What `IdemShard::done` holds for a removed entry of the mapped run.
+const GONE: IdemAt = IdemAt {
+    context: u32::MAX,
+    seq: u32::MAX,
+};
+
 /// One shard of the idempotency map.
 #[derive(Default)]
 struct IdemShard {
-    /// Received messageIds.
+    /// Received messageIds newer than `base`, in front of it: an entry here
+    /// hides `base`'s of the same key, and [`GONE`] hides it altogether.
     done: PackedMap<ShortKey, IdemAt>,
+    /// Those the loaded (or last written) checkpoint holds, read in place.
+    base: Option<IdemRun>,
     /// messageIds whose receive is under way.
     pending: HashMap<ShortKey, Arc<Gate>>,
+}
+
+impl IdemShard {
+    fn get(&self, key: &ShortKey) -> Option<IdemAt> {
+        match self.done.get(key) {
+            Some(GONE) => None,
+            Some(at) => Some(at),
+            None => self.base.as_ref()?.get(key),
+        }
+    }
+
+    fn remove(&mut self, key: &ShortKey) {
+        if self.base.as_ref().is_some_and(|b| b.get(key).is_some()) {
+            self.done.insert(*key, GONE);
+        } else {
+            self.done.remove(key);
+        }
+    }
+
+    /// The entries in front of the run, ascending by key.
+    fn newer(&self) -> Vec<(ShortKey, IdemAt)> {
+        let mut newer: Vec<_> = self.done.entries().collect();
+        newer.sort_unstable_by_key(|e| e.0);
+        newer
+    }
+
+    /// Every entry, ascending by key: the run's, with those in front of it
+    /// put over them.
+    fn entries(&self) -> Vec<(ShortKey, IdemAt)> {
+        let newer = self.newer();
+        let mut out =
+            Vec::with_capacity(newer.len() + self.base.as_ref().map_or(0, IdemRun::count));
+        let mut old = self.base.iter().flat_map(IdemRun::iter).peekable();
+        for (key, at) in newer {
+            while let Some(entry) = old.next_if(|(k, _)| *k < key) {
+                out.push(entry);
+            }
+            old.next_if(|(k, _)| *k == key);
+            if at != GONE {
+                out.push((key, at));
+            }
+        }
+        out.extend(old);
+        out
+    }
+
+    /// Puts `run` (a checkpoint's, written from this index) behind the
+    /// entries in front: those it holds as they are leave the heap.
+    fn rebase(&mut self, run: IdemRun) {
+        let kept: Vec<_> = self
+            .newer()
+            .into_iter()
+            .filter(|(key, at)| match run.get(key) {
+                Some(was) => was != *at,
+                None => *at != GONE,
+            })
+            .collect();
+        self.done = PackedMap::default();
+        self.done.extend_sorted(kept);
+        self.base = Some(run);
+    }
 }
 
 /// A one-shot gate: waiters block until it is opened.
@@ -315,7 +386,7 @@ impl Index {
     pub fn idem_start(&self, key: [u8; 32]) -> IdemStart<'_> {
         let key = short_key(&key);
         let mut shard = self.idem_shard(&key).lock();
-        if let Some(at) = shard.done.get(&key) {
+        if let Some(at) = shard.get(&key) {
             if let Some(context) = self.key_of(at.context) {
                 return IdemStart::Done(context, at.seq());
             }
@@ -337,21 +408,27 @@ impl Index {
     pub fn idem_shards(&self) -> Vec<Vec<(ShortKey, IdemAt)>> {
         self.idem
             .iter()
-            .map(|shard| {
-                let mut entries: Vec<_> = shard.lock().done.entries().collect();
-                entries.sort_unstable_by_key(|e| e.0);
-                entries
-            })
+            .map(|shard| shard.lock().entries())
             .collect()
     }
 
-    /// Loads received messageIds, shard by shard as [`Index::idem_shards`]
-    /// gave them, into an index that has none yet: a shard's entries that
-    /// ascend by key become its sorted vector as they are.
-    pub fn idem_load(&self, shards: Vec<Vec<(ShortKey, IdemAt)>>) {
-        for (shard, entries) in self.idem.iter().zip(shards) {
-            shard.lock().done.extend_sorted(entries);
+    /// Puts each shard's run of a checkpoint (loaded, or just written from
+    /// this index) behind its entries, which then keep only what the run
+    /// does not hold as they are.
+    pub fn idem_rebase(&self, runs: Vec<IdemRun>) {
+        for (shard, run) in self.idem.iter().zip(runs) {
+            shard.lock().rebase(run);
         }
+    }
+
+    /// How many messageId entries sit in front of the mapped runs, on the
+    /// heap.
+    #[cfg(test)]
+    pub fn idem_in_front(&self) -> usize {
+        self.idem
+            .iter()
+            .map(|s| s.lock().done.entries().count())
+            .sum()
     }
 
     /// Which shard of the messageId map holds `key`.
@@ -424,7 +501,7 @@ impl Index {
     /// Forgets where a messageId went (its context is gone).
     pub fn idem_forget(&self, key: [u8; 32]) {
         let key = short_key(&key);
-        self.idem_shard(&key).lock().done.remove(&key);
+        self.idem_shard(&key).lock().remove(&key);
     }
 
     /// Up to `limit` of the tenant's contexts after `after`, in listing order.
@@ -452,7 +529,16 @@ impl Index {
         use std::mem::size_of;
         let contexts: usize = self.shards.iter().map(|s| s.read().capacity()).sum();
         let tasks: usize = self.tasks.iter().map(|s| s.read().approx_bytes()).sum();
-        let idem: usize = self.idem.iter().map(|s| s.lock().done.approx_bytes()).sum();
+        // The mapped runs count as the index's: they are in memory while
+        // the map's pages are.
+        let idem: usize = self
+            .idem
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.done.approx_bytes() + s.base.as_ref().map_or(0, IdemRun::bytes)
+            })
+            .sum();
         let numbers = self.numbers.read().capacity();
         let prefixes: usize = self.prefixes.iter().map(|s| s.read().approx_bytes()).sum();
         // The listing's B-tree nodes hold 11 entries and are about two
@@ -477,5 +563,60 @@ impl Index {
     /// Number of visible contexts.
     pub fn visible_contexts(&self) -> usize {
         self.tenants.read().values().map(BTreeSet::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idem_run::tests::{key, run_of};
+
+    fn at(context: u32, seq: u32) -> IdemAt {
+        IdemAt { context, seq }
+    }
+
+    #[test]
+    fn entries_in_front_of_the_mapped_run_hide_and_replace_its_own() {
+        let mut shard = IdemShard::default();
+        shard.rebase(run_of(&[(1, 0, 10), (3, 1, 11), (5, 0, 12)], &[7, 9]));
+        assert_eq!(shard.get(&key(3)), Some(at(9, 11)));
+        // Removing a mapped entry hides it; receiving it again puts the new
+        // one over it.
+        shard.remove(&key(3));
+        assert_eq!(shard.get(&key(3)), None);
+        shard.done.insert(key(3), at(2, 0));
+        assert_eq!(shard.get(&key(3)), Some(at(2, 0)));
+        shard.remove(&key(5));
+        shard.done.insert(key(4), at(2, 1));
+        // Removing an entry only the heap holds leaves nothing behind.
+        shard.done.insert(key(6), at(2, 2));
+        shard.remove(&key(6));
+        assert_eq!(shard.get(&key(6)), None);
+        let want = vec![(key(1), at(7, 10)), (key(3), at(2, 0)), (key(4), at(2, 1))];
+        assert_eq!(shard.entries(), want);
+        // A checkpoint of exactly these entries takes them all off the heap.
+        shard.rebase(run_of(&[(1, 0, 10), (3, 1, 0), (4, 1, 1)], &[7, 2]));
+        assert_eq!(shard.done.entries().count(), 0);
+        assert_eq!(shard.entries(), want);
+    }
+
+    #[test]
+    fn a_rebase_keeps_what_changed_after_the_checkpoint_was_taken() {
+        let mut shard = IdemShard::default();
+        shard.rebase(run_of(&[(1, 0, 10), (2, 0, 11)], &[7]));
+        // Taken as the checkpoint is written: 3 received, 2 removed.
+        shard.done.insert(key(3), at(7, 12));
+        shard.remove(&key(2));
+        // Meanwhile, before the switch: 4 received, 1 removed, 3 moved.
+        shard.done.insert(key(4), at(7, 13));
+        shard.remove(&key(1));
+        shard.done.insert(key(3), at(8, 0));
+        shard.rebase(run_of(&[(1, 0, 10), (3, 0, 12)], &[7]));
+        let want = vec![(key(3), at(8, 0)), (key(4), at(7, 13))];
+        assert_eq!(shard.entries(), want);
+        assert_eq!(shard.get(&key(1)), None);
+        assert_eq!(shard.get(&key(2)), None);
+        // The heap holds the three changes: 1 hidden, 3 replaced, 4 new.
+        assert_eq!(shard.done.entries().count(), 3);
     }
 }

@@ -33,6 +33,7 @@ pub mod error;
 pub mod fs;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod idem_run;
 pub mod import;
 pub mod index;
 pub mod log;

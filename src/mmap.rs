@@ -13,9 +13,14 @@
 //!   long as it is open, so no other ctxlog process writes the directory;
 //! - removing a mapped file (after a compaction) does not invalidate the map
 //!   on the platforms ctxlog supports: the inode lives until the map is dropped;
-//! - the index checkpoint, also mapped while it is loaded, is only ever
-//!   replaced whole (written to a temporary file, then renamed over it), and
-//!   only by this store, which holds the lock; the mapped inode never changes.
+//! - the index checkpoint, mapped at open and kept mapped while the index
+//!   reads messageIds from it, is only ever replaced whole (written and
+//!   synced to a temporary file, then renamed over it) or removed, and only
+//!   by this store, which holds the lock; the mapped inode never changes.
+//!   A new checkpoint is mapped under its temporary name before the rename
+//!   and kept only if the rename succeeds; the next one is written to a
+//!   fresh file of that name, as the rename took the old one away. One
+//!   checkpoint is written at a time (under the manifest lock).
 //!
 //! A process outside ctxlog that edits segment files by hand breaks the
 //! contract; nothing in a library can prevent that.

@@ -638,6 +638,16 @@ impl ContextState {
         }
     }
 
+    /// Whether task `a`'s id sorts before task `b`'s. Two store-made ids of
+    /// one context share their prefix, so their random halves decide.
+    fn id_less(&self, a: usize, b: usize) -> bool {
+        let tail = |t: usize| self.tasks.get(t).and_then(TaskEntry::tail);
+        match (tail(a), tail(b)) {
+            (Some(x), Some(y)) => x < y,
+            _ => self.id_key(a) < self.id_key(b),
+        }
+    }
+
     /// Checks the task order a checkpoint gave, and rebuilds it if it is
     /// not the order of this context's tasks (one pass, against a sort).
     pub fn check_order(&mut self) {
@@ -650,12 +660,8 @@ impl ContextState {
             // id (so no position twice): a permutation in id order.
             order.len() == n
                 && order.iter().all(|&t| (t as usize) < n)
-                && order.windows(2).all(|w| match w {
-                    [a, b] => {
-                        let b = *b as usize;
-                        let tail = self.tasks.get(b).and_then(TaskEntry::tail);
-                        self.cmp_id(*a as usize, self.id_key(b), tail).is_lt()
-                    }
+                && order.windows(2).all(|w| match *w {
+                    [a, b] => self.id_less(a as usize, b as usize),
                     _ => true,
                 })
         };

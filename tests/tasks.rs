@@ -334,6 +334,88 @@ fn a_resent_message_returns_the_first_receipt_even_after_a_restart() {
     assert!(!send(&store, "other", &msg).unwrap().duplicate);
 }
 
+/// Resends of every message, checked against the receipts the first sends
+/// gave: those of `gone` contexts are new messages now.
+fn assert_resends(store: &Store, sent: &[(Value, Receipt)], gone: &str) {
+    for (m, first) in sent {
+        let id = m["messageId"].as_str().unwrap();
+        if first.context_id == gone {
+            let again = send(store, "t", &user(id, "after the delete")).unwrap();
+            assert!(!again.duplicate, "{id}");
+        } else {
+            let again = send(store, "t", m).unwrap();
+            assert!(again.duplicate, "{id}");
+            assert_eq!(
+                (&again.task_id, again.seq),
+                (&first.task_id, first.seq),
+                "{id}"
+            );
+        }
+    }
+}
+
+#[test]
+fn resent_messages_are_known_across_checkpoints_deletes_and_compaction() {
+    use ctxlog::fs::{Crash, MemFs};
+    let disk = MemFs::new();
+    let dir = std::path::Path::new("/store");
+    // A checkpoint every few KiB: several are written while the store serves.
+    let options = Options::default()
+        .durability(Durability::Sync)
+        .checkpoint_interval(Some(4 << 10))
+        .segment_bytes(16 << 10);
+    let open = |fs: &MemFs| Store::open(dir, options.clone().fs(Arc::new(fs.clone()))).unwrap();
+    let msg = |i: usize| {
+        json!({ "messageId": format!("m{i}"), "role": "ROLE_USER", "contextId": format!("c{}", i % 4),
+                "parts": [{ "text": format!("{i} {}", "x".repeat(300)) }] })
+    };
+    let store = open(&disk);
+    let mut sent = Vec::new();
+    for i in 0..40 {
+        sent.push((msg(i), send(&store, "t", &msg(i)).unwrap()));
+    }
+    // The index now reads them from the checkpoint it wrote last, as an
+    // open from that checkpoint does.
+    assert_resends(&store, &sent, "");
+    let crashed = open(&disk.crash(Crash::LoseUnsynced));
+    assert!(crashed.open_report().from_checkpoint);
+    assert_resends(&crashed, &sent, "");
+    drop(crashed);
+
+    // A deleted context's messageIds are free again, and stay so.
+    store.delete_context("t", "c1").unwrap();
+    let gone: Vec<_> = sent
+        .iter()
+        .filter(|(_, r)| r.context_id == "c1")
+        .cloned()
+        .collect();
+    sent.retain(|(_, r)| r.context_id != "c1");
+    assert_resends(&store, &gone, "c1");
+    for i in 40..80 {
+        if i % 4 != 1 {
+            sent.push((msg(i), send(&store, "t", &msg(i)).unwrap()));
+        }
+    }
+    assert_resends(&store, &sent, "");
+    // Compaction ends with a checkpoint: a crash right after it opens from
+    // that checkpoint, with nothing to replay.
+    store.compact().unwrap();
+    assert_resends(&store, &sent, "");
+    let crashed = open(&disk.crash(Crash::LoseUnsynced));
+    let report = crashed.open_report();
+    assert!(report.from_checkpoint && report.replayed == 0, "{report:?}");
+    assert_resends(&crashed, &sent, "");
+    // The messageIds resent after the delete are known too.
+    for (m, _) in &gone {
+        let id = m["messageId"].as_str().unwrap();
+        assert!(
+            send(&crashed, "t", &user(id, "after the delete"))
+                .unwrap()
+                .duplicate
+        );
+    }
+}
+
 #[test]
 fn concurrent_resends_do_the_work_once() {
     let (_dir, store) = store();

@@ -8,16 +8,20 @@
 //! magic "CTXLCKP\0" | version:u32 = 6 | crc32 of the rest:u32 | bincode(Header)
 //! | count:u64 | count × bincode(Entry) | 64 × (n:u64 | n × idem entry (24 bytes))
 //! ```
+//!
+//! The store keeps the checkpoint it loaded or last wrote mapped: the
+//! index reads the messageId entries where they lie (see `idem_run`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::Store;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::{task_prefix, ContextState, IdemAt, Index, SHARDS};
-use crate::log::frame::u32_at;
+use crate::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
+use crate::index::{task_prefix, ContextState, Index, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::ContextKey;
 
@@ -25,6 +29,8 @@ use crate::namespace::ContextKey;
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
 const VERSION: u32 = 6;
+/// The bytes before the body: magic, version, checksum.
+const PREAMBLE: usize = 16;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -32,13 +38,10 @@ struct Header {
     records: u64,
 }
 
-/// One context: its key (version, digest) and its index entry.
+/// One context: its key (version, digest) and its index entry. The
+/// messageId entries that follow are `idem_run`'s, shard by shard of the
+/// index's messageId map.
 type Entry = (u8, [u8; 32], ContextState);
-/// One received messageId: its short key (16 bytes), the position of its
-/// context among the checkpoint's entries and its seq (u32 each,
-/// little-endian). Written shard by shard of the index's messageId map,
-/// ascending by short key within a shard.
-const IDEM_BYTES: usize = 24;
 
 fn config() -> impl bincode::config::Config {
     bincode::config::standard()
@@ -80,8 +83,9 @@ impl Store {
 
     /// Writes the checkpoint of the whole index.
     pub(crate) fn write_checkpoint(&self) -> Result<()> {
-        let generation = self.manifest.lock().generation;
-        self.write_checkpoint_under(generation)
+        // Held throughout: one checkpoint is written at a time.
+        let manifest = self.manifest.lock();
+        self.write_checkpoint_under(manifest.generation)
     }
 
     /// Writes the checkpoint, for manifest `generation` (whose lock the
@@ -89,7 +93,7 @@ impl Store {
     /// meanwhile: the resume point is taken first, at the earliest append not
     /// yet published, so every record before it is in the index read after;
     /// records after it that the index already holds are skipped on replay.
-    fn write_checkpoint_under(&self, generation: u64) -> Result<()> {
+    pub(super) fn write_checkpoint_under(&self, generation: u64) -> Result<()> {
         let (segment, offset) = self.writer.resume_point();
         let mut body = Vec::new();
         let header = Header {
@@ -105,6 +109,7 @@ impl Store {
             .collect();
         body.extend_from_slice(&(slots.len() as u64).to_le_bytes());
         // A context's place among the entries, by its number.
+        let numbers: Vec<u32> = slots.iter().map(|(_, s)| s.number).collect();
         let mut place = vec![
             u32::MAX;
             slots
@@ -121,6 +126,8 @@ impl Store {
                 *p = i as u32;
             }
         }
+        // Where each shard's run lies in the file.
+        let mut runs = Vec::with_capacity(SHARDS);
         for shard in self.index.idem_shards() {
             let entries: Vec<_> = shard
                 .into_iter()
@@ -130,11 +137,11 @@ impl Store {
                 })
                 .collect();
             body.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+            let start = PREAMBLE + body.len();
             for (key, p, seq) in entries {
-                body.extend_from_slice(&key);
-                body.extend_from_slice(&p.to_le_bytes());
-                body.extend_from_slice(&seq.to_le_bytes());
+                put_entry(&mut body, &key, p, seq);
             }
+            runs.push((start, PREAMBLE + body.len() - start));
         }
         let mut file = MAGIC.to_vec();
         file.extend_from_slice(&VERSION.to_le_bytes());
@@ -144,65 +151,69 @@ impl Store {
         let tmp = dir.join("CHECKPOINT.tmp");
         fs.write_file(&tmp, &file)
             .map_err(|e| Error::io("write the checkpoint", &tmp, e))?;
+        // Mapped before the rename, so the map is of the file just written;
+        // it is used only once the rename has made that file the
+        // checkpoint, which is then never changed in place.
+        let map = fs.map(&tmp).ok().map(Arc::new);
         fs.rename(&tmp, &dir.join(CHECKPOINT))
             .map_err(|e| Error::io("switch to the new checkpoint", &tmp, e))?;
+        // The next is due after at least twice this one's size of log, so
+        // checkpoints never write more than half as much as the log does.
+        self.checkpoint_size
+            .store(file.len() as u64, std::sync::atomic::Ordering::Release);
+        if let Some(map) = map.filter(|m| m.bytes().len() == file.len()) {
+            // The index now reads the messageIds the file holds from it,
+            // and the one it read before (unlinked by the rename) is let go.
+            let numbers: Numbers = numbers.into();
+            self.index.idem_rebase(
+                runs.into_iter()
+                    .map(|(start, len)| IdemRun::new(map.clone(), start, len, numbers.clone()))
+                    .collect(),
+            );
+        }
         self.writer.sync_dir()
     }
 }
 
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one.
-/// `None` (and an untouched index) when there is none or it is damaged.
+/// `None` when there is none or it is damaged; `index` may then hold part
+/// of it, and must be dropped for a fresh one.
 pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     // Mapped, not read: a large checkpoint then costs no fresh memory. The
     // file is only ever replaced by a rename, never changed in place, which
     // is the map's contract (see `mmap`).
-    let map = fs.map(&dir.join(CHECKPOINT)).ok()?;
+    let map = Arc::new(fs.map(&dir.join(CHECKPOINT)).ok()?);
     let bytes = map.bytes();
     let body = bytes.strip_prefix(&MAGIC)?;
     let (version, body) = body.split_at_checked(4)?;
     let (crc, body) = body.split_at_checked(4)?;
-    if version != VERSION.to_le_bytes() || crc != crc32fast::hash(body).to_le_bytes() {
+    if version != VERSION.to_le_bytes() {
         return None;
     }
-    let (header, used): (Header, usize) = bincode::serde::decode_from_slice(body, config()).ok()?;
-    let mut rest = body.get(used..)?;
-    let (count, tail) = rest.split_at_checked(8)?;
-    let count = u64::from_le_bytes(count.try_into().ok()?);
-    rest = tail;
-    let mut entries = Vec::new();
+    // The body is read once: each part is checksummed right after it is
+    // decoded, while its bytes are still in the cache, and its context
+    // installed and its task order checked in the same pass. The checksum
+    // is compared at the end; until then nothing decoded is trusted beyond
+    // the decoder's own bounds. A failure anywhere leaves a half-filled
+    // index, which the open drops for a fresh one and a full scan.
+    let mut sum = crc32fast::Hasher::new();
+    let mut take = |rest: &mut &[u8], n: usize| -> Option<()> {
+        let (part, tail) = rest.split_at_checked(n)?;
+        sum.update(part);
+        *rest = tail;
+        Some(())
+    };
+    let mut rest = body;
+    let (header, used): (Header, usize) = bincode::serde::decode_from_slice(rest, config()).ok()?;
+    take(&mut rest, used)?;
+    let count = u64::from_le_bytes(*rest.first_chunk::<8>()?);
+    take(&mut rest, 8)?;
+    let mut numbers = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
     for _ in 0..count {
         let (entry, used): (Entry, usize) =
             bincode::serde::decode_from_slice(rest, config()).ok()?;
-        entries.push(entry);
-        rest = rest.get(used..)?;
-    }
-    let entries_len = entries.len();
-    // The messageId map, shard by shard, checked (every entry names a
-    // context of the checkpoint, and sits in its shard) before the index is
-    // touched.
-    let mut idem = Vec::with_capacity(SHARDS);
-    for shard in 0..SHARDS {
-        let (n, tail) = rest.split_at_checked(8)?;
-        let n = usize::try_from(u64::from_le_bytes(n.try_into().ok()?)).ok()?;
-        let (run, tail) = tail.split_at_checked(n.checked_mul(IDEM_BYTES)?)?;
-        rest = tail;
-        let mut entries = Vec::with_capacity(n);
-        for e in run.chunks_exact(IDEM_BYTES) {
-            let (key, words) = e.split_first_chunk::<16>()?;
-            let (context, seq) = (u32_at(words, 0), u32_at(words, 4));
-            if context as usize >= entries_len || Index::idem_shard_of(key) != shard {
-                return None;
-            }
-            entries.push((*key, IdemAt { context, seq }));
-        }
-        idem.push(entries);
-    }
-    if !rest.is_empty() {
-        return None;
-    }
-    // The number the index gives each context, by its place in the entries.
-    let mut numbers = Vec::with_capacity(entries.len());
-    for (version, digest, mut state) in entries {
+        take(&mut rest, used)?;
+        let (version, digest, mut state) = entry;
         let key = ContextKey::from_parts(version, digest);
         state.set_prefix(task_prefix(&key));
         state.check_order();
@@ -217,14 +228,26 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         }
         *slot.state.write() = state;
     }
-    for entry in idem.iter_mut().flatten() {
-        // In range: checked above against the number of entries.
-        entry.1.context = numbers
-            .get(entry.1.context as usize)
-            .copied()
-            .unwrap_or(u32::MAX);
+    // The messageId map, shard by shard, read in place: each run is checked
+    // (see `check_run`) and left where it lies.
+    let numbers: Numbers = numbers.into();
+    let mut runs = Vec::with_capacity(SHARDS);
+    for shard in 0..SHARDS {
+        let n = usize::try_from(u64::from_le_bytes(*rest.first_chunk::<8>()?)).ok()?;
+        take(&mut rest, 8)?;
+        let run = rest.get(..n.checked_mul(ENTRY_BYTES)?)?;
+        let in_shard = |key: &_| Index::idem_shard_of(key) == shard;
+        if !check_run(run, numbers.len(), in_shard) {
+            return None;
+        }
+        let start = bytes.len() - rest.len();
+        take(&mut rest, run.len())?;
+        runs.push(IdemRun::new(map.clone(), start, run.len(), numbers.clone()));
     }
-    index.idem_load(idem);
+    if !rest.is_empty() || crc != sum.finalize().to_le_bytes() {
+        return None;
+    }
+    index.idem_rebase(runs);
     let (generation, segment, offset) = header.resume;
     Some(Loaded {
         resume: Resume {
@@ -248,4 +271,47 @@ fn encode<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<()> {
     bincode::serde::encode_into_std_write(value, out, config())
         .map(|_| ())
         .map_err(encode_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::fs::MemFs;
+    use crate::options::{Durability, Options};
+
+    /// Receives message `id` into context `c{id % 7}`.
+    fn receive(store: &Store, id: usize) -> crate::Receipt {
+        let msg = format!(
+            r#"{{"messageId":"m{id}","role":"ROLE_USER","contextId":"c{}","parts":[{{"text":"hi"}}]}}"#,
+            id % 7
+        );
+        store.receive_message("t", msg.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_written_checkpoint_takes_the_message_ids_it_holds_off_the_heap() {
+        let disk = MemFs::new();
+        let options = Options::default()
+            .durability(Durability::Buffered)
+            .checkpoint_interval(None)
+            .fs(Arc::new(disk));
+        let store = Store::open(Path::new("/s"), options).unwrap();
+        for id in 0..100 {
+            receive(&store, id);
+        }
+        assert_eq!(store.index.idem_in_front(), 100);
+        store.write_checkpoint().unwrap();
+        // The index now reads all of them from the file, under the numbers
+        // its contexts have here (not their places in the file): a resend
+        // finds its first receipt, a new message goes in front.
+        assert_eq!(store.index.idem_in_front(), 0);
+        receive(&store, 100);
+        for id in [0, 55, 99, 100] {
+            let again = receive(&store, id);
+            assert!(again.duplicate && again.context_id == format!("c{}", id % 7));
+        }
+        assert_eq!(store.index.idem_in_front(), 1);
+    }
 }

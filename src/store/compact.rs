@@ -221,11 +221,18 @@ impl Store {
         }
         self.writer.sync_dir()?;
         // The index now points into the new segments: a checkpoint may be
-        // written again, and the next one is due.
-        self.since_checkpoint
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // written again, and one is written now, so that a reopen need not
+        // scan the compacted log and the removed checkpoint, which the index
+        // may still read messageIds from, is let go. If it fails, the next
+        // is due at once (at the latest at close).
         self.no_checkpoint
             .store(false, std::sync::atomic::Ordering::Release);
+        self.since_checkpoint
+            .store(0, std::sync::atomic::Ordering::Release);
+        if self.write_checkpoint_under(manifest.generation).is_err() {
+            self.since_checkpoint
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         Ok(report)
     }
 

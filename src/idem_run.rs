@@ -1,0 +1,222 @@
+//! Received messageIds read where they lie in the mapped index checkpoint.
+//!
+//! A checkpoint holds the messageId map shard by shard, each shard a run of
+//! [`ENTRY_BYTES`]-byte entries ascending by short key: the key (16 bytes),
+//! the place of the message's context among the checkpoint's contexts, and
+//! the message's seq (u32 each, little-endian). An open that loads the
+//! checkpoint keeps it mapped and binary-searches these runs in place,
+//! instead of copying every entry to the heap: a store of a million received
+//! messages opens without allocating, filling and page-faulting 24 MB. What
+//! is received after the open, and the removal of a mapped entry, sits in
+//! the heap map in front of the run (see `index::IdemShard`).
+
+use std::sync::Arc;
+
+use crate::fs::Mapped;
+use crate::index::{IdemAt, ShortKey};
+use crate::log::frame::u32_at;
+
+/// The bytes of one entry.
+pub const ENTRY_BYTES: usize = 24;
+
+type Entry = [u8; ENTRY_BYTES];
+
+/// Appends one entry.
+pub fn put_entry(out: &mut Vec<u8>, key: &ShortKey, place: u32, seq: u32) {
+    out.extend_from_slice(key);
+    out.extend_from_slice(&place.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+}
+
+fn key_of(entry: &Entry) -> Option<&ShortKey> {
+    entry.first_chunk()
+}
+
+fn place_and_seq(entry: &Entry) -> (u32, u32) {
+    (u32_at(entry, 16), u32_at(entry, 20))
+}
+
+/// Whether `run` is a sound run of shard `shard` for a checkpoint of
+/// `places` contexts: whole entries, keys strictly ascending and of that
+/// shard, each place below `places`.
+pub fn check_run(run: &[u8], places: usize, in_shard: impl Fn(&ShortKey) -> bool) -> bool {
+    let (entries, rest) = run.as_chunks::<ENTRY_BYTES>();
+    rest.is_empty()
+        && entries
+            .iter()
+            .all(|e| key_of(e).is_some_and(&in_shard) && (place_and_seq(e).0 as usize) < places)
+        && entries.windows(2).all(|w| match w {
+            [a, b] => key_of(a) < key_of(b),
+            _ => true,
+        })
+}
+
+/// The places of a checkpoint's contexts, mapped to the numbers this
+/// index gave them; shared by every shard's run.
+pub type Numbers = Arc<[u32]>;
+
+/// One shard's run, in place in the mapped checkpoint.
+#[derive(Clone)]
+pub struct IdemRun {
+    map: Arc<Mapped>,
+    /// Where the run starts in the map, and its length in bytes.
+    start: usize,
+    len: usize,
+    numbers: Numbers,
+}
+
+impl std::fmt::Debug for IdemRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IdemRun({} entries)", self.len / ENTRY_BYTES)
+    }
+}
+
+impl IdemRun {
+    /// The run of `len` bytes at `start` in `map`, which [`check_run`] has
+    /// found sound.
+    pub fn new(map: Arc<Mapped>, start: usize, len: usize, numbers: Numbers) -> Self {
+        Self {
+            map,
+            start,
+            len,
+            numbers,
+        }
+    }
+
+    fn entries(&self) -> &[Entry] {
+        let bytes = self.map.bytes();
+        let run = bytes
+            .get(self.start..self.start.saturating_add(self.len))
+            .unwrap_or_default();
+        run.as_chunks().0
+    }
+
+    fn at(&self, entry: &Entry) -> IdemAt {
+        let (place, seq) = place_and_seq(entry);
+        IdemAt {
+            // Every place was checked against the numbers' length; an
+            // unknown one names no context, and reads as absent.
+            context: self
+                .numbers
+                .get(place as usize)
+                .copied()
+                .unwrap_or(u32::MAX),
+            seq,
+        }
+    }
+
+    /// Where the message of `key` went, if the run holds it.
+    pub fn get(&self, key: &ShortKey) -> Option<IdemAt> {
+        let entries = self.entries();
+        let at = entries
+            .binary_search_by(|e| key_of(e).cmp(&Some(key)))
+            .ok()?;
+        entries.get(at).map(|e| self.at(e))
+    }
+
+    /// Every entry, ascending by key.
+    pub fn iter(&self) -> impl Iterator<Item = (ShortKey, IdemAt)> + '_ {
+        self.entries()
+            .iter()
+            .filter_map(|e| Some((*key_of(e)?, self.at(e))))
+    }
+
+    /// Its bytes in the map.
+    pub fn bytes(&self) -> usize {
+        self.len
+    }
+
+    /// Its number of entries.
+    pub fn count(&self) -> usize {
+        self.len / ENTRY_BYTES
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::fs::{Fs, MemFs};
+
+    /// A key of shard 0 of 64 whose order follows `n`.
+    pub fn key(n: u8) -> ShortKey {
+        let mut k = [0u8; 16];
+        k[1] = n;
+        k
+    }
+
+    /// `entries` (key, place, seq) mapped as one run, with `numbers`.
+    pub fn run_of(entries: &[(u8, u32, u32)], numbers: &[u32]) -> IdemRun {
+        let mut bytes = b"preamble".to_vec();
+        for &(k, place, seq) in entries {
+            put_entry(&mut bytes, &key(k), place, seq);
+        }
+        let fs = MemFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let path = Path::new("/d/run");
+        fs.write_file(path, &bytes).unwrap();
+        let map = Arc::new(fs.map(path).unwrap());
+        IdemRun::new(map, 8, bytes.len() - 8, numbers.into())
+    }
+
+    fn bytes_of(entries: &[(ShortKey, u32, u32)]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for (k, place, seq) in entries {
+            put_entry(&mut bytes, k, *place, *seq);
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_run_is_searched_in_place_and_names_contexts_by_number() {
+        let run = run_of(&[(1, 0, 10), (3, 1, 11), (5, 0, 12)], &[7, 9]);
+        assert_eq!(run.count(), 3);
+        assert_eq!(
+            run.get(&key(3)),
+            Some(IdemAt {
+                context: 9,
+                seq: 11
+            })
+        );
+        assert_eq!(
+            run.get(&key(5)),
+            Some(IdemAt {
+                context: 7,
+                seq: 12
+            })
+        );
+        for absent in [0, 2, 4, 6] {
+            assert_eq!(run.get(&key(absent)), None);
+        }
+        let all: Vec<_> = run.iter().map(|(k, at)| (k[1], at.context)).collect();
+        assert_eq!(all, [(1, 7), (3, 9), (5, 7)]);
+    }
+
+    #[test]
+    fn only_whole_ascending_entries_of_the_shard_and_known_places_pass() {
+        let shard0 = |k: &ShortKey| k[0] == 0;
+        let good = bytes_of(&[(key(1), 0, 1), (key(2), 1, 2)]);
+        assert!(check_run(&good, 2, shard0));
+        assert!(check_run(&[], 0, shard0));
+        // A place past the checkpoint's contexts.
+        assert!(!check_run(&good, 1, shard0));
+        // Out of order, or a key twice.
+        assert!(!check_run(
+            &bytes_of(&[(key(2), 0, 1), (key(1), 0, 2)]),
+            2,
+            shard0
+        ));
+        assert!(!check_run(
+            &bytes_of(&[(key(1), 0, 1), (key(1), 0, 2)]),
+            2,
+            shard0
+        ));
+        // A key of another shard.
+        let mut other = key(3);
+        other[0] = 1;
+        assert!(!check_run(&bytes_of(&[(other, 0, 1)]), 2, shard0));
+        // A torn entry.
+        assert!(!check_run(good.split_last().unwrap().1, 2, shard0));
+    }
+}

@@ -76,9 +76,10 @@ pub struct Options {
     /// (`ContextRejected`, reason: expired). Default: `None`, nothing expires.
     pub retention: Option<std::time::Duration>,
     /// While the store runs, write the index checkpoint again once this many
-    /// bytes were appended since the last one (and at least twice the last
-    /// checkpoint's size), so that a reopen after a crash reads only the log
-    /// after it. Default: 64 MiB; `None`: only at a clean close.
+    /// bytes were appended since the last one (and at least the last
+    /// checkpoint's size, so that checkpoints never write more than the log
+    /// does), so that a reopen after a crash reads only the log after it.
+    /// Default: 64 MiB; `None`: only at a clean close.
     pub checkpoint_interval: Option<u64>,
     /// The file system the store reads and writes. Default: the operating
     /// system's ([`OsFs`](crate::fs::OsFs)); tests and fuzzers can pass an

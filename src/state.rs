@@ -3,10 +3,14 @@
 //! belongs to), the tasks, and the rarer things set aside in a box of their
 //! own (seq gaps, artifacts, task ids the store did not make).
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::a2a::TaskState;
 use crate::error::Result;
+use crate::fs::Mapped;
 use crate::log::frame::u32_at;
 use crate::log::segments::{PackedLoc, RecordLoc};
 use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry, TASK_BYTES};
@@ -150,9 +154,10 @@ pub struct ContextState {
     pub last_ms: u64,
     /// The seq the next record of this context gets.
     pub next_seq: u64,
-    /// Every record of the context, in its order.
-    #[serde(with = "fixed_bytes")]
-    recs: Vec<Rec>,
+    /// Every record of the context, in its order. The checkpoint keeps them
+    /// in a section of their own (see `store::checkpoint`).
+    #[serde(skip)]
+    recs: Recs,
     /// How many of them carry a message: the history's length.
     history: u64,
     /// The context's tasks, in the order they were opened.
@@ -198,15 +203,166 @@ impl Fixed for Rec {
     }
 
     fn get(b: &[u8]) -> Option<Self> {
+        Some(Rec::from_bytes(b))
+    }
+}
+
+impl Rec {
+    /// The record of 16 bytes (fewer read as zeros).
+    fn from_bytes(b: &[u8]) -> Rec {
         let loc = PackedLoc {
             segment: u32_at(b, 0),
             offset: u32_at(b, 4),
             len: u32_at(b, 8),
         };
-        Some(Rec {
+        Rec {
             loc,
             task: u32_at(b, 12),
-        })
+        }
+    }
+}
+
+/// A context's records: on the heap, or, from a checkpoint load until the
+/// context next changes, read where the mapped checkpoint holds them (an
+/// open then neither copies them nor allocates for them).
+#[derive(Debug)]
+enum Recs {
+    Owned(Vec<Rec>),
+    Mapped(MappedRecs),
+}
+
+impl Default for Recs {
+    fn default() -> Self {
+        Recs::Owned(Vec::new())
+    }
+}
+
+/// The bytes of one record in the checkpoint.
+pub const RECORD_BYTES: usize = Rec::SIZE;
+
+/// `len` records of [`RECORD_BYTES`] bytes at `start` in a mapped checkpoint.
+#[derive(Clone)]
+pub struct MappedRecs {
+    map: Arc<Mapped>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for MappedRecs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MappedRecs({} at {})", self.len, self.start)
+    }
+}
+
+impl MappedRecs {
+    /// The `len` records at `start` in `map`; `None` unless they lie
+    /// wholly inside it.
+    pub fn new(map: Arc<Mapped>, start: usize, len: usize) -> Option<Self> {
+        let end = len.checked_mul(Rec::SIZE)?.checked_add(start)?;
+        (end <= map.bytes().len()).then_some(Self { map, start, len })
+    }
+
+    fn entries(&self) -> &[[u8; 16]] {
+        let bytes = self.map.bytes().get(self.start..).unwrap_or_default();
+        bytes
+            .get(..self.len * Rec::SIZE)
+            .unwrap_or_default()
+            .as_chunks()
+            .0
+    }
+}
+
+/// The records of a range, oldest first (and back).
+enum RecIter<'a> {
+    Owned(std::slice::Iter<'a, Rec>),
+    Mapped(std::slice::Iter<'a, [u8; 16]>),
+}
+
+impl Iterator for RecIter<'_> {
+    type Item = Rec;
+
+    fn next(&mut self) -> Option<Rec> {
+        match self {
+            RecIter::Owned(it) => it.next().copied(),
+            RecIter::Mapped(it) => it.next().map(|b| Rec::from_bytes(b)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            RecIter::Owned(it) => it.size_hint(),
+            RecIter::Mapped(it) => it.size_hint(),
+        }
+    }
+}
+
+impl DoubleEndedIterator for RecIter<'_> {
+    fn next_back(&mut self) -> Option<Rec> {
+        match self {
+            RecIter::Owned(it) => it.next_back().copied(),
+            RecIter::Mapped(it) => it.next_back().map(|b| Rec::from_bytes(b)),
+        }
+    }
+}
+
+impl ExactSizeIterator for RecIter<'_> {}
+
+impl Recs {
+    fn len(&self) -> usize {
+        match self {
+            Recs::Owned(v) => v.len(),
+            Recs::Mapped(m) => m.len,
+        }
+    }
+
+    fn get(&self, pos: usize) -> Option<Rec> {
+        match self {
+            Recs::Owned(v) => v.get(pos).copied(),
+            Recs::Mapped(m) => m.entries().get(pos).map(|b| Rec::from_bytes(b)),
+        }
+    }
+
+    /// The records at the positions of `range` that exist.
+    fn range(&self, range: Range<usize>) -> RecIter<'_> {
+        fn clamp<T>(all: &[T], r: Range<usize>) -> &[T] {
+            let end = r.end.min(all.len());
+            all.get(r.start.min(end)..end).unwrap_or_default()
+        }
+        match self {
+            Recs::Owned(v) => RecIter::Owned(clamp(v, range).iter()),
+            Recs::Mapped(m) => RecIter::Mapped(clamp(m.entries(), range).iter()),
+        }
+    }
+
+    fn iter(&self) -> RecIter<'_> {
+        self.range(0..self.len())
+    }
+
+    /// The records on the heap, copied there first if they were mapped
+    /// (with room for a quarter more, as [`push`] would leave).
+    fn owned(&mut self) -> &mut Vec<Rec> {
+        if let Recs::Mapped(m) = self {
+            let mut v = Vec::with_capacity(m.len + (m.len / 4).max(2));
+            v.extend(m.entries().iter().map(|b| Rec::from_bytes(b)));
+            *self = Recs::Owned(v);
+        }
+        match self {
+            Recs::Owned(v) => v,
+            // Made owned just above; this arm is never taken.
+            Recs::Mapped(_) => {
+                *self = Recs::default();
+                self.owned()
+            }
+        }
+    }
+
+    /// Their bytes in memory: the vector's capacity, or the mapped bytes
+    /// (in memory while the map's pages are).
+    fn bytes(&self) -> usize {
+        match self {
+            Recs::Owned(v) => v.capacity() * std::mem::size_of::<Rec>(),
+            Recs::Mapped(m) => m.len * Rec::SIZE,
+        }
     }
 }
 
@@ -367,9 +523,35 @@ impl ContextState {
                     .map(|a| a.id.capacity() + a.chunks.capacity() * 4)
                     .sum::<usize>()
         });
-        meta + self.recs.capacity() * size_of::<Rec>()
-            + self.tasks.capacity() * size_of::<TaskEntry>()
-            + extra
+        meta + self.recs.bytes() + self.tasks.capacity() * size_of::<TaskEntry>() + extra
+    }
+
+    /// How many records the context holds.
+    pub fn record_count(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// Appends the records' bytes, [`RECORD_BYTES`] each (as a checkpoint
+    /// holds them).
+    pub fn put_records(&self, out: &mut Vec<u8>) {
+        match &self.recs {
+            Recs::Owned(v) => v.iter().for_each(|r| r.put(out)),
+            Recs::Mapped(m) => out.extend_from_slice(m.entries().as_flattened()),
+        }
+    }
+
+    /// Reads the records from `recs` (as a checkpoint load finds them).
+    pub fn map_records(&mut self, recs: MappedRecs) {
+        self.recs = Recs::Mapped(recs);
+    }
+
+    /// After a checkpoint is written: records still read in place (not
+    /// changed since the checkpoint they come from was loaded) are read
+    /// from `recs`, the same records in the new one, instead.
+    pub fn remap_records(&mut self, recs: MappedRecs) {
+        if matches!(&self.recs, Recs::Mapped(m) if m.len == recs.len) {
+            self.recs = Recs::Mapped(recs);
+        }
     }
 
     /// Whether the context can be used now, under `retention`.
@@ -399,7 +581,7 @@ impl ContextState {
 
     /// Where every record is.
     pub fn record_locs(&self) -> impl Iterator<Item = RecordLoc> + '_ {
-        self.recs.iter().map(|r| r.loc())
+        self.recs.iter().map(Rec::loc)
     }
 
     fn gaps(&self) -> &[(u32, u32)] {
@@ -447,12 +629,12 @@ impl ContextState {
     /// Up to `max` of the newest messages with seq below `before` (all, for
     /// `None`), oldest first, and how many messages lie below `before`.
     pub fn newest_before(&self, before: Option<u64>, max: usize) -> (Vec<MessageRef>, u64) {
-        let end = before.map_or(self.recs.len(), |b| self.pos_of_seq(b));
-        let (below, after) = self.recs.split_at(end.min(self.recs.len()));
-        let later = after.iter().filter(|r| r.has(MESSAGE)).count() as u64;
+        let len = self.recs.len();
+        let end = before.map_or(len, |b| self.pos_of_seq(b)).min(len);
+        let later = self.recs.range(end..len).filter(|r| r.has(MESSAGE)).count() as u64;
         let count = self.history.saturating_sub(later);
         let mut refs = Vec::with_capacity(max.min(count as usize));
-        for (pos, rec) in below.iter().enumerate().rev() {
+        for (pos, rec) in self.recs.range(0..end).enumerate().rev() {
             if refs.len() == max {
                 break;
             }
@@ -488,7 +670,7 @@ impl ContextState {
         }
         let task = task.filter(|&t| (t as usize) < self.tasks.len());
         push(
-            &mut self.recs,
+            self.recs.owned(),
             Rec {
                 loc,
                 task: task.unwrap_or(NO_TASK),
@@ -578,7 +760,7 @@ impl ContextState {
     /// Forgets every record and task: the context is gone, and keeps only
     /// its name.
     pub fn clear(&mut self) {
-        self.recs = Vec::new();
+        self.recs = Recs::default();
         self.tasks = Vec::new();
         self.extra = None;
         self.history = 0;
@@ -586,7 +768,7 @@ impl ContextState {
 
     /// Moves every record to where `to` says (after a compaction).
     pub fn remap(&mut self, to: &impl Fn(&mut RecordLoc)) {
-        for rec in &mut self.recs {
+        for rec in self.recs.owned().iter_mut() {
             let flags = rec.loc.len & FLAGS;
             let mut loc = rec.loc();
             to(&mut loc);
@@ -759,13 +941,10 @@ impl<'a> TaskView<'a> {
         let task = self.task;
         self.context
             .recs
-            .get(..=self.entry.last as usize)
-            .unwrap_or_default()
-            .iter()
+            .range(0..self.entry.last as usize + 1)
             .rev()
             .filter(move |r| r.task == task)
             .take(self.entry.events as usize)
-            .copied()
     }
 
     /// Where every event is, in order (its per-task seq is its index + 1).
@@ -907,6 +1086,87 @@ mod tests {
         assert_eq!(s.message_at(7), Some(at(0)));
     }
 
+    /// `s`'s records, as a checkpoint load maps them (after 3 other bytes).
+    fn mapped(s: &ContextState) -> MappedRecs {
+        use crate::fs::{Fs, MemFs};
+        let mut bytes = b"pre".to_vec();
+        s.put_records(&mut bytes);
+        let fs = MemFs::new();
+        let dir = std::path::Path::new("/d");
+        fs.create_dir_all(dir).unwrap();
+        fs.write_file(&dir.join("c"), &bytes).unwrap();
+        let map = Arc::new(fs.map(&dir.join("c")).unwrap());
+        assert!(MappedRecs::new(map.clone(), 3, s.record_count() + 1).is_none());
+        MappedRecs::new(map, 3, s.record_count()).unwrap()
+    }
+
+    #[test]
+    fn mapped_records_read_as_owned_ones_until_a_change_copies_them() {
+        let mut s = ContextState::with_prefix(*b"prefix!!");
+        for i in 0..6u32 {
+            s.open_task(
+                &s.task_id_with([i as u8; 8]),
+                u64::from(2 * i),
+                0,
+                at(2 * i),
+            );
+            s.push_record(
+                u64::from(2 * i + 1),
+                at(2 * i + 1),
+                Kind::Status {
+                    with_message: i % 2 == 0,
+                },
+                Some(i),
+            );
+        }
+        let mut back = ContextState::with_prefix(*b"prefix!!");
+        back.tasks = s.tasks.clone();
+        back.history = s.history;
+        back.map_records(mapped(&s));
+        let read = |c: &ContextState| {
+            let tasks: Vec<_> = (0..6)
+                .map(|t| {
+                    let view = c.task_at(t).unwrap();
+                    (
+                        view.events(),
+                        view.status_loc(),
+                        view.history_newest().collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            (
+                c.newest_before(None, 4),
+                c.newest_before(Some(7), 2),
+                c.message_at(4),
+                c.record_locs().collect::<Vec<_>>(),
+                tasks,
+            )
+        };
+        assert_eq!(read(&back), read(&s));
+        // A new record copies them to the heap, and reads go on the same.
+        assert!(matches!(back.recs, Recs::Mapped(_)));
+        for c in [&mut s, &mut back] {
+            c.push_record(12, at(12), Kind::Message, Some(5));
+        }
+        assert!(matches!(back.recs, Recs::Owned(_)));
+        assert_eq!(read(&back), read(&s));
+        // So does a move of every record (a compaction's remap).
+        back.map_records(mapped(&s));
+        for c in [&mut s, &mut back] {
+            c.remap(&|loc: &mut RecordLoc| loc.offset += 1000);
+        }
+        assert!(matches!(back.recs, Recs::Owned(_)));
+        assert_eq!(read(&back), read(&s));
+        // A written checkpoint takes over mapped records of the same count
+        // only.
+        back.map_records(mapped(&s));
+        back.remap_records(mapped(&s));
+        assert!(matches!(back.recs, Recs::Mapped(_)));
+        let mut owned = ContextState::default();
+        owned.remap_records(mapped(&s));
+        assert!(matches!(owned.recs, Recs::Owned(ref v) if v.is_empty()));
+    }
+
     #[test]
     fn tasks_are_found_by_id_past_the_scan_limit() {
         let mut s = ContextState::with_prefix(*b"prefix!!");
@@ -939,10 +1199,11 @@ mod tests {
         let (mut back, _): (ContextState, usize) =
             bincode::serde::decode_from_slice(&bytes, config).unwrap();
         back.set_prefix(s.prefix());
+        back.map_records(mapped(&s));
         let order = back.extra.as_ref().unwrap().order.clone();
-        // Loaded vectors hold no spare capacity.
+        // Loaded vectors hold no spare capacity, and the records none at all.
         assert_eq!(back.tasks.capacity(), back.tasks.len());
-        assert_eq!(back.recs.capacity(), back.recs.len());
+        assert!(matches!(back.recs, Recs::Mapped(_)));
         assert_eq!(back.extra.as_ref().unwrap().order.capacity(), order.len());
         back.check_order();
         assert_eq!(back.extra.as_ref().unwrap().order, order, "kept as loaded");
@@ -955,7 +1216,7 @@ mod tests {
             back.check_order();
             assert_eq!(back.extra.as_ref().unwrap().order, order, "rebuilt");
         }
-        assert_eq!(back.recs, s.recs);
+        assert!(back.recs.iter().eq(s.recs.iter()));
         assert_eq!(back.tasks, s.tasks);
         assert!(ids
             .iter()

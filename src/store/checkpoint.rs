@@ -5,12 +5,14 @@
 //! open fail or serve wrong data.
 //!
 //! ```text
-//! magic "CTXLCKP\0" | version:u32 = 6 | crc32 of the rest:u32 | bincode(Header)
+//! magic "CTXLCKP\0" | version:u32 = 7 | crc32 of the rest:u32 | bincode(Header)
+//! | len:u64 | every context's records (len bytes, 16 per record)
 //! | count:u64 | count × bincode(Entry) | 64 × (n:u64 | n × idem entry (24 bytes))
 //! ```
 //!
-//! The store keeps the checkpoint it loaded or last wrote mapped: the
-//! index reads the messageId entries where they lie (see `idem_run`).
+//! The store keeps the checkpoint it loaded or last wrote mapped: the index
+//! reads the messageId entries, and the records of every context that has
+//! not changed since, where they lie (see `idem_run` and `state::Recs`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,11 +26,12 @@ use crate::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::{task_prefix, ContextState, Index, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::ContextKey;
+use crate::state::{MappedRecs, RECORD_BYTES};
 
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// The bytes before the body: magic, version, checksum.
 const PREAMBLE: usize = 16;
 
@@ -38,10 +41,11 @@ struct Header {
     records: u64,
 }
 
-/// One context: its key (version, digest) and its index entry. The
-/// messageId entries that follow are `idem_run`'s, shard by shard of the
-/// index's messageId map.
-type Entry = (u8, [u8; 32], ContextState);
+/// One context: its key (version, digest), its index entry, and where its
+/// records are in the records section (byte offset, count). The messageId
+/// entries that follow are `idem_run`'s, shard by shard of the index's
+/// messageId map.
+type Entry = (u8, [u8; 32], ContextState, (u64, u64));
 
 fn config() -> impl bincode::config::Config {
     bincode::config::standard()
@@ -68,7 +72,7 @@ impl Store {
             return;
         };
         let since = self.since_checkpoint.fetch_add(appended, Ordering::AcqRel) + appended;
-        let due = interval.max(2 * self.checkpoint_size.load(Ordering::Acquire));
+        let due = interval.max(self.checkpoint_size.load(Ordering::Acquire));
         if since < due || self.checkpointing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -95,19 +99,16 @@ impl Store {
     /// records after it that the index already holds are skipped on replay.
     pub(super) fn write_checkpoint_under(&self, generation: u64) -> Result<()> {
         let (segment, offset) = self.writer.resume_point();
-        let mut body = Vec::new();
         let header = Header {
             resume: (generation, segment, offset),
             records: self.records(),
         };
-        encode(&header, &mut body)?;
         let slots: Vec<_> = self
             .index
             .all_contexts()
             .into_iter()
             .filter_map(|key| Some((key, self.index.get(&key)?)))
             .collect();
-        body.extend_from_slice(&(slots.len() as u64).to_le_bytes());
         // A context's place among the entries, by its number.
         let numbers: Vec<u32> = slots.iter().map(|(_, s)| s.number).collect();
         let mut place = vec![
@@ -118,14 +119,32 @@ impl Store {
                 .max()
                 .unwrap_or(0)
         ];
+        // The records of every context, and the entries that say where in
+        // them each context's are.
+        let (mut recs, mut entries) = (Vec::new(), Vec::new());
+        let mut spans = Vec::with_capacity(slots.len());
         for (i, (key, slot)) in slots.iter().enumerate() {
             let state = slot.state.read();
-            encode(&(key.version(), *key.digest(), &*state), &mut body)?;
+            let span = (recs.len() as u64, state.record_count() as u64);
+            state.put_records(&mut recs);
+            encode(&(key.version(), *key.digest(), &*state, span), &mut entries)?;
+            spans.push(span);
             if let Some(p) = place.get_mut(slot.number as usize) {
                 // Fits: the index numbers its contexts in a u32.
                 *p = i as u32;
             }
         }
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&VERSION.to_le_bytes());
+        file.extend_from_slice(&[0; 4]);
+        encode(&header, &mut file)?;
+        file.extend_from_slice(&(recs.len() as u64).to_le_bytes());
+        let recs_at = file.len();
+        file.extend_from_slice(&recs);
+        drop(recs);
+        file.extend_from_slice(&(slots.len() as u64).to_le_bytes());
+        file.extend_from_slice(&entries);
+        drop(entries);
         // Where each shard's run lies in the file.
         let mut runs = Vec::with_capacity(SHARDS);
         for shard in self.index.idem_shards() {
@@ -136,17 +155,17 @@ impl Store {
                     Some((key, p, at.seq))
                 })
                 .collect();
-            body.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-            let start = PREAMBLE + body.len();
+            file.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+            let start = file.len();
             for (key, p, seq) in entries {
-                put_entry(&mut body, &key, p, seq);
+                put_entry(&mut file, &key, p, seq);
             }
-            runs.push((start, PREAMBLE + body.len() - start));
+            runs.push((start, file.len() - start));
         }
-        let mut file = MAGIC.to_vec();
-        file.extend_from_slice(&VERSION.to_le_bytes());
-        file.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        file.extend_from_slice(&body);
+        let crc = crc32fast::hash(file.get(PREAMBLE..).unwrap_or_default());
+        if let Some(at) = file.get_mut(PREAMBLE - 4..PREAMBLE) {
+            at.copy_from_slice(&crc.to_le_bytes());
+        }
         let (fs, dir) = (self.writer.fs(), self.writer.dir());
         let tmp = dir.join("CHECKPOINT.tmp");
         fs.write_file(&tmp, &file)
@@ -157,19 +176,33 @@ impl Store {
         let map = fs.map(&tmp).ok().map(Arc::new);
         fs.rename(&tmp, &dir.join(CHECKPOINT))
             .map_err(|e| Error::io("switch to the new checkpoint", &tmp, e))?;
-        // The next is due after at least twice this one's size of log, so
-        // checkpoints never write more than half as much as the log does.
+        // The next is due after at least this one's size of log, so
+        // checkpoints never write more than the log does.
         self.checkpoint_size
             .store(file.len() as u64, std::sync::atomic::Ordering::Release);
         if let Some(map) = map.filter(|m| m.bytes().len() == file.len()) {
-            // The index now reads the messageIds the file holds from it,
-            // and the one it read before (unlinked by the rename) is let go.
+            // The index now reads from the new file what it read from the
+            // one before (unlinked by the rename), which is then let go:
+            // the messageIds, and the records of the contexts that have not
+            // changed since that one was loaded.
             let numbers: Numbers = numbers.into();
             self.index.idem_rebase(
                 runs.into_iter()
                     .map(|(start, len)| IdemRun::new(map.clone(), start, len, numbers.clone()))
                     .collect(),
             );
+            for ((_, slot), (start, len)) in slots.iter().zip(spans) {
+                let at = usize::try_from(start)
+                    .ok()
+                    .and_then(|s| s.checked_add(recs_at));
+                let len = usize::try_from(len).ok();
+                if let Some(recs) = at
+                    .zip(len)
+                    .and_then(|(at, len)| MappedRecs::new(map.clone(), at, len))
+                {
+                    slot.state.write().remap_records(recs);
+                }
+            }
         }
         self.writer.sync_dir()
     }
@@ -206,6 +239,12 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     let mut rest = body;
     let (header, used): (Header, usize) = bincode::serde::decode_from_slice(rest, config()).ok()?;
     take(&mut rest, used)?;
+    // Every context's records, left where they lie: each context reads its
+    // own span of them in place until it next changes.
+    let recs_len = usize::try_from(u64::from_le_bytes(*rest.first_chunk::<8>()?)).ok()?;
+    take(&mut rest, 8)?;
+    let recs_at = bytes.len() - rest.len();
+    take(&mut rest, recs_len)?;
     let count = u64::from_le_bytes(*rest.first_chunk::<8>()?);
     take(&mut rest, 8)?;
     let mut numbers = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
@@ -213,7 +252,13 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         let (entry, used): (Entry, usize) =
             bincode::serde::decode_from_slice(rest, config()).ok()?;
         take(&mut rest, used)?;
-        let (version, digest, mut state) = entry;
+        let (version, digest, mut state, (start, len)) = entry;
+        let start = usize::try_from(start).ok()?;
+        let len = usize::try_from(len).ok()?;
+        if start.checked_add(len.checked_mul(RECORD_BYTES)?)? > recs_len {
+            return None;
+        }
+        state.map_records(MappedRecs::new(map.clone(), recs_at + start, len)?);
         let key = ContextKey::from_parts(version, digest);
         state.set_prefix(task_prefix(&key));
         state.check_order();

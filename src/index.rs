@@ -368,12 +368,15 @@ impl Index {
         &self,
         context: u32,
         state: &'a ContextState,
-    ) -> impl Iterator<Item = String> + 'a {
+    ) -> Box<dyn Iterator<Item = String> + 'a> {
         let owns = state.task_count() > 0 && self.prefix_owner(&state.prefix()) == Some(context);
-        state
-            .tasks()
-            .filter(move |t| !(owns && t.made_here()))
-            .map(|t| t.id().to_string())
+        if owns {
+            // Only those not made here, which the context lists aside: no
+            // walk over its tasks.
+            Box::new(state.other_task_ids().map(str::to_string))
+        } else {
+            Box::new(state.tasks().map(|t| t.id().to_string()))
+        }
     }
 
     /// Whether the task map has ever held an entry: until it has, every

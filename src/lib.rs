@@ -29,6 +29,7 @@
 
 pub mod a2a;
 pub mod demo;
+pub mod entries;
 pub mod error;
 pub mod fs;
 #[doc(hidden)]

@@ -3,14 +3,11 @@
 //! belongs to), the tasks, and the rarer things set aside in a box of their
 //! own (seq gaps, artifacts, task ids the store did not make).
 
-use std::ops::Range;
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
 use crate::a2a::TaskState;
+use crate::entries::{Entries, Fixed, Span};
 use crate::error::Result;
-use crate::fs::Mapped;
 use crate::log::frame::u32_at;
 use crate::log::segments::{PackedLoc, RecordLoc};
 use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry, TASK_BYTES};
@@ -157,31 +154,18 @@ pub struct ContextState {
     /// Every record of the context, in its order. The checkpoint keeps them
     /// in a section of their own (see `store::checkpoint`).
     #[serde(skip)]
-    recs: Recs,
+    recs: Entries<Rec>,
     /// How many of them carry a message: the history's length.
     history: u64,
-    /// The context's tasks, in the order they were opened.
-    #[serde(with = "fixed_bytes")]
-    tasks: Vec<TaskEntry>,
+    /// The context's tasks, in the order they were opened. The checkpoint
+    /// keeps them in a section of their own too.
+    #[serde(skip)]
+    tasks: Entries<TaskEntry>,
     /// Seq gaps, artifacts, other task ids, the task order.
     #[allow(clippy::box_collection)]
     extra: Option<Box<Extra>>,
     /// Set once the context is deleted or expired: it keeps only its name.
     pub gone: Option<Gone>,
-}
-
-/// An entry the checkpoint keeps in a byte string of fixed-size entries
-/// (see [`fixed_bytes`]).
-trait Fixed: Sized {
-    /// Bytes per entry.
-    const SIZE: usize;
-    /// A placeholder, standing for an entry that does not decode until the
-    /// whole vector is refused.
-    const PLACEHOLDER: Self;
-    /// Appends the entry's bytes.
-    fn put(&self, out: &mut Vec<u8>);
-    /// The entry of `SIZE` bytes; `None` if they are not one.
-    fn get(bytes: &[u8]) -> Option<Self>;
 }
 
 /// A record: segment, offset, length with flags, task (u32 each).
@@ -222,149 +206,8 @@ impl Rec {
     }
 }
 
-/// A context's records: on the heap, or, from a checkpoint load until the
-/// context next changes, read where the mapped checkpoint holds them (an
-/// open then neither copies them nor allocates for them).
-#[derive(Debug)]
-enum Recs {
-    Owned(Vec<Rec>),
-    Mapped(MappedRecs),
-}
-
-impl Default for Recs {
-    fn default() -> Self {
-        Recs::Owned(Vec::new())
-    }
-}
-
 /// The bytes of one record in the checkpoint.
 pub const RECORD_BYTES: usize = Rec::SIZE;
-
-/// `len` records of [`RECORD_BYTES`] bytes at `start` in a mapped checkpoint.
-#[derive(Clone)]
-pub struct MappedRecs {
-    map: Arc<Mapped>,
-    start: usize,
-    len: usize,
-}
-
-impl std::fmt::Debug for MappedRecs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MappedRecs({} at {})", self.len, self.start)
-    }
-}
-
-impl MappedRecs {
-    /// The `len` records at `start` in `map`; `None` unless they lie
-    /// wholly inside it.
-    pub fn new(map: Arc<Mapped>, start: usize, len: usize) -> Option<Self> {
-        let end = len.checked_mul(Rec::SIZE)?.checked_add(start)?;
-        (end <= map.bytes().len()).then_some(Self { map, start, len })
-    }
-
-    fn entries(&self) -> &[[u8; 16]] {
-        let bytes = self.map.bytes().get(self.start..).unwrap_or_default();
-        bytes
-            .get(..self.len * Rec::SIZE)
-            .unwrap_or_default()
-            .as_chunks()
-            .0
-    }
-}
-
-/// The records of a range, oldest first (and back).
-enum RecIter<'a> {
-    Owned(std::slice::Iter<'a, Rec>),
-    Mapped(std::slice::Iter<'a, [u8; 16]>),
-}
-
-impl Iterator for RecIter<'_> {
-    type Item = Rec;
-
-    fn next(&mut self) -> Option<Rec> {
-        match self {
-            RecIter::Owned(it) => it.next().copied(),
-            RecIter::Mapped(it) => it.next().map(|b| Rec::from_bytes(b)),
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            RecIter::Owned(it) => it.size_hint(),
-            RecIter::Mapped(it) => it.size_hint(),
-        }
-    }
-}
-
-impl DoubleEndedIterator for RecIter<'_> {
-    fn next_back(&mut self) -> Option<Rec> {
-        match self {
-            RecIter::Owned(it) => it.next_back().copied(),
-            RecIter::Mapped(it) => it.next_back().map(|b| Rec::from_bytes(b)),
-        }
-    }
-}
-
-impl ExactSizeIterator for RecIter<'_> {}
-
-impl Recs {
-    fn len(&self) -> usize {
-        match self {
-            Recs::Owned(v) => v.len(),
-            Recs::Mapped(m) => m.len,
-        }
-    }
-
-    fn get(&self, pos: usize) -> Option<Rec> {
-        match self {
-            Recs::Owned(v) => v.get(pos).copied(),
-            Recs::Mapped(m) => m.entries().get(pos).map(|b| Rec::from_bytes(b)),
-        }
-    }
-
-    /// The records at the positions of `range` that exist.
-    fn range(&self, range: Range<usize>) -> RecIter<'_> {
-        fn clamp<T>(all: &[T], r: Range<usize>) -> &[T] {
-            let end = r.end.min(all.len());
-            all.get(r.start.min(end)..end).unwrap_or_default()
-        }
-        match self {
-            Recs::Owned(v) => RecIter::Owned(clamp(v, range).iter()),
-            Recs::Mapped(m) => RecIter::Mapped(clamp(m.entries(), range).iter()),
-        }
-    }
-
-    fn iter(&self) -> RecIter<'_> {
-        self.range(0..self.len())
-    }
-
-    /// The records on the heap, copied there first if they were mapped
-    /// (with room for a quarter more, as [`push`] would leave).
-    fn owned(&mut self) -> &mut Vec<Rec> {
-        if let Recs::Mapped(m) = self {
-            let mut v = Vec::with_capacity(m.len + (m.len / 4).max(2));
-            v.extend(m.entries().iter().map(|b| Rec::from_bytes(b)));
-            *self = Recs::Owned(v);
-        }
-        match self {
-            Recs::Owned(v) => v,
-            // Made owned just above; this arm is never taken.
-            Recs::Mapped(_) => {
-                *self = Recs::default();
-                self.owned()
-            }
-        }
-    }
-
-    /// Their bytes in memory: the vector's capacity, or the mapped bytes
-    /// (in memory while the map's pages are).
-    fn bytes(&self) -> usize {
-        match self {
-            Recs::Owned(v) => v.capacity() * std::mem::size_of::<Rec>(),
-            Recs::Mapped(m) => m.len * Rec::SIZE,
-        }
-    }
-}
 
 /// A task's position (in the task order).
 impl Fixed for u32 {
@@ -523,7 +366,7 @@ impl ContextState {
                     .map(|a| a.id.capacity() + a.chunks.capacity() * 4)
                     .sum::<usize>()
         });
-        meta + self.recs.bytes() + self.tasks.capacity() * size_of::<TaskEntry>() + extra
+        meta + self.recs.bytes() + self.tasks.bytes() + extra
     }
 
     /// How many records the context holds.
@@ -531,27 +374,26 @@ impl ContextState {
         self.recs.len()
     }
 
-    /// Appends the records' bytes, [`RECORD_BYTES`] each (as a checkpoint
-    /// holds them).
-    pub fn put_records(&self, out: &mut Vec<u8>) {
-        match &self.recs {
-            Recs::Owned(v) => v.iter().for_each(|r| r.put(out)),
-            Recs::Mapped(m) => out.extend_from_slice(m.entries().as_flattened()),
-        }
+    /// Appends the records' bytes, [`RECORD_BYTES`] each, and the tasks',
+    /// `TASK_BYTES` each (as a checkpoint holds them).
+    pub fn put_entries(&self, recs: &mut Vec<u8>, tasks: &mut Vec<u8>) {
+        self.recs.put(recs);
+        self.tasks.put(tasks);
     }
 
-    /// Reads the records from `recs` (as a checkpoint load finds them).
-    pub fn map_records(&mut self, recs: MappedRecs) {
-        self.recs = Recs::Mapped(recs);
+    /// Reads the records and tasks from `recs` and `tasks` (as a checkpoint
+    /// load finds them).
+    pub fn map_entries(&mut self, recs: Span, tasks: Span) {
+        self.recs = Entries::Mapped(recs);
+        self.tasks = Entries::Mapped(tasks);
     }
 
-    /// After a checkpoint is written: records still read in place (not
-    /// changed since the checkpoint they come from was loaded) are read
-    /// from `recs`, the same records in the new one, instead.
-    pub fn remap_records(&mut self, recs: MappedRecs) {
-        if matches!(&self.recs, Recs::Mapped(m) if m.len == recs.len) {
-            self.recs = Recs::Mapped(recs);
-        }
+    /// After a checkpoint is written: records or tasks still read in place
+    /// (not changed since the checkpoint they come from was loaded) are read
+    /// from `recs` or `tasks`, the same entries in the new one, instead.
+    pub fn remap_entries(&mut self, recs: Span, tasks: Span) {
+        self.recs.remap(recs);
+        self.tasks.remap(tasks);
     }
 
     /// Whether the context can be used now, under `retention`.
@@ -676,7 +518,7 @@ impl ContextState {
                 task: task.unwrap_or(NO_TASK),
             },
         );
-        if let Some(entry) = task.and_then(|t| self.tasks.get_mut(t as usize)) {
+        if let Some(entry) = task.and_then(|t| self.tasks.owned().get_mut(t as usize)) {
             entry.last = pos32(pos);
             // Saturates rather than wraps: a context holds at most 2³²
             // records.
@@ -691,7 +533,7 @@ impl ContextState {
         let key = IdKey::of(id);
         let task = pos32(self.tasks.len());
         let tail = self.tail_of(key);
-        push(&mut self.tasks, TaskEntry::opened(tail, timestamp_ms));
+        push(self.tasks.owned(), TaskEntry::opened(tail, timestamp_ms));
         if tail.is_none() {
             push(&mut self.extra_mut().other_ids, (task, id.into()));
         }
@@ -708,7 +550,7 @@ impl ContextState {
 
     /// Records a status of task `task` (the record is already pushed).
     pub fn set_status(&mut self, task: u32, state: TaskState, at_ms: u64) {
-        if let Some(entry) = self.tasks.get_mut(task as usize) {
+        if let Some(entry) = self.tasks.owned().get_mut(task as usize) {
             entry.set_status(state, at_ms);
         }
     }
@@ -760,8 +602,8 @@ impl ContextState {
     /// Forgets every record and task: the context is gone, and keeps only
     /// its name.
     pub fn clear(&mut self) {
-        self.recs = Recs::default();
-        self.tasks = Vec::new();
+        self.recs = Entries::default();
+        self.tasks = Entries::default();
         self.extra = None;
         self.history = 0;
     }
@@ -814,19 +656,9 @@ impl ContextState {
     /// if the store made it here: two such ids share their first half, so
     /// their random halves decide without building either id.
     fn cmp_id(&self, t: usize, key: IdKey<'_>, tail: Option<[u8; 8]>) -> std::cmp::Ordering {
-        match (self.tasks.get(t).and_then(TaskEntry::tail), tail) {
+        match (self.tasks.get(t).and_then(|e| e.tail()), tail) {
             (Some(mine), Some(theirs)) => mine.cmp(&theirs),
             _ => self.id_key(t).cmp(&key),
-        }
-    }
-
-    /// Whether task `a`'s id sorts before task `b`'s. Two store-made ids of
-    /// one context share their prefix, so their random halves decide.
-    fn id_less(&self, a: usize, b: usize) -> bool {
-        let tail = |t: usize| self.tasks.get(t).and_then(TaskEntry::tail);
-        match (tail(a), tail(b)) {
-            (Some(x), Some(y)) => x < y,
-            _ => self.id_key(a) < self.id_key(b),
         }
     }
 
@@ -839,17 +671,31 @@ impl ContextState {
             order.is_empty()
         } else {
             // Of length n, every position below n, strictly ascending by
-            // id (so no position twice): a permutation in id order.
+            // id (so no position twice): a permutation in id order. Two
+            // store-made ids of one context share their prefix, so their
+            // random halves, read in one pass over the tasks, decide.
+            let tails: Vec<_> = self.tasks.iter().map(|t| t.tail()).collect();
+            let less = |a: usize, b: usize| match (tails.get(a), tails.get(b)) {
+                (Some(Some(x)), Some(Some(y))) => x < y,
+                _ => self.id_key(a) < self.id_key(b),
+            };
             order.len() == n
                 && order.iter().all(|&t| (t as usize) < n)
                 && order.windows(2).all(|w| match *w {
-                    [a, b] => self.id_less(a as usize, b as usize),
+                    [a, b] => less(a as usize, b as usize),
                     _ => true,
                 })
         };
         if !sound {
             self.rebuild_order();
         }
+    }
+
+    /// The ids of the tasks whose ids the store did not make in this
+    /// context (every other task's id begins with its prefix).
+    pub fn other_task_ids(&self) -> impl Iterator<Item = &str> {
+        let others = self.extra.as_deref().map_or(&[][..], |x| &x.other_ids);
+        others.iter().map(|(_, id)| &**id)
     }
 
     /// Rebuilds the task order (once the context passes [`SCAN_TASKS`]
@@ -909,7 +755,7 @@ impl ContextState {
 pub struct TaskView<'a> {
     context: &'a ContextState,
     task: u32,
-    entry: &'a TaskEntry,
+    entry: TaskEntry,
 }
 
 impl<'a> TaskView<'a> {
@@ -1086,48 +932,74 @@ mod tests {
         assert_eq!(s.message_at(7), Some(at(0)));
     }
 
-    /// `s`'s records, as a checkpoint load maps them (after 3 other bytes).
-    fn mapped(s: &ContextState) -> MappedRecs {
+    /// `s`'s records and tasks, as a checkpoint load maps them (after 3
+    /// other bytes).
+    fn mapped(s: &ContextState) -> (Span, Span) {
         use crate::fs::{Fs, MemFs};
-        let mut bytes = b"pre".to_vec();
-        s.put_records(&mut bytes);
+        use crate::tasks::TASK_BYTES;
+        let (mut bytes, mut tasks) = (b"pre".to_vec(), Vec::new());
+        s.put_entries(&mut bytes, &mut tasks);
+        let tasks_at = bytes.len();
+        bytes.extend(tasks);
         let fs = MemFs::new();
         let dir = std::path::Path::new("/d");
         fs.create_dir_all(dir).unwrap();
         fs.write_file(&dir.join("c"), &bytes).unwrap();
-        let map = Arc::new(fs.map(&dir.join("c")).unwrap());
-        assert!(MappedRecs::new(map.clone(), 3, s.record_count() + 1).is_none());
-        MappedRecs::new(map, 3, s.record_count()).unwrap()
+        let map = std::sync::Arc::new(fs.map(&dir.join("c")).unwrap());
+        let n = s.task_count();
+        assert!(Span::new(map.clone(), tasks_at, n + 1, TASK_BYTES).is_none());
+        (
+            Span::new(map.clone(), 3, s.record_count(), RECORD_BYTES).unwrap(),
+            Span::new(map, tasks_at, n, TASK_BYTES).unwrap(),
+        )
+    }
+
+    fn is_mapped(s: &ContextState) -> (bool, bool) {
+        (
+            matches!(s.recs, Entries::Mapped(_)),
+            matches!(s.tasks, Entries::Mapped(_)),
+        )
     }
 
     #[test]
-    fn mapped_records_read_as_owned_ones_until_a_change_copies_them() {
+    fn mapped_entries_read_as_owned_ones_until_a_change_copies_them() {
         let mut s = ContextState::with_prefix(*b"prefix!!");
-        for i in 0..6u32 {
+        for i in 0..20u32 {
             s.open_task(
                 &s.task_id_with([i as u8; 8]),
                 u64::from(2 * i),
                 0,
                 at(2 * i),
             );
+            let with_message = i % 2 == 0;
             s.push_record(
                 u64::from(2 * i + 1),
                 at(2 * i + 1),
-                Kind::Status {
-                    with_message: i % 2 == 0,
-                },
+                Kind::Status { with_message },
                 Some(i),
             );
+            s.set_status(i, TaskState::Working, u64::from(i));
         }
-        let mut back = ContextState::with_prefix(*b"prefix!!");
-        back.tasks = s.tasks.clone();
-        back.history = s.history;
-        back.map_records(mapped(&s));
+        let load = |s: &ContextState| {
+            let mut back = ContextState::with_prefix(*b"prefix!!");
+            back.history = s.history;
+            back.extra = Some(Box::new(Extra {
+                order: s.extra.as_ref().unwrap().order.clone(),
+                ..Extra::default()
+            }));
+            let (recs, tasks) = mapped(s);
+            back.map_entries(recs, tasks);
+            back
+        };
         let read = |c: &ContextState| {
-            let tasks: Vec<_> = (0..6)
-                .map(|t| {
-                    let view = c.task_at(t).unwrap();
+            let tasks: Vec<_> = c
+                .tasks()
+                .map(|view| {
+                    let id = view.id().to_string();
                     (
+                        c.task_pos(&id),
+                        view.state(),
+                        view.status_ms(),
                         view.events(),
                         view.status_loc(),
                         view.history_newest().collect::<Vec<_>>(),
@@ -1142,29 +1014,38 @@ mod tests {
                 tasks,
             )
         };
+        let mut back = load(&s);
+        assert_eq!(is_mapped(&back), (true, true));
         assert_eq!(read(&back), read(&s));
-        // A new record copies them to the heap, and reads go on the same.
-        assert!(matches!(back.recs, Recs::Mapped(_)));
+        // A status copies the tasks to the heap, a record the records; reads
+        // go on the same.
         for c in [&mut s, &mut back] {
-            c.push_record(12, at(12), Kind::Message, Some(5));
+            c.set_status(3, TaskState::Completed, 99);
         }
-        assert!(matches!(back.recs, Recs::Owned(_)));
+        assert_eq!(is_mapped(&back), (true, false));
+        assert_eq!(read(&back), read(&s));
+        for c in [&mut s, &mut back] {
+            c.push_record(40, at(40), Kind::Message, None);
+        }
+        assert_eq!(is_mapped(&back), (false, false));
         assert_eq!(read(&back), read(&s));
         // So does a move of every record (a compaction's remap).
-        back.map_records(mapped(&s));
+        let mut back = load(&s);
         for c in [&mut s, &mut back] {
             c.remap(&|loc: &mut RecordLoc| loc.offset += 1000);
         }
-        assert!(matches!(back.recs, Recs::Owned(_)));
+        assert_eq!(is_mapped(&back), (false, true));
         assert_eq!(read(&back), read(&s));
-        // A written checkpoint takes over mapped records of the same count
-        // only.
-        back.map_records(mapped(&s));
-        back.remap_records(mapped(&s));
-        assert!(matches!(back.recs, Recs::Mapped(_)));
+        // A written checkpoint takes over mapped entries of the same count
+        // only: never a vector's.
+        let (recs, tasks) = mapped(&s);
+        back.remap_entries(recs, tasks);
+        assert_eq!(is_mapped(&back), (false, true));
         let mut owned = ContextState::default();
-        owned.remap_records(mapped(&s));
-        assert!(matches!(owned.recs, Recs::Owned(ref v) if v.is_empty()));
+        let (recs, tasks) = mapped(&s);
+        owned.remap_entries(recs, tasks);
+        assert_eq!(is_mapped(&owned), (false, false));
+        assert_eq!(owned.record_count(), 0);
     }
 
     #[test]
@@ -1199,11 +1080,11 @@ mod tests {
         let (mut back, _): (ContextState, usize) =
             bincode::serde::decode_from_slice(&bytes, config).unwrap();
         back.set_prefix(s.prefix());
-        back.map_records(mapped(&s));
+        let (recs, tasks) = mapped(&s);
+        back.map_entries(recs, tasks);
         let order = back.extra.as_ref().unwrap().order.clone();
-        // Loaded vectors hold no spare capacity, and the records none at all.
-        assert_eq!(back.tasks.capacity(), back.tasks.len());
-        assert!(matches!(back.recs, Recs::Mapped(_)));
+        // Loaded vectors hold no spare capacity; records and tasks none at all.
+        assert_eq!(is_mapped(&back), (true, true));
         assert_eq!(back.extra.as_ref().unwrap().order.capacity(), order.len());
         back.check_order();
         assert_eq!(back.extra.as_ref().unwrap().order, order, "kept as loaded");
@@ -1217,7 +1098,7 @@ mod tests {
             assert_eq!(back.extra.as_ref().unwrap().order, order, "rebuilt");
         }
         assert!(back.recs.iter().eq(s.recs.iter()));
-        assert_eq!(back.tasks, s.tasks);
+        assert!(back.tasks.iter().eq(s.tasks.iter()));
         assert!(ids
             .iter()
             .enumerate()

@@ -129,7 +129,7 @@ pub const TASK_BYTES: usize = 26;
 /// What the index keeps of one task: 28 bytes. Its events are the records
 /// of its context that name it: the last `events` of them up to `last`;
 /// its history is those of them that carry a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskEntry {
     /// The random half of an id the store made in this context (whose first
     /// half is the context's task prefix); zeros for any other id, whose
@@ -385,10 +385,7 @@ mod tests {
         (entry.events, entry.last) = (3, u32::MAX);
         for state in TaskState::ALL {
             entry.state = state;
-            assert_eq!(
-                TaskEntry::from_bytes(&entry.to_bytes()),
-                Some(entry.clone())
-            );
+            assert_eq!(TaskEntry::from_bytes(&entry.to_bytes()), Some(entry));
         }
         let mut bad = entry.to_bytes();
         bad[TASK_BYTES - 2] = 9;

@@ -5,14 +5,16 @@
 //! open fail or serve wrong data.
 //!
 //! ```text
-//! magic "CTXLCKP\0" | version:u32 = 7 | crc32 of the rest:u32 | bincode(Header)
+//! magic "CTXLCKP\0" | version:u32 = 8 | crc32 of the rest:u32 | bincode(Header)
 //! | len:u64 | every context's records (len bytes, 16 per record)
+//! | len:u64 | every context's tasks (len bytes, 26 per task)
 //! | count:u64 | count × bincode(Entry) | 64 × (n:u64 | n × idem entry (24 bytes))
 //! ```
 //!
 //! The store keeps the checkpoint it loaded or last wrote mapped: the index
-//! reads the messageId entries, and the records of every context that has
-//! not changed since, where they lie (see `idem_run` and `state::Recs`).
+//! reads the messageId entries, and the records and tasks of every context
+//! that has not changed since, where they lie (see `idem_run` and
+//! `entries`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,18 +22,21 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::Store;
+use crate::entries::{all_decode, Span};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
+use crate::fs::Mapped;
 use crate::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::{task_prefix, ContextState, Index, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::ContextKey;
-use crate::state::{MappedRecs, RECORD_BYTES};
+use crate::state::RECORD_BYTES;
+use crate::tasks::{TaskEntry, TASK_BYTES};
 
 /// The checkpoint's file name.
 pub const CHECKPOINT: &str = "CHECKPOINT";
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 7;
+const VERSION: u32 = 8;
 /// The bytes before the body: magic, version, checksum.
 const PREAMBLE: usize = 16;
 
@@ -42,10 +47,10 @@ struct Header {
 }
 
 /// One context: its key (version, digest), its index entry, and where its
-/// records are in the records section (byte offset, count). The messageId
+/// records and its tasks are in their sections (byte offset, count). The messageId
 /// entries that follow are `idem_run`'s, shard by shard of the index's
 /// messageId map.
-type Entry = (u8, [u8; 32], ContextState, (u64, u64));
+type Entry = (u8, [u8; 32], ContextState, ((u64, u64), (u64, u64)));
 
 fn config() -> impl bincode::config::Config {
     bincode::config::standard()
@@ -119,14 +124,17 @@ impl Store {
                 .max()
                 .unwrap_or(0)
         ];
-        // The records of every context, and the entries that say where in
-        // them each context's are.
-        let (mut recs, mut entries) = (Vec::new(), Vec::new());
+        // The records and tasks of every context, and the entries that say
+        // where in them each context's are.
+        let (mut recs, mut tasks, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         let mut spans = Vec::with_capacity(slots.len());
         for (i, (key, slot)) in slots.iter().enumerate() {
             let state = slot.state.read();
-            let span = (recs.len() as u64, state.record_count() as u64);
-            state.put_records(&mut recs);
+            let span = (
+                (recs.len() as u64, state.record_count() as u64),
+                (tasks.len() as u64, state.task_count() as u64),
+            );
+            state.put_entries(&mut recs, &mut tasks);
             encode(&(key.version(), *key.digest(), &*state, span), &mut entries)?;
             spans.push(span);
             if let Some(p) = place.get_mut(slot.number as usize) {
@@ -138,10 +146,8 @@ impl Store {
         file.extend_from_slice(&VERSION.to_le_bytes());
         file.extend_from_slice(&[0; 4]);
         encode(&header, &mut file)?;
-        file.extend_from_slice(&(recs.len() as u64).to_le_bytes());
-        let recs_at = file.len();
-        file.extend_from_slice(&recs);
-        drop(recs);
+        let recs_at = put_section(&mut file, recs);
+        let tasks_at = put_section(&mut file, tasks);
         file.extend_from_slice(&(slots.len() as u64).to_le_bytes());
         file.extend_from_slice(&entries);
         drop(entries);
@@ -191,21 +197,75 @@ impl Store {
                     .map(|(start, len)| IdemRun::new(map.clone(), start, len, numbers.clone()))
                     .collect(),
             );
-            for ((_, slot), (start, len)) in slots.iter().zip(spans) {
-                let at = usize::try_from(start)
-                    .ok()
-                    .and_then(|s| s.checked_add(recs_at));
-                let len = usize::try_from(len).ok();
-                if let Some(recs) = at
-                    .zip(len)
-                    .and_then(|(at, len)| MappedRecs::new(map.clone(), at, len))
-                {
-                    slot.state.write().remap_records(recs);
+            for ((_, slot), (rec_span, task_span)) in slots.iter().zip(spans) {
+                let recs = span_in(&map, recs_at, rec_span, RECORD_BYTES);
+                let tasks = span_in(&map, tasks_at, task_span, TASK_BYTES);
+                if let Some((recs, tasks)) = recs.zip(tasks) {
+                    slot.state.write().remap_entries(recs, tasks);
                 }
             }
         }
         self.writer.sync_dir()
     }
+}
+
+/// Reads a checkpoint's body front to back, checksumming each part as it
+/// is taken (so each is read once, while it is in the cache).
+struct Reader<'a> {
+    rest: &'a [u8],
+    /// The whole file's length: where the rest starts is its offset.
+    file_len: usize,
+    sum: crc32fast::Hasher,
+}
+
+impl<'a> Reader<'a> {
+    /// Takes `n` bytes.
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (part, rest) = self.rest.split_at_checked(n)?;
+        self.sum.update(part);
+        self.rest = rest;
+        Some(part)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(*self.take(8)?.first_chunk()?))
+    }
+
+    /// Where the rest starts in the file.
+    fn offset(&self) -> usize {
+        self.file_len - self.rest.len()
+    }
+
+    /// Decodes one value.
+    fn decode<T: serde::de::DeserializeOwned>(&mut self) -> Option<T> {
+        let (value, used) = bincode::serde::decode_from_slice(self.rest, config()).ok()?;
+        self.take(used)?;
+        Some(value)
+    }
+
+    /// Takes a section (a u64 length, then that many bytes): where it
+    /// starts in the file, and its bytes.
+    fn section(&mut self) -> Option<(usize, &'a [u8])> {
+        let len = usize::try_from(self.u64()?).ok()?;
+        let at = self.offset();
+        Some((at, self.take(len)?))
+    }
+}
+
+/// The `count` entries of `size` bytes at byte `offset` of the section of
+/// `len` bytes at `at` in `map`; `None` unless they lie inside it.
+fn span_in(
+    map: &Arc<Mapped>,
+    (at, len): (usize, usize),
+    (offset, count): (u64, u64),
+    size: usize,
+) -> Option<Span> {
+    let offset = usize::try_from(offset).ok()?;
+    let count = usize::try_from(count).ok()?;
+    if offset.checked_add(count.checked_mul(size)?)? > len {
+        return None;
+    }
+    Span::new(map.clone(), at.checked_add(offset)?, count, size)
 }
 
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one.
@@ -229,36 +289,28 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     // is compared at the end; until then nothing decoded is trusted beyond
     // the decoder's own bounds. A failure anywhere leaves a half-filled
     // index, which the open drops for a fresh one and a full scan.
-    let mut sum = crc32fast::Hasher::new();
-    let mut take = |rest: &mut &[u8], n: usize| -> Option<()> {
-        let (part, tail) = rest.split_at_checked(n)?;
-        sum.update(part);
-        *rest = tail;
-        Some(())
+    let mut r = Reader {
+        rest: body,
+        file_len: bytes.len(),
+        sum: crc32fast::Hasher::new(),
     };
-    let mut rest = body;
-    let (header, used): (Header, usize) = bincode::serde::decode_from_slice(rest, config()).ok()?;
-    take(&mut rest, used)?;
-    // Every context's records, left where they lie: each context reads its
-    // own span of them in place until it next changes.
-    let recs_len = usize::try_from(u64::from_le_bytes(*rest.first_chunk::<8>()?)).ok()?;
-    take(&mut rest, 8)?;
-    let recs_at = bytes.len() - rest.len();
-    take(&mut rest, recs_len)?;
-    let count = u64::from_le_bytes(*rest.first_chunk::<8>()?);
-    take(&mut rest, 8)?;
+    let header: Header = r.decode()?;
+    // Every context's records and tasks, left where they lie: each context
+    // reads its own spans of them in place until it next changes. Every
+    // task must decode (records always do).
+    let (recs_at, recs) = r.section()?;
+    let (tasks_at, tasks) = r.section()?;
+    if !all_decode::<TaskEntry>(tasks) {
+        return None;
+    }
+    let count = r.u64()?;
     let mut numbers = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
     for _ in 0..count {
-        let (entry, used): (Entry, usize) =
-            bincode::serde::decode_from_slice(rest, config()).ok()?;
-        take(&mut rest, used)?;
-        let (version, digest, mut state, (start, len)) = entry;
-        let start = usize::try_from(start).ok()?;
-        let len = usize::try_from(len).ok()?;
-        if start.checked_add(len.checked_mul(RECORD_BYTES)?)? > recs_len {
-            return None;
-        }
-        state.map_records(MappedRecs::new(map.clone(), recs_at + start, len)?);
+        let (version, digest, mut state, (rec_span, task_span)): Entry = r.decode()?;
+        state.map_entries(
+            span_in(&map, (recs_at, recs.len()), rec_span, RECORD_BYTES)?,
+            span_in(&map, (tasks_at, tasks.len()), task_span, TASK_BYTES)?,
+        );
         let key = ContextKey::from_parts(version, digest);
         state.set_prefix(task_prefix(&key));
         state.check_order();
@@ -278,18 +330,16 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     let numbers: Numbers = numbers.into();
     let mut runs = Vec::with_capacity(SHARDS);
     for shard in 0..SHARDS {
-        let n = usize::try_from(u64::from_le_bytes(*rest.first_chunk::<8>()?)).ok()?;
-        take(&mut rest, 8)?;
-        let run = rest.get(..n.checked_mul(ENTRY_BYTES)?)?;
+        let n = usize::try_from(r.u64()?).ok()?;
+        let start = r.offset();
+        let run = r.take(n.checked_mul(ENTRY_BYTES)?)?;
         let in_shard = |key: &_| Index::idem_shard_of(key) == shard;
         if !check_run(run, numbers.len(), in_shard) {
             return None;
         }
-        let start = bytes.len() - rest.len();
-        take(&mut rest, run.len())?;
         runs.push(IdemRun::new(map.clone(), start, run.len(), numbers.clone()));
     }
-    if !rest.is_empty() || crc != sum.finalize().to_le_bytes() {
+    if !r.rest.is_empty() || crc != r.sum.finalize().to_le_bytes() {
         return None;
     }
     index.idem_rebase(runs);
@@ -302,6 +352,15 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         },
         records: header.records,
     })
+}
+
+/// Appends a section (its length as a u64, then `bytes`): where its bytes
+/// start in the file, and their length.
+fn put_section(file: &mut Vec<u8>, bytes: Vec<u8>) -> (usize, usize) {
+    file.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    let at = file.len();
+    file.extend_from_slice(&bytes);
+    (at, bytes.len())
 }
 
 fn encode_error(e: bincode::error::EncodeError) -> Error {

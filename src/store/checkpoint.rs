@@ -189,8 +189,8 @@ impl Store {
         if let Some(map) = map.filter(|m| m.bytes().len() == file.len()) {
             // The index now reads from the new file what it read from the
             // one before (unlinked by the rename), which is then let go:
-            // the messageIds, and the records of the contexts that have not
-            // changed since that one was loaded.
+            // the messageIds, and the records and tasks that have not changed
+            // since that one was loaded.
             let numbers: Numbers = numbers.into();
             self.index.idem_rebase(
                 runs.into_iter()

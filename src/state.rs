@@ -396,6 +396,15 @@ impl ContextState {
         self.tasks.remap(tasks);
     }
 
+    /// Whether its records and its tasks are read in place.
+    #[cfg(test)]
+    pub fn is_mapped(&self) -> (bool, bool) {
+        (
+            matches!(self.recs, Entries::Mapped(_)),
+            matches!(self.tasks, Entries::Mapped(_)),
+        )
+    }
+
     /// Whether the context can be used now, under `retention`.
     pub fn life(&self, now_ms: u64, retention: Option<std::time::Duration>) -> Life {
         if self.meta.is_none() {
@@ -955,10 +964,7 @@ mod tests {
     }
 
     fn is_mapped(s: &ContextState) -> (bool, bool) {
-        (
-            matches!(s.recs, Entries::Mapped(_)),
-            matches!(s.tasks, Entries::Mapped(_)),
-        )
+        s.is_mapped()
     }
 
     #[test]

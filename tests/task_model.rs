@@ -91,9 +91,13 @@ fn kind<T>(r: &Result<T, Error>) -> &'static str {
 
 fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
     let dir = common::tmp();
+    // Checkpoints every 2 KiB: written while the model runs, each takes over
+    // the messageIds, records and tasks the index still reads from the one
+    // before (and a reopen reads them in place from the last).
     let options = Options::default()
         .durability(Durability::Buffered)
-        .segment_bytes(8192);
+        .segment_bytes(8192)
+        .checkpoint_interval(Some(2048));
     let mut store = Store::open(dir.path(), options.clone()).unwrap();
     let mut model = Model::default();
     for op in ops {

@@ -418,4 +418,64 @@ mod tests {
         }
         assert_eq!(store.index.idem_in_front(), 1);
     }
+
+    /// Every context's history (raw messages) and tasks (as JSON).
+    fn contents(store: &Store) -> Vec<(Vec<Vec<u8>>, String)> {
+        (0..7)
+            .map(|c| {
+                let context = format!("c{c}");
+                let raws = store.last_messages("t", &context, 100).unwrap();
+                let query = crate::ListTasksQuery {
+                    context_id: Some(context),
+                    history_length: Some(100),
+                    ..Default::default()
+                };
+                let tasks = store.list_tasks("t", &query).unwrap().tasks;
+                (
+                    raws.into_iter().map(|m| m.raw).collect(),
+                    serde_json::to_string(&tasks).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn contexts_read_in_place_move_to_each_new_checkpoint_unchanged() {
+        let disk = MemFs::new();
+        let options = Options::default()
+            .durability(Durability::Buffered)
+            .checkpoint_interval(None)
+            .fs(Arc::new(disk));
+        let dir = Path::new("/s");
+        let store = Store::open(dir, options.clone()).unwrap();
+        for id in 0..70 {
+            receive(&store, id);
+        }
+        let want = contents(&store);
+        store.close().unwrap();
+        let store = Store::open(dir, options.clone()).unwrap();
+        let mapped = |store: &Store, c: usize| {
+            let key = ContextKey::derive("t", &format!("c{c}")).unwrap();
+            store.index.get(&key).unwrap().state.read().is_mapped()
+        };
+        assert!((0..7).all(|c| mapped(&store, c) == (true, true)));
+        assert_eq!(contents(&store), want);
+        // One context changes; the next checkpoint moves the six others, still
+        // read in place, onto the new file, where they read the same.
+        let mut want = want;
+        receive(&store, 70);
+        want[0] = contents(&store).swap_remove(0);
+        assert_eq!(mapped(&store, 0), (false, false));
+        store.write_checkpoint().unwrap();
+        assert!((1..7).all(|c| mapped(&store, c) == (true, true)));
+        assert_eq!(contents(&store), want);
+        // And once more, from a file that was itself written while running.
+        receive(&store, 77);
+        want[0] = contents(&store).swap_remove(0);
+        store.write_checkpoint().unwrap();
+        assert_eq!(contents(&store), want);
+        store.close().unwrap();
+        let store = Store::open(dir, options).unwrap();
+        assert_eq!(contents(&store), want);
+    }
 }

@@ -474,6 +474,11 @@ mod tests {
         want[0] = contents(&store).swap_remove(0);
         store.write_checkpoint().unwrap();
         assert_eq!(contents(&store), want);
+        // A compaction moves every record (copying them to the heap) and
+        // ends with a checkpoint that takes over the tasks still in place.
+        store.compact().unwrap();
+        assert!((1..7).all(|c| mapped(&store, c) == (false, true)));
+        assert_eq!(contents(&store), want);
         store.close().unwrap();
         let store = Store::open(dir, options).unwrap();
         assert_eq!(contents(&store), want);

@@ -394,14 +394,18 @@ mod tests {
         store.receive_message("t", msg.as_bytes()).unwrap()
     }
 
-    #[test]
-    fn a_written_checkpoint_takes_the_message_ids_it_holds_off_the_heap() {
-        let disk = MemFs::new();
-        let options = Options::default()
+    /// Options for a store on a fresh in-memory disk that writes
+    /// checkpoints only when told to.
+    fn options() -> Options {
+        Options::default()
             .durability(Durability::Buffered)
             .checkpoint_interval(None)
-            .fs(Arc::new(disk));
-        let store = Store::open(Path::new("/s"), options).unwrap();
+            .fs(Arc::new(MemFs::new()))
+    }
+
+    #[test]
+    fn a_written_checkpoint_takes_the_message_ids_it_holds_off_the_heap() {
+        let store = Store::open(Path::new("/s"), options()).unwrap();
         for id in 0..100 {
             receive(&store, id);
         }
@@ -441,11 +445,7 @@ mod tests {
 
     #[test]
     fn contexts_read_in_place_move_to_each_new_checkpoint_unchanged() {
-        let disk = MemFs::new();
-        let options = Options::default()
-            .durability(Durability::Buffered)
-            .checkpoint_interval(None)
-            .fs(Arc::new(disk));
+        let options = options();
         let dir = Path::new("/s");
         let store = Store::open(dir, options.clone()).unwrap();
         for id in 0..70 {

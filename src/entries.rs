@@ -56,7 +56,8 @@ impl Span {
         self.len == 0
     }
 
-    fn bytes(&self, size: usize) -> &[u8] {
+    /// Its bytes, for entries of `size` bytes.
+    pub fn bytes(&self, size: usize) -> &[u8] {
         let bytes = self.map.bytes().get(self.start..).unwrap_or_default();
         bytes.get(..self.len * size).unwrap_or_default()
     }
@@ -85,7 +86,8 @@ pub enum Iter<'a, T> {
     Mapped(std::slice::ChunksExact<'a, u8>),
 }
 
-fn decode<T: Fixed>(bytes: &[u8]) -> T {
+/// The entry of `bytes`, or the placeholder if they are not one.
+pub fn decode<T: Fixed>(bytes: &[u8]) -> T {
     T::get(bytes).unwrap_or(T::PLACEHOLDER)
 }
 
@@ -213,4 +215,15 @@ impl<T: Fixed> Entries<T> {
 /// Whether every entry of `bytes` decodes as a `T`.
 pub fn all_decode<T: Fixed>(bytes: &[u8]) -> bool {
     bytes.len().is_multiple_of(T::SIZE) && bytes.chunks_exact(T::SIZE).all(|c| T::get(c).is_some())
+}
+
+/// `bytes` as a mapped file (in memory), for tests of what reads one.
+#[cfg(test)]
+pub fn mapped(bytes: &[u8]) -> Arc<Mapped> {
+    use crate::fs::{Fs, MemFs};
+    let fs = MemFs::new();
+    let dir = std::path::Path::new("/d");
+    fs.create_dir_all(dir).unwrap();
+    fs.write_file(&dir.join("f"), bytes).unwrap();
+    Arc::new(fs.map(&dir.join("f")).unwrap())
 }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use crate::fs::Mapped;
+use crate::entries::Span;
 use crate::index::{IdemAt, ShortKey};
 use crate::log::frame::u32_at;
 
@@ -58,37 +58,24 @@ pub type Numbers = Arc<[u32]>;
 /// One shard's run, in place in the mapped checkpoint.
 #[derive(Clone)]
 pub struct IdemRun {
-    map: Arc<Mapped>,
-    /// Where the run starts in the map, and its length in bytes.
-    start: usize,
-    len: usize,
+    span: Span,
     numbers: Numbers,
 }
 
 impl std::fmt::Debug for IdemRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "IdemRun({} entries)", self.len / ENTRY_BYTES)
+        write!(f, "IdemRun({} entries)", self.span.len())
     }
 }
 
 impl IdemRun {
-    /// The run of `len` bytes at `start` in `map`, which [`check_run`] has
-    /// found sound.
-    pub fn new(map: Arc<Mapped>, start: usize, len: usize, numbers: Numbers) -> Self {
-        Self {
-            map,
-            start,
-            len,
-            numbers,
-        }
+    /// The run of entries at `span`, which [`check_run`] has found sound.
+    pub fn new(span: Span, numbers: Numbers) -> Self {
+        Self { span, numbers }
     }
 
     fn entries(&self) -> &[Entry] {
-        let bytes = self.map.bytes();
-        let run = bytes
-            .get(self.start..self.start.saturating_add(self.len))
-            .unwrap_or_default();
-        run.as_chunks().0
+        self.span.bytes(ENTRY_BYTES).as_chunks().0
     }
 
     fn at(&self, entry: &Entry) -> IdemAt {
@@ -123,21 +110,19 @@ impl IdemRun {
 
     /// Its bytes in the map.
     pub fn bytes(&self) -> usize {
-        self.len
+        self.span.len() * ENTRY_BYTES
     }
 
     /// Its number of entries.
     pub fn count(&self) -> usize {
-        self.len / ENTRY_BYTES
+        self.span.len()
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::fs::{Fs, MemFs};
+    use crate::entries::mapped;
 
     /// A key of shard 0 of 64 whose order follows `n`.
     pub fn key(n: u8) -> ShortKey {
@@ -152,12 +137,8 @@ pub(crate) mod tests {
         for &(k, place, seq) in entries {
             put_entry(&mut bytes, &key(k), place, seq);
         }
-        let fs = MemFs::new();
-        fs.create_dir_all(Path::new("/d")).unwrap();
-        let path = Path::new("/d/run");
-        fs.write_file(path, &bytes).unwrap();
-        let map = Arc::new(fs.map(path).unwrap());
-        IdemRun::new(map, 8, bytes.len() - 8, numbers.into())
+        let span = Span::new(mapped(&bytes), 8, entries.len(), ENTRY_BYTES).unwrap();
+        IdemRun::new(span, numbers.into())
     }
 
     fn bytes_of(entries: &[(ShortKey, u32, u32)]) -> Vec<u8> {

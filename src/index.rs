@@ -346,36 +346,30 @@ impl Index {
     /// Enters every task of `state` (`tenant`'s context number `context`)
     /// that its id's prefix does not lead to (after loading the state).
     pub fn enter_tasks(&self, tenant: &str, context: u32, state: &ContextState) {
-        for id in self.mapped_tasks(context, state) {
-            self.enter_task(tenant, context, &id);
-        }
+        self.for_mapped_tasks(context, state, |id| self.enter_task(tenant, context, id));
     }
 
     /// Takes every task of `state` out of the task map (its context is gone).
     pub fn leave_tasks(&self, tenant: &str, context: u32, state: &ContextState) {
-        for id in self.mapped_tasks(context, state) {
-            if !self.routes_to(&id, context) {
-                let short = short_key(&task_key(tenant, &id));
+        self.for_mapped_tasks(context, state, |id| {
+            if !self.routes_to(id, context) {
+                let short = short_key(&task_key(tenant, id));
                 self.task_shard(&short).write().remove(&short);
             }
-        }
+        });
     }
 
-    /// The ids of the tasks of `state` that may have a task-map entry: all
-    /// but those the store made in the context, when the context owns its
-    /// prefix (their ids lead to it without one).
-    fn mapped_tasks<'a>(
-        &self,
-        context: u32,
-        state: &'a ContextState,
-    ) -> Box<dyn Iterator<Item = String> + 'a> {
+    /// Calls `f` with the id of each task of `state` that may have a
+    /// task-map entry: all but those the store made in the context, when
+    /// the context owns its prefix (their ids lead to it without one).
+    fn for_mapped_tasks(&self, context: u32, state: &ContextState, mut f: impl FnMut(&str)) {
         let owns = state.task_count() > 0 && self.prefix_owner(&state.prefix()) == Some(context);
         if owns {
             // Only those not made here, which the context lists aside: no
             // walk over its tasks.
-            Box::new(state.other_task_ids().map(str::to_string))
+            state.other_task_ids().for_each(f);
         } else {
-            Box::new(state.tasks().map(|t| t.id().to_string()))
+            state.tasks().for_each(|t| f(&t.id().to_string()));
         }
     }
 

@@ -187,22 +187,15 @@ impl Fixed for Rec {
     }
 
     fn get(b: &[u8]) -> Option<Self> {
-        Some(Rec::from_bytes(b))
-    }
-}
-
-impl Rec {
-    /// The record of 16 bytes (fewer read as zeros).
-    fn from_bytes(b: &[u8]) -> Rec {
         let loc = PackedLoc {
             segment: u32_at(b, 0),
             offset: u32_at(b, 4),
             len: u32_at(b, 8),
         };
-        Rec {
+        Some(Rec {
             loc,
             task: u32_at(b, 12),
-        }
+        })
     }
 }
 
@@ -247,6 +240,7 @@ mod fixed_bytes {
     use serde::{Deserializer, Serializer};
 
     use super::Fixed;
+    use crate::entries::{all_decode, decode};
 
     pub fn serialize<T: Fixed, S: Serializer>(items: &[T], s: S) -> Result<S::Ok, S::Error> {
         let mut bytes = Vec::with_capacity(items.len() * T::SIZE);
@@ -270,25 +264,12 @@ mod fixed_bytes {
         }
 
         fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
-            if !bytes.len().is_multiple_of(T::SIZE) {
-                return Err(E::custom("not a whole number of entries"));
+            if !all_decode::<T>(bytes) {
+                return Err(E::custom("not a whole number of entries that decode"));
             }
             // An exact-size map collects in one tight loop into a vector of
-            // exactly the right length; a failed entry only raises a flag.
-            let mut failed = false;
-            let items: Vec<T> = bytes
-                .chunks_exact(T::SIZE)
-                .map(|chunk| {
-                    T::get(chunk).unwrap_or_else(|| {
-                        failed = true;
-                        T::PLACEHOLDER
-                    })
-                })
-                .collect();
-            if failed {
-                return Err(E::custom("an entry does not decode"));
-            }
-            Ok(items)
+            // exactly the right length.
+            Ok(bytes.chunks_exact(T::SIZE).map(decode).collect())
         }
 
         fn visit_byte_buf<E: Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
@@ -548,7 +529,7 @@ impl ContextState {
         }
         self.push_record(seq, loc, Kind::Message, Some(task));
         if self.tasks.len() > SCAN_TASKS {
-            if self.extra.as_ref().is_none_or(|x| x.order.is_empty()) {
+            if self.order().is_empty() {
                 self.rebuild_order();
             } else {
                 let at = self.order_search(key).unwrap_or_else(|i| i);
@@ -604,6 +585,14 @@ impl ContextState {
         self.extra.as_deref().map_or(&[], |x| &x.artifacts)
     }
 
+    fn other_ids(&self) -> &[(u32, Box<str>)] {
+        self.extra.as_deref().map_or(&[], |x| &x.other_ids)
+    }
+
+    fn order(&self) -> &[u32] {
+        self.extra.as_deref().map_or(&[], |x| &x.order)
+    }
+
     fn extra_mut(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Box::default)
     }
@@ -636,7 +625,7 @@ impl ContextState {
         match entry.tail() {
             Some(tail) => IdKey::Made(join_id(self.prefix, tail)),
             None => {
-                let others = self.extra.as_deref().map_or(&[][..], |x| &x.other_ids);
+                let others = self.other_ids();
                 let at = others.partition_point(|(t, _)| (*t as usize) < task);
                 IdKey::of(others.get(at).map_or("", |(_, id)| id))
             }
@@ -645,9 +634,9 @@ impl ContextState {
 
     /// Where `key` is, or would go, in the task order.
     fn order_search(&self, key: IdKey<'_>) -> std::result::Result<usize, usize> {
-        let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
         let tail = self.tail_of(key);
-        order.binary_search_by(|&t| self.cmp_id(t as usize, key, tail))
+        self.order()
+            .binary_search_by(|&t| self.cmp_id(t as usize, key, tail))
     }
 
     /// The random half of `key`, if the store made it in this context.
@@ -674,7 +663,7 @@ impl ContextState {
     /// Checks the task order a checkpoint gave, and rebuilds it if it is
     /// not the order of this context's tasks (one pass, against a sort).
     pub fn check_order(&mut self) {
-        let order = self.extra.as_deref().map_or(&[][..], |x| &x.order);
+        let order = self.order();
         let n = self.tasks.len();
         let sound = if n <= SCAN_TASKS {
             order.is_empty()
@@ -703,8 +692,7 @@ impl ContextState {
     /// The ids of the tasks whose ids the store did not make in this
     /// context (every other task's id begins with its prefix).
     pub fn other_task_ids(&self) -> impl Iterator<Item = &str> {
-        let others = self.extra.as_deref().map_or(&[][..], |x| &x.other_ids);
-        others.iter().map(|(_, id)| &**id)
+        self.other_ids().iter().map(|(_, id)| &**id)
     }
 
     /// Rebuilds the task order (once the context passes [`SCAN_TASKS`]
@@ -736,7 +724,7 @@ impl ContextState {
             return (0..self.tasks.len()).find(|&t| is(t)).map(pos32);
         }
         let at = self.order_search(key).ok()?;
-        self.extra.as_deref()?.order.get(at).copied()
+        self.order().get(at).copied()
     }
 
     /// The task of `id`.
@@ -776,12 +764,6 @@ impl<'a> TaskView<'a> {
     /// The current state.
     pub fn state(&self) -> TaskState {
         self.entry.state
-    }
-
-    /// Whether the store made its id in this context (its first half is
-    /// the context's prefix).
-    pub fn made_here(&self) -> bool {
-        self.entry.tail().is_some()
     }
 
     /// When the current status was recorded (ms since the epoch).
@@ -944,27 +926,18 @@ mod tests {
     /// `s`'s records and tasks, as a checkpoint load maps them (after 3
     /// other bytes).
     fn mapped(s: &ContextState) -> (Span, Span) {
-        use crate::fs::{Fs, MemFs};
         use crate::tasks::TASK_BYTES;
         let (mut bytes, mut tasks) = (b"pre".to_vec(), Vec::new());
         s.put_entries(&mut bytes, &mut tasks);
         let tasks_at = bytes.len();
         bytes.extend(tasks);
-        let fs = MemFs::new();
-        let dir = std::path::Path::new("/d");
-        fs.create_dir_all(dir).unwrap();
-        fs.write_file(&dir.join("c"), &bytes).unwrap();
-        let map = std::sync::Arc::new(fs.map(&dir.join("c")).unwrap());
+        let map = crate::entries::mapped(&bytes);
         let n = s.task_count();
         assert!(Span::new(map.clone(), tasks_at, n + 1, TASK_BYTES).is_none());
         (
             Span::new(map.clone(), 3, s.record_count(), RECORD_BYTES).unwrap(),
             Span::new(map, tasks_at, n, TASK_BYTES).unwrap(),
         )
-    }
-
-    fn is_mapped(s: &ContextState) -> (bool, bool) {
-        s.is_mapped()
     }
 
     #[test]
@@ -1021,36 +994,36 @@ mod tests {
             )
         };
         let mut back = load(&s);
-        assert_eq!(is_mapped(&back), (true, true));
+        assert_eq!(back.is_mapped(), (true, true));
         assert_eq!(read(&back), read(&s));
         // A status copies the tasks to the heap, a record the records; reads
         // go on the same.
         for c in [&mut s, &mut back] {
             c.set_status(3, TaskState::Completed, 99);
         }
-        assert_eq!(is_mapped(&back), (true, false));
+        assert_eq!(back.is_mapped(), (true, false));
         assert_eq!(read(&back), read(&s));
         for c in [&mut s, &mut back] {
             c.push_record(40, at(40), Kind::Message, None);
         }
-        assert_eq!(is_mapped(&back), (false, false));
+        assert_eq!(back.is_mapped(), (false, false));
         assert_eq!(read(&back), read(&s));
         // So does a move of every record (a compaction's remap).
         let mut back = load(&s);
         for c in [&mut s, &mut back] {
             c.remap(&|loc: &mut RecordLoc| loc.offset += 1000);
         }
-        assert_eq!(is_mapped(&back), (false, true));
+        assert_eq!(back.is_mapped(), (false, true));
         assert_eq!(read(&back), read(&s));
         // A written checkpoint takes over mapped entries of the same count
         // only: never a vector's.
         let (recs, tasks) = mapped(&s);
         back.remap_entries(recs, tasks);
-        assert_eq!(is_mapped(&back), (false, true));
+        assert_eq!(back.is_mapped(), (false, true));
         let mut owned = ContextState::default();
         let (recs, tasks) = mapped(&s);
         owned.remap_entries(recs, tasks);
-        assert_eq!(is_mapped(&owned), (false, false));
+        assert_eq!(owned.is_mapped(), (false, false));
         assert_eq!(owned.record_count(), 0);
     }
 
@@ -1090,7 +1063,7 @@ mod tests {
         back.map_entries(recs, tasks);
         let order = back.extra.as_ref().unwrap().order.clone();
         // Loaded vectors hold no spare capacity; records and tasks none at all.
-        assert_eq!(is_mapped(&back), (true, true));
+        assert_eq!(back.is_mapped(), (true, true));
         assert_eq!(back.extra.as_ref().unwrap().order.capacity(), order.len());
         back.check_order();
         assert_eq!(back.extra.as_ref().unwrap().order, order, "kept as loaded");

@@ -24,8 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use crate::entries::{all_decode, Span};
 use crate::error::{Error, Result};
-use crate::fs::Fs;
-use crate::fs::Mapped;
+use crate::fs::{Fs, Mapped};
 use crate::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::{task_prefix, ContextState, Index, SHARDS};
 use crate::log::recovery::Resume;
@@ -162,11 +161,10 @@ impl Store {
                 })
                 .collect();
             file.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-            let start = file.len();
+            runs.push((file.len(), entries.len()));
             for (key, p, seq) in entries {
                 put_entry(&mut file, &key, p, seq);
             }
-            runs.push((start, file.len() - start));
         }
         let crc = crc32fast::hash(file.get(PREAMBLE..).unwrap_or_default());
         if let Some(at) = file.get_mut(PREAMBLE - 4..PREAMBLE) {
@@ -192,11 +190,13 @@ impl Store {
             // the messageIds, and the records and tasks that have not changed
             // since that one was loaded.
             let numbers: Numbers = numbers.into();
-            self.index.idem_rebase(
-                runs.into_iter()
-                    .map(|(start, len)| IdemRun::new(map.clone(), start, len, numbers.clone()))
-                    .collect(),
-            );
+            let runs = runs.into_iter().map(|(start, count)| {
+                let span = Span::new(map.clone(), start, count, ENTRY_BYTES)?;
+                Some(IdemRun::new(span, numbers.clone()))
+            });
+            if let Some(runs) = runs.collect() {
+                self.index.idem_rebase(runs);
+            }
             for ((_, slot), (rec_span, task_span)) in slots.iter().zip(spans) {
                 let recs = span_in(&map, recs_at, rec_span, RECORD_BYTES);
                 let tasks = span_in(&map, tasks_at, task_span, TASK_BYTES);
@@ -337,7 +337,8 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         if !check_run(run, numbers.len(), in_shard) {
             return None;
         }
-        runs.push(IdemRun::new(map.clone(), start, run.len(), numbers.clone()));
+        let span = Span::new(map.clone(), start, n, ENTRY_BYTES)?;
+        runs.push(IdemRun::new(span, numbers.clone()));
     }
     if !r.rest.is_empty() || crc != r.sum.finalize().to_le_bytes() {
         return None;

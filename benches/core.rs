@@ -366,6 +366,7 @@ fn memory_report() {
             100,
         ),
         ("exchanges (message + reply per task)", Mix::Exchanges, 10),
+        ("exchanges (message + reply per task)", Mix::Exchanges, 20),
         ("exchanges (message + reply per task)", Mix::Exchanges, 100),
     ];
     for (name, mix, per_context) in mixes {

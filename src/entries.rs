@@ -24,31 +24,69 @@ pub trait Fixed: Sized + Copy {
     fn get(bytes: &[u8]) -> Option<Self>;
 }
 
-/// `len` entries at `start` in a mapped checkpoint.
-#[derive(Clone)]
-pub struct Span {
+/// A section of a mapped checkpoint: `len` bytes at `start`, which the
+/// spans of many contexts share.
+pub struct Section {
     map: Arc<Mapped>,
     start: usize,
     len: usize,
 }
 
+impl Section {
+    /// The `len` bytes at `start` in `map`; `None` unless they lie wholly
+    /// inside it.
+    pub fn new(map: Arc<Mapped>, start: usize, len: usize) -> Option<Arc<Self>> {
+        let end = start.checked_add(len)?;
+        (end <= map.bytes().len()).then(|| Arc::new(Self { map, start, len }))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let bytes = self.map.bytes().get(self.start..).unwrap_or_default();
+        bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// `len` entries from the `first` of a section. Positions are 4 bytes, so
+/// that a span is 16 bytes and [`Entries`] (which keeps its tag in the
+/// vector's spare bits then) 24, in every context, twice.
+#[derive(Clone)]
+pub struct Span {
+    section: Arc<Section>,
+    first: u32,
+    len: u32,
+}
+
 impl std::fmt::Debug for Span {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Span({} at {})", self.len, self.start)
+        write!(f, "Span({} from {})", self.len, self.first)
     }
 }
 
 impl Span {
-    /// The `len` entries of `size` bytes at `start` in `map`; `None` unless
-    /// they lie wholly inside it.
-    pub fn new(map: Arc<Mapped>, start: usize, len: usize, size: usize) -> Option<Self> {
-        let end = len.checked_mul(size)?.checked_add(start)?;
-        (end <= map.bytes().len()).then_some(Self { map, start, len })
+    /// The `len` entries of `size` bytes from the `first` of `section`;
+    /// `None` unless they lie wholly inside it (and their positions fit in
+    /// 4 bytes).
+    pub fn new(section: &Arc<Section>, first: usize, len: usize, size: usize) -> Option<Self> {
+        let end = first.checked_add(len)?.checked_mul(size)?;
+        (end <= section.len).then_some(Self {
+            section: section.clone(),
+            first: u32::try_from(first).ok()?,
+            len: u32::try_from(len).ok()?,
+        })
+    }
+
+    /// The whole of `section`, as entries of `size` bytes; `None` unless it
+    /// holds whole entries.
+    pub fn whole(section: &Arc<Section>, size: usize) -> Option<Self> {
+        if size == 0 || !section.len.is_multiple_of(size) {
+            return None;
+        }
+        Span::new(section, 0, section.len / size, size)
     }
 
     /// How many entries it holds.
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// Whether it holds none.
@@ -58,8 +96,9 @@ impl Span {
 
     /// Its bytes, for entries of `size` bytes.
     pub fn bytes(&self, size: usize) -> &[u8] {
-        let bytes = self.map.bytes().get(self.start..).unwrap_or_default();
-        bytes.get(..self.len * size).unwrap_or_default()
+        let start = self.first as usize * size;
+        let bytes = self.section.bytes().get(start..).unwrap_or_default();
+        bytes.get(..self.len() * size).unwrap_or_default()
     }
 }
 
@@ -125,7 +164,7 @@ impl<T: Fixed> Entries<T> {
     pub fn len(&self) -> usize {
         match self {
             Entries::Owned(v) => v.len(),
-            Entries::Mapped(m) => m.len,
+            Entries::Mapped(m) => m.len(),
         }
     }
 
@@ -172,7 +211,7 @@ impl<T: Fixed> Entries<T> {
     /// (with room for a quarter more, as `state::push` would leave).
     pub fn owned(&mut self) -> &mut Vec<T> {
         if let Entries::Mapped(m) = self {
-            let mut v = Vec::with_capacity(m.len + (m.len / 4).max(2));
+            let mut v = Vec::with_capacity(m.len() + (m.len() / 4).max(2));
             v.extend(m.bytes(T::SIZE).chunks_exact(T::SIZE).map(decode::<T>));
             *self = Entries::Owned(v);
         }
@@ -191,7 +230,7 @@ impl<T: Fixed> Entries<T> {
     pub fn bytes(&self) -> usize {
         match self {
             Entries::Owned(v) => v.capacity() * std::mem::size_of::<T>(),
-            Entries::Mapped(m) => m.len * T::SIZE,
+            Entries::Mapped(m) => m.len() * T::SIZE,
         }
     }
 

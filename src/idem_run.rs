@@ -122,7 +122,7 @@ impl IdemRun {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::entries::mapped;
+    use crate::entries::{mapped, Section};
 
     /// A key of shard 0 of 64 whose order follows `n`.
     pub fn key(n: u8) -> ShortKey {
@@ -137,7 +137,8 @@ pub(crate) mod tests {
         for &(k, place, seq) in entries {
             put_entry(&mut bytes, &key(k), place, seq);
         }
-        let span = Span::new(mapped(&bytes), 8, entries.len(), ENTRY_BYTES).unwrap();
+        let run = Section::new(mapped(&bytes), 8, entries.len() * ENTRY_BYTES).unwrap();
+        let span = Span::whole(&run, ENTRY_BYTES).unwrap();
         IdemRun::new(span, numbers.into())
     }
 

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use hashbrown::HashTable;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::idem_run::IdemRun;
@@ -27,20 +28,39 @@ pub fn slot_bytes(state: &ContextState) -> u64 {
 }
 
 /// One context's slot.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ContextSlot {
-    /// The context's number in this index (the messageId and task maps
-    /// refer to contexts by it).
+    /// The context's key.
+    pub key: ContextKey,
+    /// The context's number in this index (the messageId and task maps and
+    /// the tenants' listings refer to contexts by it): its place in its
+    /// key-map shard times [`SHARDS`], plus the shard.
     pub number: u32,
     /// Held for a write's whole critical section (validate, append, publish):
     /// this is the per-context lock that orders a context's records.
     pub write: Mutex<()>,
     /// What readers see; write-locked only briefly, to publish.
     pub state: RwLock<ContextState>,
-    /// The active turn under [`TurnPolicy::SingleActive`](crate::TurnPolicy);
-    /// in memory only (a lease does not outlive the process). Boxed: 8 bytes
-    /// in every context instead of 40, as most contexts never hold one.
-    pub lease: Mutex<Option<Box<Lease>>>,
+}
+
+/// The active turn of each context that holds one under
+/// [`TurnPolicy::SingleActive`](crate::TurnPolicy), by context number: in
+/// memory only (a lease does not outlive the process), and aside from the
+/// slots, as most contexts never hold one.
+pub struct Leases([Mutex<HashMap<u32, Lease>>; SHARDS]);
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| Mutex::default()))
+    }
+}
+
+impl Leases {
+    /// The shard of the leases that holds context number `number`'s.
+    pub fn of(&self, number: u32) -> &Mutex<HashMap<u32, Lease>> {
+        // In range: reduced modulo the array's length.
+        &self.0[number as usize % SHARDS]
+    }
 }
 
 /// Who holds a context's turn, and since when.
@@ -54,7 +74,83 @@ pub struct Lease {
     pub token: u64,
 }
 
-type Shard = RwLock<HashMap<ContextKey, Arc<ContextSlot>>>;
+/// One shard of the key map: the slots of the contexts whose key falls in
+/// it, in the order the shard first saw them, and a hash table of their
+/// places in that vector. The table holds 4 bytes per context; the key it
+/// is looked up by is the one in the slot. It hashes a key by its
+/// [`TaskPrefix`] alone, so that it also finds the contexts a store-made
+/// task id leads to.
+#[derive(Default)]
+struct KeyShard {
+    table: HashTable<u32>,
+    slots: Vec<Arc<ContextSlot>>,
+}
+
+type Shard = RwLock<KeyShard>;
+
+/// What the key map's tables hash a key by: its prefix (the first 8 bytes
+/// of its SHA-256 digest, uniform already) read big-endian, so that the low
+/// bits, which pick a bucket, come from byte 7 and not from byte 0, which
+/// picks the shard; then multiplied by an odd constant, so that the high
+/// bits, which tell a bucket's entries apart, mix every byte.
+fn prefix_hash(prefix: &TaskPrefix) -> u64 {
+    u64::from_be_bytes(*prefix).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl KeyShard {
+    fn slot(&self, place: u32) -> Option<&Arc<ContextSlot>> {
+        self.slots.get(place as usize)
+    }
+
+    fn get(&self, key: &ContextKey) -> Option<&Arc<ContextSlot>> {
+        let hash = prefix_hash(&task_prefix(key));
+        let place = self
+            .table
+            .find(hash, |&p| self.slot(p).is_some_and(|s| s.key == *key))?;
+        self.slot(*place)
+    }
+
+    /// The first context the shard saw whose key begins with `prefix`.
+    fn prefix_owner(&self, prefix: &TaskPrefix) -> Option<&Arc<ContextSlot>> {
+        let place = self
+            .table
+            .iter_hash(prefix_hash(prefix))
+            .filter(|&&p| self.slot(p).is_some_and(|s| task_prefix(&s.key) == *prefix))
+            .min()?;
+        self.slot(*place)
+    }
+
+    /// Adds the slot of a key the shard does not hold.
+    fn push(&mut self, slot: Arc<ContextSlot>) {
+        let hash = prefix_hash(&task_prefix(&slot.key));
+        // Fits: a shard's places times 64 fit a context number (see
+        // `Index::get_or_insert`).
+        let place = self.slots.len() as u32;
+        self.slots.push(slot);
+        let slots = &self.slots;
+        // Every place in the table is one of `slots`.
+        self.table.insert_unique(hash, place, |&p| {
+            slots
+                .get(p as usize)
+                .map_or(0, |s| prefix_hash(&task_prefix(&s.key)))
+        });
+    }
+
+    fn bytes(&self) -> usize {
+        self.table.allocation_size() + self.slots.capacity() * std::mem::size_of::<usize>()
+    }
+}
+
+/// A context's place in its tenant's listing: its first activity, the
+/// first 8 bytes of its key's digest (big-endian, so they order as the
+/// key's bytes do), and its number (which only two contexts opened in the
+/// same millisecond with the same 8 bytes ever need).
+type Listed = (u64, u64, u32);
+
+/// The first 8 bytes of a key's digest as a listing orders them.
+fn listing_head(key: &ContextKey) -> u64 {
+    u64::from_be_bytes(task_prefix(key))
+}
 
 /// The first 16 bytes of a (tenant, messageId) or (tenant, task id) key:
 /// what the idempotency and task maps hold, to keep them small. Two distinct
@@ -212,8 +308,8 @@ impl Gate {
 
 /// What a receive finds for its messageId.
 pub enum IdemStart<'a> {
-    /// Already received.
-    Done(ContextKey, u64),
+    /// Already received: the context's slot and the message's seq.
+    Done(Arc<ContextSlot>, u64),
     /// Another receive of it is under way: wait, then look again.
     Wait(Arc<Gate>),
     /// This receive owns the messageId until the guard drops.
@@ -252,15 +348,10 @@ pub struct Index {
     any_task_entry: AtomicBool,
     /// (tenant, messageId) key to where the message went.
     idem: [Mutex<IdemShard>; SHARDS],
-    /// Context number to key: every context the index has held, in the
-    /// order it first saw them (a leaf lock: nothing is taken under it).
-    numbers: RwLock<Vec<ContextKey>>,
-    /// The first 8 bytes of a context key's digest to the number of the
-    /// first context seen with them: what a store-made task id begins with
-    /// (see [`TaskPrefix`]).
-    prefixes: [RwLock<PackedMap<TaskPrefix, u32>>; SHARDS],
-    /// Per tenant, its visible contexts ordered by (first activity, key).
-    tenants: RwLock<HashMap<String, BTreeSet<(u64, ContextKey)>>>,
+    /// Per tenant, its visible contexts in listing order.
+    tenants: RwLock<HashMap<String, BTreeSet<Listed>>>,
+    /// The contexts' turn leases (shared with the guards that release them).
+    pub leases: Arc<Leases>,
 }
 
 impl Default for Index {
@@ -270,17 +361,26 @@ impl Default for Index {
             tasks: std::array::from_fn(|_| RwLock::default()),
             any_task_entry: AtomicBool::new(false),
             idem: std::array::from_fn(|_| Mutex::default()),
-            numbers: RwLock::default(),
-            prefixes: std::array::from_fn(|_| RwLock::default()),
             tenants: RwLock::default(),
+            leases: Arc::default(),
         }
     }
 }
 
 impl Index {
+    /// Which shard of the key map holds `key`: by the first byte of its
+    /// digest (and so of its prefix).
+    fn shard_of(key: &ContextKey) -> usize {
+        usize::from(key.digest()[0]) % SHARDS
+    }
+
     fn shard(&self, key: &ContextKey) -> &Shard {
-        // In range: the index is reduced modulo the array's length.
-        &self.shards[usize::from(key.digest()[0]) % SHARDS]
+        self.shard_by_first_byte(key.digest()[0])
+    }
+
+    fn shard_by_first_byte(&self, byte: u8) -> &Shard {
+        // In range: reduced modulo the array's length.
+        &self.shards[usize::from(byte) % SHARDS]
     }
 
     fn idem_shard(&self, key: &ShortKey) -> &Mutex<IdemShard> {
@@ -293,22 +393,18 @@ impl Index {
         &self.tasks[usize::from(key[0]) % SHARDS]
     }
 
-    fn prefix_shard(&self, prefix: &TaskPrefix) -> &RwLock<PackedMap<TaskPrefix, u32>> {
-        // In range: reduced modulo the array's length.
-        &self.prefixes[usize::from(prefix[0]) % SHARDS]
-    }
-
     /// The context whose key begins a store-made task id: the first context
     /// the index saw with that prefix.
-    pub fn prefix_context(&self, prefix: &TaskPrefix) -> Option<(ContextKey, Arc<ContextSlot>)> {
-        let key = self.key_of(self.prefix_owner(prefix)?)?;
-        Some((key, self.get(&key)?))
+    pub fn prefix_context(&self, prefix: &TaskPrefix) -> Option<Arc<ContextSlot>> {
+        let shard = self.shard_by_first_byte(prefix[0]).read();
+        shard.prefix_owner(prefix).cloned()
     }
 
     /// The number of the context a task id beginning with `prefix` leads
     /// to: the first context the index saw with that prefix.
     pub fn prefix_owner(&self, prefix: &TaskPrefix) -> Option<u32> {
-        self.prefix_shard(prefix).read().get(prefix)
+        let shard = self.shard_by_first_byte(prefix[0]).read();
+        shard.prefix_owner(prefix).map(|s| s.number)
     }
 
     /// Whether task `id` of context number `context` is found through the
@@ -320,16 +416,18 @@ impl Index {
         }
     }
 
-    /// The key of context number `number`.
-    fn key_of(&self, number: u32) -> Option<ContextKey> {
-        self.numbers.read().get(number as usize).copied()
+    /// The slot of context number `number`.
+    fn slot_of(&self, number: u32) -> Option<Arc<ContextSlot>> {
+        // In range: reduced modulo the array's length.
+        let shard = self.shards[number as usize % SHARDS].read();
+        shard.slots.get(number as usize / SHARDS).cloned()
     }
 
     /// The context of the task with this (tenant, task id) key.
-    pub fn task_context(&self, task_key: &[u8; 32]) -> Option<ContextKey> {
+    pub fn task_context(&self, task_key: &[u8; 32]) -> Option<Arc<ContextSlot>> {
         let short = short_key(task_key);
         let number = self.task_shard(&short).read().get(&short)?;
-        self.key_of(number)
+        self.slot_of(number)
     }
 
     /// Enters task `id` of `tenant`'s context number `context` in the task
@@ -384,7 +482,7 @@ impl Index {
         let key = short_key(&key);
         let mut shard = self.idem_shard(&key).lock();
         if let Some(at) = shard.get(&key) {
-            if let Some(context) = self.key_of(at.context) {
+            if let Some(context) = self.slot_of(at.context) {
                 return IdemStart::Done(context, at.seq());
             }
         }
@@ -452,46 +550,42 @@ impl Index {
         if let Some(slot) = self.get(key) {
             return slot;
         }
+        let shard_no = Index::shard_of(key);
         let mut shard = self.shard(key).write();
-        shard
-            .entry(*key)
-            .or_insert_with(|| {
-                let mut numbers = self.numbers.write();
-                // Fits: 2³² contexts, at hundreds of bytes each, would
-                // take terabytes of index.
-                let number = u32::try_from(numbers.len()).unwrap_or(u32::MAX);
-                numbers.push(*key);
-                let prefix = task_prefix(key);
-                let mut prefixes = self.prefix_shard(&prefix).write();
-                if prefixes.get(&prefix).is_none() {
-                    prefixes.insert(prefix, number);
-                }
-                Arc::new(ContextSlot {
-                    number,
-                    state: RwLock::new(ContextState::with_prefix(prefix)),
-                    ..ContextSlot::default()
-                })
-            })
-            .clone()
+        if let Some(slot) = shard.get(key) {
+            return slot.clone();
+        }
+        // Fits: 2³² contexts, at hundreds of bytes each, would take
+        // terabytes of index.
+        let number = u32::try_from(shard.slots.len() * SHARDS + shard_no).unwrap_or(u32::MAX);
+        let slot = Arc::new(ContextSlot {
+            key: *key,
+            number,
+            write: Mutex::default(),
+            state: RwLock::new(ContextState::with_prefix(task_prefix(key))),
+        });
+        shard.push(slot.clone());
+        slot
     }
 
     /// Makes a context visible in its tenant's listing.
-    pub fn list_in_tenant(&self, tenant: &str, first_ms: u64, key: ContextKey) {
+    pub fn list_in_tenant(&self, tenant: &str, first_ms: u64, slot: &ContextSlot) {
+        let listed = (first_ms, listing_head(&slot.key), slot.number);
         let mut tenants = self.tenants.write();
         match tenants.get_mut(tenant) {
             Some(set) => {
-                set.insert((first_ms, key));
+                set.insert(listed);
             }
             None => {
-                tenants.insert(tenant.to_string(), BTreeSet::from([(first_ms, key)]));
+                tenants.insert(tenant.to_string(), BTreeSet::from([listed]));
             }
         }
     }
 
     /// Removes a context from its tenant's listing.
-    pub fn unlist_in_tenant(&self, tenant: &str, first_ms: u64, key: ContextKey) {
+    pub fn unlist_in_tenant(&self, tenant: &str, first_ms: u64, slot: &ContextSlot) {
         if let Some(set) = self.tenants.write().get_mut(tenant) {
-            set.remove(&(first_ms, key));
+            set.remove(&(first_ms, listing_head(&slot.key), slot.number));
         }
     }
 
@@ -501,30 +595,41 @@ impl Index {
         self.idem_shard(&key).lock().remove(&key);
     }
 
-    /// Up to `limit` of the tenant's contexts after `after`, in listing order.
+    /// Up to `limit` of the tenant's contexts after the one first active at
+    /// `after`'s time with `after`'s key, in listing order (see [`Listed`]),
+    /// each with its first activity.
     pub fn tenant_page(
         &self,
         tenant: &str,
         after: Option<(u64, ContextKey)>,
         limit: usize,
-    ) -> Vec<(u64, ContextKey)> {
-        let tenants = self.tenants.read();
-        let Some(set) = tenants.get(tenant) else {
-            return Vec::new();
+    ) -> Vec<(u64, Arc<ContextSlot>)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        // A context the index does not hold (a page token of another
+        // store) resumes after every one with its time and head.
+        let from = after.map_or(Unbounded, |(ms, key)| {
+            let number = self.get(&key).map_or(u32::MAX, |s| s.number);
+            Excluded((ms, listing_head(&key), number))
+        });
+        let listed: Vec<Listed> = {
+            let tenants = self.tenants.read();
+            let Some(set) = tenants.get(tenant) else {
+                return Vec::new();
+            };
+            set.range((from, Unbounded)).take(limit).copied().collect()
         };
-        let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        set.range((from, std::ops::Bound::Unbounded))
-            .take(limit)
-            .copied()
+        listed
+            .into_iter()
+            .filter_map(|(ms, _, number)| Some((ms, self.slot_of(number)?)))
             .collect()
     }
 
     /// An estimate of the bytes of the maps themselves (key → slot, task id
-    /// and messageId maps, the number table, the tenants' listings),
-    /// counting each entry and a hash table's slack.
+    /// and messageId maps, the tenants' listings), counting each entry and
+    /// a hash table's slack.
     pub fn approx_map_bytes(&self) -> u64 {
         use std::mem::size_of;
-        let contexts: usize = self.shards.iter().map(|s| s.read().capacity()).sum();
+        let contexts: usize = self.shards.iter().map(|s| s.read().bytes()).sum();
         let tasks: usize = self.tasks.iter().map(|s| s.read().approx_bytes()).sum();
         // The mapped runs count as the index's: they are in memory while
         // the map's pages are.
@@ -536,24 +641,17 @@ impl Index {
                 s.done.approx_bytes() + s.base.as_ref().map_or(0, IdemRun::bytes)
             })
             .sum();
-        let numbers = self.numbers.read().capacity();
-        let prefixes: usize = self.prefixes.iter().map(|s| s.read().approx_bytes()).sum();
         // The listing's B-tree nodes hold 11 entries and are about two
         // thirds full.
-        let listed = self.visible_contexts() * size_of::<(u64, ContextKey)>() * 3 / 2;
-        (contexts * (size_of::<ContextKey>() + 8 + 1)
-            + tasks
-            + idem
-            + numbers * size_of::<ContextKey>()
-            + prefixes
-            + listed) as u64
+        let listed = self.visible_contexts() * size_of::<Listed>() * 3 / 2;
+        (contexts + tasks + idem + listed) as u64
     }
 
-    /// Every context key the index holds.
-    pub fn all_contexts(&self) -> Vec<ContextKey> {
+    /// The slot of every context the index holds.
+    pub fn all_slots(&self) -> Vec<Arc<ContextSlot>> {
         self.shards
             .iter()
-            .flat_map(|s| s.read().keys().copied().collect::<Vec<_>>())
+            .flat_map(|s| s.read().slots.clone())
             .collect()
     }
 
@@ -615,5 +713,108 @@ mod tests {
         assert_eq!(shard.get(&key(2)), None);
         // The heap holds the three changes: 1 hidden, 3 replaced, 4 new.
         assert_eq!(shard.done.entries().count(), 3);
+    }
+
+    fn context_key(n: u32) -> ContextKey {
+        ContextKey::derive_unchecked("tenant", &format!("context-{n}"))
+    }
+
+    /// A key whose digest begins with `head`, then `n`.
+    fn key_with_head(head: u64, n: u8) -> ContextKey {
+        let mut digest = [n; 32];
+        digest[..8].copy_from_slice(&head.to_be_bytes());
+        ContextKey::from_parts(1, digest)
+    }
+
+    #[test]
+    fn a_prefix_leads_to_the_first_context_seen_with_it() {
+        let index = Index::default();
+        let first = index.get_or_insert(&key_with_head(7, 2));
+        let second = index.get_or_insert(&key_with_head(7, 1));
+        let prefix = 7u64.to_be_bytes();
+        assert_eq!(index.prefix_owner(&prefix), Some(first.number));
+        // Still the first once the shard's table has grown many times over
+        // (the whole shard 0, where both fall).
+        for n in 0..5000 {
+            index.get_or_insert(&context_key(n));
+        }
+        assert_eq!(index.prefix_owner(&prefix), Some(first.number));
+        assert!(Arc::ptr_eq(&index.prefix_context(&prefix).unwrap(), &first));
+        assert!(Arc::ptr_eq(&index.get(&second.key).unwrap(), &second));
+        assert_eq!(index.prefix_owner(&8u64.to_be_bytes()), None);
+        // Every other context leads from its own prefix.
+        for n in 0..5000 {
+            let key = context_key(n);
+            let owner = index.prefix_owner(&task_prefix(&key));
+            assert_eq!(owner, Some(index.get(&key).unwrap().number));
+        }
+    }
+
+    #[test]
+    fn contexts_are_found_by_key_and_by_number() {
+        let index = Index::default();
+        let keys: Vec<_> = (0..2000).map(context_key).collect();
+        let slots: Vec<_> = keys.iter().map(|k| index.get_or_insert(k)).collect();
+        let mut numbers = std::collections::HashSet::new();
+        for (key, slot) in keys.iter().zip(&slots) {
+            assert_eq!(slot.key, *key);
+            assert!(numbers.insert(slot.number), "number {} twice", slot.number);
+            assert!(Arc::ptr_eq(&index.get(key).unwrap(), slot));
+            assert!(Arc::ptr_eq(&index.get_or_insert(key), slot));
+            assert!(Arc::ptr_eq(&index.slot_of(slot.number).unwrap(), slot));
+            // The number names the key-map shard the key falls in.
+            assert_eq!(slot.number as usize % SHARDS, Index::shard_of(key));
+        }
+        assert!(index.get(&context_key(2000)).is_none());
+        assert_eq!(index.all_slots().len(), keys.len());
+        // Numbers are dense enough to index a table by.
+        let max = numbers.iter().max().copied().unwrap() as usize;
+        assert!(max < 2 * keys.len(), "largest number {max}");
+    }
+
+    #[test]
+    fn a_listing_pages_by_first_activity_then_key() {
+        let index = Index::default();
+        // Many contexts in few milliseconds, two of them sharing the first
+        // 8 bytes of their digest (the listing's head) as well.
+        let mut keys: Vec<_> = (0..40).map(context_key).collect();
+        keys.push(key_with_head(7, 1));
+        keys.push(key_with_head(7, 2));
+        let mut want = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let ms = if i >= 40 { 1 } else { i as u64 % 3 };
+            let slot = index.get_or_insert(key);
+            index.list_in_tenant("tenant", ms, &slot);
+            want.push((ms, *key));
+        }
+        // One that is unlisted again, and one of another tenant.
+        let gone = index.get_or_insert(&context_key(99));
+        index.list_in_tenant("tenant", 1, &gone);
+        index.unlist_in_tenant("tenant", 1, &gone);
+        index.list_in_tenant("other", 0, &index.get_or_insert(&context_key(98)));
+        want.sort();
+        let mut got = Vec::new();
+        let mut after = None;
+        loop {
+            let page = index.tenant_page("tenant", after, 3);
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 3);
+            got.extend(page.iter().map(|(ms, slot)| (*ms, slot.key)));
+            after = got.last().copied();
+        }
+        assert_eq!(got, want);
+        // A key the index does not hold resumes after every context of its
+        // time and head.
+        let page = index.tenant_page("tenant", Some((1, key_with_head(7, 0))), 100);
+        let first = page.first().map(|(ms, slot)| (*ms, slot.key));
+        let past_ties = want
+            .iter()
+            .position(|w| *w == (1, key_with_head(7, 2)))
+            .unwrap()
+            + 1;
+        assert_eq!(first, want.get(past_ties).copied());
+        assert_eq!(index.visible_contexts(), want.len() + 1);
     }
 }

@@ -16,14 +16,73 @@ use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry
 pub const MAX_SEQ: u64 = u32::MAX as u64;
 
 /// Who owns a context and what it is called; set by its opening record.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The two names share one allocation. A checkpoint holds them as
+/// [`MetaRepr`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextMeta {
-    /// The tenant, byte for byte.
-    pub tenant: Box<str>,
-    /// The original contextId, byte for byte.
-    pub context_id: Box<str>,
+    /// The tenant, then the contextId, byte for byte.
+    names: Box<str>,
+    /// Where the contextId begins in `names`.
+    split: u32,
     /// When the context was opened (ms since the epoch).
     pub first_ms: u64,
+}
+
+impl ContextMeta {
+    /// The names of a context opened at `first_ms`.
+    pub fn new(tenant: &str, context_id: &str, first_ms: u64) -> Self {
+        Self {
+            names: [tenant, context_id].concat().into_boxed_str(),
+            // Fits: a tenant is checked against 1 KiB when written, and a
+            // name read back comes from a record of at most 16 MiB or a
+            // checkpoint entry of at most 1 GiB.
+            split: u32::try_from(tenant.len()).unwrap_or(u32::MAX),
+            first_ms,
+        }
+    }
+
+    /// The tenant, byte for byte.
+    pub fn tenant(&self) -> &str {
+        self.names.get(..self.split as usize).unwrap_or_default()
+    }
+
+    /// The original contextId, byte for byte.
+    pub fn context_id(&self) -> &str {
+        self.names.get(self.split as usize..).unwrap_or_default()
+    }
+
+    /// The bytes of the names.
+    fn names_len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// The checkpoint's form of a [`ContextMeta`]: the two names apart.
+#[derive(Serialize, Deserialize)]
+struct MetaRepr<'a> {
+    #[serde(borrow)]
+    tenant: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    context_id: std::borrow::Cow<'a, str>,
+    first_ms: u64,
+}
+
+impl Serialize for ContextMeta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        MetaRepr {
+            tenant: self.tenant().into(),
+            context_id: self.context_id().into(),
+            first_ms: self.first_ms,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ContextMeta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let m = MetaRepr::deserialize(d)?;
+        Ok(ContextMeta::new(&m.tenant, &m.context_id, m.first_ms))
+    }
 }
 
 /// Why a context is gone.
@@ -331,10 +390,7 @@ impl ContextState {
     /// capacity), without the slot around it.
     pub fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let meta = self
-            .meta
-            .as_ref()
-            .map_or(0, |m| m.tenant.len() + m.context_id.len());
+        let meta = self.meta.as_ref().map_or(0, ContextMeta::names_len);
         let extra = self.extra.as_ref().map_or(0, |x| {
             size_of::<Extra>()
                 + x.gaps.capacity() * 8
@@ -839,6 +895,7 @@ impl<'a> TaskView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entries::Section;
 
     fn at(offset: u32) -> RecordLoc {
         RecordLoc {
@@ -933,10 +990,13 @@ mod tests {
         bytes.extend(tasks);
         let map = crate::entries::mapped(&bytes);
         let n = s.task_count();
-        assert!(Span::new(map.clone(), tasks_at, n + 1, TASK_BYTES).is_none());
+        let recs = Section::new(map.clone(), 3, tasks_at - 3).unwrap();
+        let tasks = Section::new(map, tasks_at, n * TASK_BYTES).unwrap();
+        assert!(Span::new(&tasks, 0, n + 1, TASK_BYTES).is_none());
+        assert!(Span::new(&tasks, 1, n, TASK_BYTES).is_none());
         (
-            Span::new(map.clone(), 3, s.record_count(), RECORD_BYTES).unwrap(),
-            Span::new(map, tasks_at, n, TASK_BYTES).unwrap(),
+            Span::new(&recs, 0, s.record_count(), RECORD_BYTES).unwrap(),
+            Span::new(&tasks, 0, n, TASK_BYTES).unwrap(),
         )
     }
 

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::Store;
-use crate::entries::{all_decode, Span};
+use crate::entries::{all_decode, Section, Span};
 use crate::error::{Error, Result};
-use crate::fs::{Fs, Mapped};
+use crate::fs::Fs;
 use crate::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::{task_prefix, ContextState, Index, SHARDS};
 use crate::log::recovery::Resume;
@@ -107,19 +107,14 @@ impl Store {
             resume: (generation, segment, offset),
             records: self.records(),
         };
-        let slots: Vec<_> = self
-            .index
-            .all_contexts()
-            .into_iter()
-            .filter_map(|key| Some((key, self.index.get(&key)?)))
-            .collect();
+        let slots = self.index.all_slots();
         // A context's place among the entries, by its number.
-        let numbers: Vec<u32> = slots.iter().map(|(_, s)| s.number).collect();
+        let numbers: Vec<u32> = slots.iter().map(|s| s.number).collect();
         let mut place = vec![
             u32::MAX;
             slots
                 .iter()
-                .map(|(_, s)| s.number as usize + 1)
+                .map(|s| s.number as usize + 1)
                 .max()
                 .unwrap_or(0)
         ];
@@ -127,7 +122,8 @@ impl Store {
         // where in them each context's are.
         let (mut recs, mut tasks, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         let mut spans = Vec::with_capacity(slots.len());
-        for (i, (key, slot)) in slots.iter().enumerate() {
+        for (i, slot) in slots.iter().enumerate() {
+            let key = &slot.key;
             let state = slot.state.read();
             let span = (
                 (recs.len() as u64, state.record_count() as u64),
@@ -191,17 +187,27 @@ impl Store {
             // since that one was loaded.
             let numbers: Numbers = numbers.into();
             let runs = runs.into_iter().map(|(start, count)| {
-                let span = Span::new(map.clone(), start, count, ENTRY_BYTES)?;
-                Some(IdemRun::new(span, numbers.clone()))
+                let run = Section::new(map.clone(), start, count.checked_mul(ENTRY_BYTES)?)?;
+                Some(IdemRun::new(
+                    Span::whole(&run, ENTRY_BYTES)?,
+                    numbers.clone(),
+                ))
             });
             if let Some(runs) = runs.collect() {
                 self.index.idem_rebase(runs);
             }
-            for ((_, slot), (rec_span, task_span)) in slots.iter().zip(spans) {
-                let recs = span_in(&map, recs_at, rec_span, RECORD_BYTES);
-                let tasks = span_in(&map, tasks_at, task_span, TASK_BYTES);
-                if let Some((recs, tasks)) = recs.zip(tasks) {
-                    slot.state.write().remap_entries(recs, tasks);
+            let sections = Section::new(map.clone(), recs_at.0, recs_at.1).zip(Section::new(
+                map.clone(),
+                tasks_at.0,
+                tasks_at.1,
+            ));
+            if let Some((rec_section, task_section)) = sections {
+                for (slot, (rec_span, task_span)) in slots.iter().zip(spans) {
+                    let recs = span_in(&rec_section, rec_span, RECORD_BYTES);
+                    let tasks = span_in(&task_section, task_span, TASK_BYTES);
+                    if let Some((recs, tasks)) = recs.zip(tasks) {
+                        slot.state.write().remap_entries(recs, tasks);
+                    }
                 }
             }
         }
@@ -252,20 +258,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The `count` entries of `size` bytes at byte `offset` of the section of
-/// `len` bytes at `at` in `map`; `None` unless they lie inside it.
-fn span_in(
-    map: &Arc<Mapped>,
-    (at, len): (usize, usize),
-    (offset, count): (u64, u64),
-    size: usize,
-) -> Option<Span> {
+/// The `count` entries of `size` bytes at byte `offset` of `section`;
+/// `None` unless they lie inside it, starting at an entry's first byte.
+fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> Option<Span> {
     let offset = usize::try_from(offset).ok()?;
-    let count = usize::try_from(count).ok()?;
-    if offset.checked_add(count.checked_mul(size)?)? > len {
+    if size == 0 || !offset.is_multiple_of(size) {
         return None;
     }
-    Span::new(map.clone(), at.checked_add(offset)?, count, size)
+    Span::new(section, offset / size, usize::try_from(count).ok()?, size)
 }
 
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one.
@@ -303,13 +303,15 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     if !all_decode::<TaskEntry>(tasks) {
         return None;
     }
+    let rec_section = Section::new(map.clone(), recs_at, recs.len())?;
+    let task_section = Section::new(map.clone(), tasks_at, tasks.len())?;
     let count = r.u64()?;
     let mut numbers = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
     for _ in 0..count {
         let (version, digest, mut state, (rec_span, task_span)): Entry = r.decode()?;
         state.map_entries(
-            span_in(&map, (recs_at, recs.len()), rec_span, RECORD_BYTES)?,
-            span_in(&map, (tasks_at, tasks.len()), task_span, TASK_BYTES)?,
+            span_in(&rec_section, rec_span, RECORD_BYTES)?,
+            span_in(&task_section, task_span, TASK_BYTES)?,
         );
         let key = ContextKey::from_parts(version, digest);
         state.set_prefix(task_prefix(&key));
@@ -319,8 +321,8 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         numbers.push(slot.number);
         if let Some(meta) = &state.meta {
             if state.gone.is_none() {
-                index.list_in_tenant(&meta.tenant, meta.first_ms, key);
-                index.enter_tasks(&meta.tenant, slot.number, &state);
+                index.list_in_tenant(meta.tenant(), meta.first_ms, &slot);
+                index.enter_tasks(meta.tenant(), slot.number, &state);
             }
         }
         *slot.state.write() = state;
@@ -337,8 +339,11 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         if !check_run(run, numbers.len(), in_shard) {
             return None;
         }
-        let span = Span::new(map.clone(), start, n, ENTRY_BYTES)?;
-        runs.push(IdemRun::new(span, numbers.clone()));
+        let run = Section::new(map.clone(), start, run.len())?;
+        runs.push(IdemRun::new(
+            Span::whole(&run, ENTRY_BYTES)?,
+            numbers.clone(),
+        ));
     }
     if !r.rest.is_empty() || crc != r.sum.finalize().to_le_bytes() {
         return None;
@@ -402,6 +407,23 @@ mod tests {
             .durability(Durability::Buffered)
             .checkpoint_interval(None)
             .fs(Arc::new(MemFs::new()))
+    }
+
+    #[test]
+    fn context_names_keep_the_checkpoint_form_of_two_strings() {
+        use crate::index::ContextMeta;
+        for (tenant, id) in [("acme", "ctx-\u{e9}"), ("", "c"), ("t", "")] {
+            let meta = ContextMeta::new(tenant, id, 42);
+            assert_eq!((meta.tenant(), meta.context_id()), (tenant, id));
+            let mut bytes = Vec::new();
+            encode(&meta, &mut bytes).unwrap();
+            let mut want = Vec::new();
+            encode(&(tenant.to_string(), id.to_string(), 42u64), &mut want).unwrap();
+            assert_eq!(bytes, want);
+            let (back, used): (ContextMeta, usize) =
+                bincode::serde::decode_from_slice(&bytes, config()).unwrap();
+            assert_eq!((back, used), (meta, bytes.len()));
+        }
     }
 
     #[test]

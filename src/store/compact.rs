@@ -320,8 +320,8 @@ impl Store {
             seq: last_seq,
             timestamp_ms: state.last_ms,
             opens: Some(ContextName {
-                tenant: meta.tenant.to_string(),
-                context_id: meta.context_id.to_string(),
+                tenant: meta.tenant().to_string(),
+                context_id: meta.context_id().to_string(),
             }),
             kind: RecordKind::Gone {
                 expired: gone == Gone::Expired,
@@ -342,7 +342,6 @@ impl Store {
                 &self.index,
                 &slot,
                 &mut state,
-                *key,
                 &next,
                 // A tombstone's place is never read: any will do.
                 locs.last().copied().unwrap_or_default(),
@@ -361,10 +360,7 @@ impl Store {
                 *loc = *new;
             }
         };
-        for key in self.index.all_contexts() {
-            let Some(slot) = self.index.get(&key) else {
-                continue;
-            };
+        for slot in self.index.all_slots() {
             let _turn = slot.write.lock();
             let mut state = slot.state.write();
             state.remap(&to);

@@ -261,10 +261,7 @@ impl Store {
             segments: self.segments.ids().len(),
             ..Stats::default()
         };
-        for key in self.index.all_contexts() {
-            let Some(slot) = self.index.get(&key) else {
-                continue;
-            };
+        for slot in self.index.all_slots() {
             let state = slot.state.read();
             st.index_bytes += crate::index::slot_bytes(&state);
             if state.life(now_ms(), self.options.retention) != Life::Live {
@@ -354,7 +351,7 @@ impl Store {
         };
         let payload = self.encode(key, &body, blob)?;
         let loc = self.writer.append(&payload)?;
-        apply(&self.index, slot, &mut slot.state.write(), *key, &body, loc);
+        apply(&self.index, slot, &mut slot.state.write(), &body, loc);
         self.writer.published(loc);
         self.records
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -632,17 +629,14 @@ impl Store {
         let more = page.len() > page_size;
         page.truncate(page_size);
         let next_page_token = if more {
-            page.last().map(|&(ms, key)| encode_page_token(ms, &key))
+            page.last()
+                .map(|(ms, slot)| encode_page_token(*ms, &slot.key))
         } else {
             None
         };
         let contexts = page
             .iter()
-            .filter_map(|(_, key)| {
-                self.index
-                    .get(key)
-                    .and_then(|slot| info_of(&slot, *key, self.options.retention))
-            })
+            .filter_map(|(_, slot)| info_of(slot, slot.key, self.options.retention))
             .collect();
         Ok(ContextPage {
             contexts,
@@ -740,17 +734,14 @@ impl Store {
     /// this makes it permanent.)
     pub fn expire_idle(&self) -> Result<usize> {
         let mut expired = 0;
-        for key in self.index.all_contexts() {
-            let Some(slot) = self.index.get(&key) else {
-                continue;
-            };
+        for slot in self.index.all_slots() {
             let _turn = slot.write.lock();
             let state = slot.state.read();
             if state.gone.is_none()
                 && state.life(now_ms(), self.options.retention) == Life::Gone(Gone::Expired)
             {
                 drop(state);
-                self.append_tombstone(&slot, &key, Gone::Expired)?;
+                self.append_tombstone(&slot, &slot.key, Gone::Expired)?;
                 expired += 1;
             }
         }
@@ -784,7 +775,7 @@ fn info_of(
     }
     let meta = state.meta.as_ref()?;
     Some(ContextInfo {
-        context_id: meta.context_id.to_string(),
+        context_id: meta.context_id().to_string(),
         key,
         first_activity_ms: meta.first_ms,
         last_activity_ms: state.last_ms,
@@ -853,7 +844,7 @@ fn apply_recovered(
     if tombstone && (state.gone.is_some() || (state.meta.is_none() && body.opens.is_some())) {
         if state.gone.is_none() {
             check_owner(&body, key)?;
-            apply(index, &slot, &mut state, key, &body, loc);
+            apply(index, &slot, &mut state, &body, loc);
         }
         return Ok(());
     }
@@ -881,7 +872,7 @@ fn apply_recovered(
         _ => {}
     }
     check_recovered(&state, &body)?;
-    apply(index, &slot, &mut state, key, &body, loc);
+    apply(index, &slot, &mut state, &body, loc);
     Ok(())
 }
 
@@ -939,19 +930,18 @@ fn apply(
     index: &Index,
     slot: &ContextSlot,
     state: &mut ContextState,
-    key: ContextKey,
     body: &RecordBody,
     loc: RecordLoc,
 ) {
     if let Some(name) = &body.opens {
-        index.list_in_tenant(&name.tenant, body.timestamp_ms, key);
-        state.meta = Some(ContextMeta {
-            tenant: name.tenant.as_str().into(),
-            context_id: name.context_id.as_str().into(),
-            first_ms: body.timestamp_ms,
-        });
+        index.list_in_tenant(&name.tenant, body.timestamp_ms, slot);
+        state.meta = Some(ContextMeta::new(
+            &name.tenant,
+            &name.context_id,
+            body.timestamp_ms,
+        ));
     }
-    let tenant = state.meta.as_ref().map_or("", |m| &*m.tenant);
+    let tenant = state.meta.as_ref().map_or("", ContextMeta::tenant);
     match &body.kind {
         RecordKind::Message { task: None } => {
             state.push_record(body.seq, loc, Kind::Message, None);
@@ -998,8 +988,8 @@ fn apply(
         }
         RecordKind::Gone { expired } => {
             if let Some(meta) = &state.meta {
-                index.unlist_in_tenant(&meta.tenant, meta.first_ms, key);
-                index.leave_tasks(&meta.tenant, slot.number, state);
+                index.unlist_in_tenant(meta.tenant(), meta.first_ms, slot);
+                index.leave_tasks(meta.tenant(), slot.number, state);
             }
             state.gone = Some(if *expired {
                 Gone::Expired

@@ -79,12 +79,8 @@ impl Store {
         let idem = message_key(tenant, &msg.message_id);
         let _owner = loop {
             match self.index.idem_start(idem) {
-                IdemStart::Done(context, seq) => {
-                    let live = self
-                        .index
-                        .get(&context)
-                        .filter(|s| self.life(s) == Life::Live);
-                    if let Some(slot) = live {
+                IdemStart::Done(slot, seq) => {
+                    if self.life(&slot) == Life::Live {
                         return self.duplicate(&msg.message_id, &slot, seq, &digest);
                     }
                     // Its context is gone: the messageId is free again.
@@ -339,12 +335,11 @@ impl Store {
             .as_deref()
             .map(decode_task_token)
             .transpose()?;
-        let mut found: Vec<(u64, String, ContextKey)> = Vec::new();
+        // (status time, task id, its context's place in `slots`)
+        let mut found: Vec<(u64, String, usize)> = Vec::new();
         let now = now_ms();
-        for key in self.tenant_contexts(tenant, query.context_id.as_deref())? {
-            let Some(slot) = self.index.get(&key) else {
-                continue;
-            };
+        let slots = self.tenant_contexts(tenant, query.context_id.as_deref())?;
+        for (place, slot) in slots.iter().enumerate() {
             let state = slot.state.read();
             if state.life(now, self.options.retention) != Life::Live {
                 continue;
@@ -358,7 +353,7 @@ impl Store {
                             .status_timestamp_after_ms
                             .is_none_or(|a| t.status_ms() > a)
                     })
-                    .map(|t| (t.status_ms(), t.id().to_string(), key)),
+                    .map(|t| (t.status_ms(), t.id().to_string(), place)),
             );
         }
         found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -373,8 +368,8 @@ impl Store {
             _ => String::new(),
         };
         let mut tasks = Vec::with_capacity(page.len());
-        for (_, id, key) in page {
-            let Some(slot) = self.index.get(key) else {
+        for (_, id, place) in page {
+            let Some(slot) = slots.get(*place) else {
                 continue;
             };
             let state = slot.state.read();
@@ -542,20 +537,20 @@ impl Store {
     /// prefix of a store-made id, else through the task map.
     fn find_task(&self, tenant: &str, task_id: &str) -> Option<(ContextKey, Arc<ContextSlot>)> {
         if let IdKey::Made(bytes) = IdKey::of(task_id) {
-            if let Some((key, slot)) = self.index.prefix_context(&prefix_of_id(&bytes)) {
+            if let Some(slot) = self.index.prefix_context(&prefix_of_id(&bytes)) {
                 let state = slot.state.read();
-                let owned = state.meta.as_ref().is_some_and(|m| &*m.tenant == tenant);
+                let owned = state.meta.as_ref().is_some_and(|m| m.tenant() == tenant);
                 if owned && state.task_pos(task_id).is_some() {
                     drop(state);
-                    return Some((key, slot));
+                    return Some((slot.key, slot));
                 }
             }
         }
         if !self.index.any_task_entry() {
             return None;
         }
-        let key = self.index.task_context(&task_key(tenant, task_id))?;
-        Some((key, self.index.get(&key)?))
+        let slot = self.index.task_context(&task_key(tenant, task_id))?;
+        Some((slot.key, slot))
     }
 
     /// A task id no task of this tenant has, for a new task in the context
@@ -592,16 +587,24 @@ impl Store {
         })
     }
 
-    /// Keys of the tenant's listed contexts (only `context_id`'s, if given);
-    /// the caller checks that each is still live.
-    fn tenant_contexts(&self, tenant: &str, context_id: Option<&str>) -> Result<Vec<ContextKey>> {
+    /// The slots of the tenant's listed contexts (only `context_id`'s, if
+    /// given); the caller checks that each is still live.
+    fn tenant_contexts(
+        &self,
+        tenant: &str,
+        context_id: Option<&str>,
+    ) -> Result<Vec<Arc<ContextSlot>>> {
         Ok(match context_id {
-            Some(c) => vec![ContextKey::derive(tenant, c)?],
+            Some(c) => self
+                .index
+                .get(&ContextKey::derive(tenant, c)?)
+                .into_iter()
+                .collect(),
             None => self
                 .index
                 .tenant_page(tenant, None, usize::MAX)
                 .into_iter()
-                .map(|(_, k)| k)
+                .map(|(_, slot)| slot)
                 .collect(),
         })
     }
@@ -653,7 +656,7 @@ fn context_of(state: &crate::index::ContextState) -> Result<&str> {
     state
         .meta
         .as_ref()
-        .map(|m| &*m.context_id)
+        .map(crate::index::ContextMeta::context_id)
         .ok_or(Error::TaskNotFound)
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{now_ms, Store};
 use crate::error::{Error, Result};
-use crate::index::{ContextSlot, Lease};
+use crate::index::{Lease, Leases};
 use crate::namespace::ContextKey;
 use crate::options::TurnPolicy;
 
@@ -16,15 +16,16 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 /// it). Under [`TurnPolicy::Parallel`] it holds nothing.
 #[must_use = "the turn is released when the guard is dropped"]
 pub struct TurnGuard {
-    held: Option<(Arc<ContextSlot>, u64)>,
+    /// The leases, the context's number and the lease's token.
+    held: Option<(Arc<Leases>, u32, u64)>,
 }
 
 impl Drop for TurnGuard {
     fn drop(&mut self) {
-        if let Some((slot, token)) = self.held.take() {
-            let mut lease = slot.lease.lock();
-            if lease.as_ref().is_some_and(|l| l.token == token) {
-                *lease = None;
+        if let Some((leases, number, token)) = self.held.take() {
+            let mut leases = leases.of(number).lock();
+            if leases.get(&number).is_some_and(|l| l.token == token) {
+                leases.remove(&number);
             }
         }
     }
@@ -35,9 +36,9 @@ impl Store {
     pub fn turn_holder(&self, tenant: &str, context_id: &str) -> Result<Option<(String, u64)>> {
         let key = ContextKey::derive(tenant, context_id)?;
         Ok(self.index.get(&key).and_then(|slot| {
-            slot.lease
-                .lock()
-                .as_ref()
+            let leases = self.index.leases.of(slot.number).lock();
+            leases
+                .get(&slot.number)
                 .map(|l| (l.task_id.clone(), l.since_ms))
         }))
     }
@@ -55,8 +56,8 @@ impl Store {
         let now = now_ms();
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
         {
-            let mut current = slot.lease.lock();
-            if let Some(held) = current.as_ref() {
+            let mut leases = self.index.leases.of(slot.number).lock();
+            if let Some(held) = leases.get(&slot.number) {
                 let expired = lease.is_some_and(|d| {
                     now.saturating_sub(held.since_ms)
                         >= u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -68,14 +69,17 @@ impl Store {
                     });
                 }
             }
-            *current = Some(Box::new(Lease {
-                task_id: task_id.to_string(),
-                since_ms: now,
-                token,
-            }));
+            leases.insert(
+                slot.number,
+                Lease {
+                    task_id: task_id.to_string(),
+                    since_ms: now,
+                    token,
+                },
+            );
         }
         Ok(TurnGuard {
-            held: Some((slot, token)),
+            held: Some((self.index.leases.clone(), slot.number, token)),
         })
     }
 }

@@ -165,19 +165,30 @@ fn contexts_are_listed_in_pages_with_their_original_ids() {
         store.append_message("t", id, b"m").unwrap();
         store.append_message("other", id, b"m").unwrap();
     }
+    // The first page before a close, the rest after the reopen (which
+    // loads the checkpoint and numbers the contexts afresh): the token
+    // still resumes right after the first page.
+    let first = store.list_contexts("t", 10, None).unwrap();
+    let mut token = first.next_page_token;
+    let mut listed: Vec<_> = first.contexts;
     store.close().unwrap();
     let store = Store::open(dir.path(), Options::default()).unwrap();
-    let mut seen = Vec::new();
-    let mut token = None;
     loop {
         let page = store.list_contexts("t", 10, token.as_deref()).unwrap();
         assert!(page.contexts.len() <= 10);
-        seen.extend(page.contexts.into_iter().map(|c| c.context_id));
+        listed.extend(page.contexts);
         match page.next_page_token {
             Some(t) => token = Some(t),
             None => break,
         }
     }
+    // In order of first activity, then key (many share a millisecond).
+    let order: Vec<_> = listed
+        .iter()
+        .map(|c| (c.first_activity_ms, c.key))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    let seen: Vec<String> = listed.into_iter().map(|c| c.context_id).collect();
     let mut sorted_seen = seen.clone();
     sorted_seen.sort();
     let mut sorted_ids = ids.clone();

@@ -908,7 +908,7 @@ mod tests {
     #[test]
     fn records_keep_their_place_seq_and_kind() {
         assert_eq!(std::mem::size_of::<Rec>(), 16);
-        assert_eq!(std::mem::size_of::<TaskEntry>(), 28);
+        assert_eq!(std::mem::size_of::<TaskEntry>(), 24);
         let mut s = ContextState::default();
         s.push_record(0, at(0), Kind::Message, None);
         s.open_task("t", 1, 5, at(1));

@@ -126,7 +126,12 @@ fn made(id: &str) -> Option<[u8; 16]> {
 /// How many bytes a task entry takes in the checkpoint.
 pub const TASK_BYTES: usize = 26;
 
-/// What the index keeps of one task: 28 bytes. Its events are the records
+/// The latest status time a task entry holds: 2⁴⁸ − 1 ms, in the year
+/// 10889. A later one (only a record written with a clock that far off
+/// has one) counts as this.
+pub const MAX_STATUS_MS: u64 = (1 << 48) - 1;
+
+/// What the index keeps of one task: 24 bytes. Its events are the records
 /// of its context that name it: the last `events` of them up to `last`;
 /// its history is those of them that carry a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,8 +141,10 @@ pub struct TaskEntry {
     /// text the context keeps aside (`other` is set).
     tail: [u8; 8],
     /// When the current status was recorded (store clock, ms since the
-    /// epoch), low and high halves: two `u32`s keep the entry 4-aligned.
-    status_ms: [u32; 2],
+    /// epoch, at most [`MAX_STATUS_MS`]): its low 32 bits, and the 16
+    /// above them, which keeps the entry 4-aligned and at 24 bytes.
+    status_lo: u32,
+    status_hi: u16,
     /// How many records it has (its events).
     pub events: u32,
     /// The position of its latest record in the context's records.
@@ -152,7 +159,8 @@ impl TaskEntry {
     /// An entry that stands for none (while a checkpoint is refused).
     pub const PLACEHOLDER: TaskEntry = TaskEntry {
         tail: [0; 8],
-        status_ms: [0; 2],
+        status_lo: 0,
+        status_hi: 0,
         events: 0,
         last: 0,
         state: TaskState::Unspecified,
@@ -165,7 +173,8 @@ impl TaskEntry {
     pub fn opened(tail: Option<[u8; 8]>, timestamp_ms: u64) -> Self {
         let mut entry = TaskEntry {
             tail: tail.unwrap_or_default(),
-            status_ms: [0; 2],
+            status_lo: 0,
+            status_hi: 0,
             events: 0,
             last: 0,
             state: TaskState::Submitted,
@@ -180,7 +189,7 @@ impl TaskEntry {
     /// state's place in [`TaskState::ALL`], and 1 if the id is kept aside.
     pub fn to_bytes(&self) -> [u8; TASK_BYTES] {
         let mut out = [0u8; TASK_BYTES];
-        let [lo, hi] = self.status_ms;
+        let (lo, hi) = (self.status_lo, u32::from(self.status_hi));
         let state = TaskState::ALL.iter().position(|s| *s == self.state);
         let words = [lo, hi, self.events, self.last].map(u32::to_le_bytes);
         // The place is at most 8: ALL has 9 states.
@@ -197,9 +206,10 @@ impl TaskEntry {
         let (tail, rest) = bytes.split_first_chunk::<8>()?;
         let (words, rest) = rest.split_first_chunk::<16>()?;
         let [state, other] = *rest else { return None };
-        Some(TaskEntry {
+        let mut entry = TaskEntry {
             tail: *tail,
-            status_ms: [u32_at(words, 0), u32_at(words, 4)],
+            status_lo: 0,
+            status_hi: 0,
             events: u32_at(words, 8),
             last: u32_at(words, 12),
             state: *TaskState::ALL.get(usize::from(state))?,
@@ -208,7 +218,9 @@ impl TaskEntry {
                 1 => true,
                 _ => return None,
             },
-        })
+        };
+        entry.set_status_ms(u64::from(u32_at(words, 4)) << 32 | u64::from(u32_at(words, 0)));
+        Some(entry)
     }
 
     /// The random half of a store-made id.
@@ -218,8 +230,7 @@ impl TaskEntry {
 
     /// When the current status was recorded.
     pub fn status_ms(&self) -> u64 {
-        let [lo, hi] = self.status_ms;
-        u64::from(hi) << 32 | u64::from(lo)
+        u64::from(self.status_hi) << 32 | u64::from(self.status_lo)
     }
 
     /// Records a new status, set at `at_ms`.
@@ -229,8 +240,11 @@ impl TaskEntry {
     }
 
     fn set_status_ms(&mut self, ms: u64) {
-        // Both halves fit by construction (a shift and a mask).
-        self.status_ms = [(ms & 0xffff_ffff) as u32, (ms >> 32) as u32];
+        let ms = ms.min(MAX_STATUS_MS);
+        // Both parts fit by construction (a mask, and a shift of at most
+        // 48 bits).
+        self.status_lo = (ms & 0xffff_ffff) as u32;
+        self.status_hi = (ms >> 32) as u16;
     }
 }
 
@@ -380,8 +394,17 @@ mod tests {
         // Upper case is not what the store makes: kept as text, so that it
         // comes back byte for byte.
         assert!(matches!(IdKey::of(&made.to_uppercase()), IdKey::Other(_)));
+        // Status times keep every bit up to 48, and stop there.
         let mut entry = TaskEntry::opened(Some([7; 8]), u64::MAX - 1);
-        assert_eq!(entry.status_ms(), u64::MAX - 1);
+        assert_eq!(entry.status_ms(), MAX_STATUS_MS);
+        let mut far = entry.to_bytes();
+        far[12..16].copy_from_slice(&0x1_0000u32.to_le_bytes());
+        assert_eq!(
+            TaskEntry::from_bytes(&far).unwrap().status_ms(),
+            MAX_STATUS_MS
+        );
+        entry.set_status(TaskState::Working, MAX_STATUS_MS - 0x1234_5678_9abc);
+        assert_eq!(entry.status_ms(), MAX_STATUS_MS - 0x1234_5678_9abc);
         (entry.events, entry.last) = (3, u32::MAX);
         for state in TaskState::ALL {
             entry.state = state;

@@ -75,15 +75,6 @@ impl Span {
         })
     }
 
-    /// The whole of `section`, as entries of `size` bytes; `None` unless it
-    /// holds whole entries.
-    pub fn whole(section: &Arc<Section>, size: usize) -> Option<Self> {
-        if size == 0 || !section.len.is_multiple_of(size) {
-            return None;
-        }
-        Span::new(section, 0, section.len / size, size)
-    }
-
     /// How many entries it holds.
     pub fn len(&self) -> usize {
         self.len as usize

@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 
-use crate::entries::Span;
+use crate::entries::{Section, Span};
+use crate::fs::Mapped;
 use crate::index::{IdemAt, ShortKey};
 use crate::log::frame::u32_at;
 
@@ -69,9 +70,13 @@ impl std::fmt::Debug for IdemRun {
 }
 
 impl IdemRun {
-    /// The run of entries at `span`, which [`check_run`] has found sound.
-    pub fn new(span: Span, numbers: Numbers) -> Self {
-        Self { span, numbers }
+    /// The run of `count` entries at byte `start` of `map`, which
+    /// [`check_run`] has found sound (or the checkpoint writer has just
+    /// written); `None` unless they lie inside it.
+    pub fn in_map(map: &Arc<Mapped>, start: usize, count: usize, numbers: Numbers) -> Option<Self> {
+        let run = Section::new(map.clone(), start, count.checked_mul(ENTRY_BYTES)?)?;
+        let span = Span::new(&run, 0, count, ENTRY_BYTES)?;
+        Some(Self { span, numbers })
     }
 
     fn entries(&self) -> &[Entry] {
@@ -122,7 +127,7 @@ impl IdemRun {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::entries::{mapped, Section};
+    use crate::entries::mapped;
 
     /// A key of shard 0 of 64 whose order follows `n`.
     pub fn key(n: u8) -> ShortKey {
@@ -137,9 +142,7 @@ pub(crate) mod tests {
         for &(k, place, seq) in entries {
             put_entry(&mut bytes, &key(k), place, seq);
         }
-        let run = Section::new(mapped(&bytes), 8, entries.len() * ENTRY_BYTES).unwrap();
-        let span = Span::whole(&run, ENTRY_BYTES).unwrap();
-        IdemRun::new(span, numbers.into())
+        IdemRun::in_map(&mapped(&bytes), 8, entries.len(), numbers.into()).unwrap()
     }
 
     fn bytes_of(entries: &[(ShortKey, u32, u32)]) -> Vec<u8> {

@@ -152,6 +152,11 @@ fn listing_head(key: &ContextKey) -> u64 {
     u64::from_be_bytes(task_prefix(key))
 }
 
+/// The listing entry of the context of `slot`, first active at `first_ms`.
+fn listed(first_ms: u64, slot: &ContextSlot) -> Listed {
+    (first_ms, listing_head(&slot.key), slot.number)
+}
+
 /// The first 16 bytes of a (tenant, messageId) or (tenant, task id) key:
 /// what the idempotency and task maps hold, to keep them small. Two distinct
 /// ids share one only with probability about n²/2¹²⁹ for n ids (a birthday
@@ -570,14 +575,14 @@ impl Index {
 
     /// Makes a context visible in its tenant's listing.
     pub fn list_in_tenant(&self, tenant: &str, first_ms: u64, slot: &ContextSlot) {
-        let listed = (first_ms, listing_head(&slot.key), slot.number);
+        let entry = listed(first_ms, slot);
         let mut tenants = self.tenants.write();
         match tenants.get_mut(tenant) {
             Some(set) => {
-                set.insert(listed);
+                set.insert(entry);
             }
             None => {
-                tenants.insert(tenant.to_string(), BTreeSet::from([listed]));
+                tenants.insert(tenant.to_string(), BTreeSet::from([entry]));
             }
         }
     }
@@ -585,7 +590,7 @@ impl Index {
     /// Removes a context from its tenant's listing.
     pub fn unlist_in_tenant(&self, tenant: &str, first_ms: u64, slot: &ContextSlot) {
         if let Some(set) = self.tenants.write().get_mut(tenant) {
-            set.remove(&(first_ms, listing_head(&slot.key), slot.number));
+            set.remove(&listed(first_ms, slot));
         }
     }
 

@@ -569,10 +569,23 @@ fn child_fill(name: &str, dir: &Path, bytes: u64) {
     let per = (bytes / BODY as u64 / contexts).max(1);
     let engine = open_bulk(name, dir);
     fill(engine.as_ref(), contexts, per);
+    committed_then_wait();
+}
+
+/// The child's side of [`filler`]: says its last append is durable, then
+/// waits to be killed, or for stdin to close (the parent's clean close).
+fn committed_then_wait() {
     println!("committed");
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// The scratch directory the workloads run in: under `$CTXLOG_BENCH_DIR`,
+/// or the current directory; removed on drop.
+fn scratch_root() -> tempfile::TempDir {
+    tempfile::tempdir_in(std::env::var_os("CTXLOG_BENCH_DIR").unwrap_or_else(|| ".".into()))
+        .unwrap()
 }
 
 /// Runs this program as a child that fills a store (`args`), and returns
@@ -816,10 +829,7 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("fill-exchanges") {
         let store = fill_exchanges(Path::new(&args[1]), args[2].parse().unwrap());
-        println!("committed");
-        std::io::stdout().flush().unwrap();
-        let mut line = String::new();
-        let _ = std::io::stdin().read_line(&mut line);
+        committed_then_wait();
         drop(store);
         return;
     }
@@ -830,18 +840,12 @@ fn main() {
         } else {
             QUICK
         };
-        let root = tempfile::tempdir_in(
-            std::env::var_os("CTXLOG_BENCH_DIR").unwrap_or_else(|| ".".into()),
-        )
-        .unwrap();
-        w3_exchanges(scale, root.path());
+        w3_exchanges(scale, scratch_root().path());
         return;
     }
     let full = args.first().map(String::as_str) == Some("full");
     let scale = if full { FULL } else { QUICK };
-    let root =
-        tempfile::tempdir_in(std::env::var_os("CTXLOG_BENCH_DIR").unwrap_or_else(|| ".".into()))
-            .unwrap();
+    let root = scratch_root();
     println!(
         "# ctxlog vs SQLite, redb, fjall ({} mode: {} contexts x {} messages of 1 KiB; reopen store {} MiB)",
         if full { "full" } else { "quick" },

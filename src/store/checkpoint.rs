@@ -186,13 +186,9 @@ impl Store {
             // the messageIds, and the records and tasks that have not changed
             // since that one was loaded.
             let numbers: Numbers = numbers.into();
-            let runs = runs.into_iter().map(|(start, count)| {
-                let run = Section::new(map.clone(), start, count.checked_mul(ENTRY_BYTES)?)?;
-                Some(IdemRun::new(
-                    Span::whole(&run, ENTRY_BYTES)?,
-                    numbers.clone(),
-                ))
-            });
+            let runs = runs
+                .into_iter()
+                .map(|(start, count)| IdemRun::in_map(&map, start, count, numbers.clone()));
             if let Some(runs) = runs.collect() {
                 self.index.idem_rebase(runs);
             }
@@ -339,11 +335,7 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
         if !check_run(run, numbers.len(), in_shard) {
             return None;
         }
-        let run = Section::new(map.clone(), start, run.len())?;
-        runs.push(IdemRun::new(
-            Span::whole(&run, ENTRY_BYTES)?,
-            numbers.clone(),
-        ));
+        runs.push(IdemRun::in_map(&map, start, n, numbers.clone())?);
     }
     if !r.rest.is_empty() || crc != r.sum.finalize().to_le_bytes() {
         return None;

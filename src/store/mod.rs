@@ -301,7 +301,7 @@ impl Store {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get_or_insert(&key);
         let _turn = slot.write.lock();
-        self.refuse_if_gone(&slot, &key)?;
+        self.refuse_if_gone(&slot)?;
         let (opened, timestamp_ms) = {
             let state = slot.state.read();
             (state.meta.is_some(), next_timestamp(&state))
@@ -311,7 +311,7 @@ impl Store {
             context_id: context_id.to_string(),
         });
         let kind = RecordKind::Message { task: None };
-        let seq = self.append_record(&slot, &key, name, kind, raw, timestamp_ms)?;
+        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms)?;
         Ok(Appended {
             key,
             seq,
@@ -326,7 +326,6 @@ impl Store {
     fn append_record(
         &self,
         slot: &ContextSlot,
-        key: &ContextKey,
         opens: Option<ContextName>,
         kind: RecordKind,
         blob: &[u8],
@@ -349,7 +348,7 @@ impl Store {
             opens,
             kind,
         };
-        let payload = self.encode(key, &body, blob)?;
+        let payload = self.encode(&slot.key, &body, blob)?;
         let loc = self.writer.append(&payload)?;
         apply(&self.index, slot, &mut slot.state.write(), &body, loc);
         self.writer.published(loc);
@@ -405,7 +404,7 @@ impl Store {
         max: usize,
         f: impl FnOnce(&[MessageRef], u64) -> Result<T>,
     ) -> Result<T> {
-        let (_, slot) = self.visible_slot(tenant, context_id)?;
+        let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
         self.segments.prefetch(refs.iter().map(MessageRef::loc));
@@ -423,7 +422,7 @@ impl Store {
         budget: &Budget,
         f: impl FnOnce(&[HistoryItem], u64) -> Result<T>,
     ) -> Result<T> {
-        let (_, slot) = self.visible_slot(tenant, context_id)?;
+        let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         // The newest `max` items hold at most the newest `max` messages, so
         // older messages are never copied, even with artifacts to merge in.
@@ -609,8 +608,8 @@ impl Store {
 
     /// What the store knows of one context.
     pub fn context_info(&self, tenant: &str, context_id: &str) -> Result<ContextInfo> {
-        let (key, slot) = self.visible_slot(tenant, context_id)?;
-        info_of(&slot, key, self.options.retention).ok_or(Error::ContextNotFound)
+        let slot = self.visible_slot(tenant, context_id)?;
+        info_of(&slot, self.options.retention).ok_or(Error::ContextNotFound)
     }
 
     /// One page of the tenant's contexts, oldest first activity first.
@@ -636,7 +635,7 @@ impl Store {
         };
         let contexts = page
             .iter()
-            .filter_map(|(_, slot)| info_of(slot, slot.key, self.options.retention))
+            .filter_map(|(_, slot)| info_of(slot, self.options.retention))
             .collect();
         Ok(ContextPage {
             contexts,
@@ -668,18 +667,14 @@ impl Store {
             && self.since_checkpoint.load(Ordering::Acquire) > 0
     }
 
-    /// The key and slot of a live context of this tenant.
-    fn visible_slot(
-        &self,
-        tenant: &str,
-        context_id: &str,
-    ) -> Result<(ContextKey, Arc<ContextSlot>)> {
+    /// The slot of a live context of this tenant.
+    fn visible_slot(&self, tenant: &str, context_id: &str) -> Result<Arc<ContextSlot>> {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get(&key).ok_or(Error::ContextNotFound)?;
         if self.life(&slot) != Life::Live {
             return Err(Error::ContextNotFound);
         }
-        Ok((key, slot))
+        Ok(slot)
     }
 
     /// Whether the context of `slot` can be used now.
@@ -690,13 +685,13 @@ impl Store {
     /// Refuses a write to a context that is gone; an expired one is first
     /// marked with a durable tombstone, so its expiry outlives a change of
     /// the retention setting. Called with the context's write lock held.
-    pub(crate) fn refuse_if_gone(&self, slot: &ContextSlot, key: &ContextKey) -> Result<()> {
+    pub(crate) fn refuse_if_gone(&self, slot: &ContextSlot) -> Result<()> {
         let gone = match self.life(slot) {
             Life::Gone(gone) => gone,
             Life::Live | Life::Missing => return Ok(()),
         };
         if gone == Gone::Expired && slot.state.read().gone.is_none() {
-            self.append_tombstone(slot, key, Gone::Expired)?;
+            self.append_tombstone(slot, Gone::Expired)?;
         }
         let reason = match gone {
             Gone::Expired => "expired: it was idle longer than the retention policy allows",
@@ -709,23 +704,23 @@ impl Store {
 
     /// Appends the tombstone that makes a context gone (the caller holds its
     /// write lock).
-    fn append_tombstone(&self, slot: &ContextSlot, key: &ContextKey, gone: Gone) -> Result<u64> {
+    fn append_tombstone(&self, slot: &ContextSlot, gone: Gone) -> Result<u64> {
         let kind = RecordKind::Gone {
             expired: gone == Gone::Expired,
         };
         let ts = next_timestamp(&slot.state.read());
-        self.append_record(slot, key, None, kind, &[], ts)
+        self.append_record(slot, None, kind, &[], ts)
     }
 
     /// Deletes a context with its tasks, messages and artifacts from every
     /// read and listing at once, durably. Its id stays refused.
     pub fn delete_context(&self, tenant: &str, context_id: &str) -> Result<()> {
-        let (key, slot) = self.visible_slot(tenant, context_id)?;
+        let slot = self.visible_slot(tenant, context_id)?;
         let _turn = slot.write.lock();
         if self.life(&slot) != Life::Live {
             return Err(Error::ContextNotFound);
         }
-        self.append_tombstone(&slot, &key, Gone::Deleted)?;
+        self.append_tombstone(&slot, Gone::Deleted)?;
         Ok(())
     }
 
@@ -741,7 +736,7 @@ impl Store {
                 && state.life(now_ms(), self.options.retention) == Life::Gone(Gone::Expired)
             {
                 drop(state);
-                self.append_tombstone(&slot, &slot.key, Gone::Expired)?;
+                self.append_tombstone(&slot, Gone::Expired)?;
                 expired += 1;
             }
         }
@@ -764,11 +759,7 @@ impl Drop for Store {
     }
 }
 
-fn info_of(
-    slot: &ContextSlot,
-    key: ContextKey,
-    retention: Option<std::time::Duration>,
-) -> Option<ContextInfo> {
+fn info_of(slot: &ContextSlot, retention: Option<std::time::Duration>) -> Option<ContextInfo> {
     let state = slot.state.read();
     if state.life(now_ms(), retention) != Life::Live {
         return None;
@@ -776,7 +767,7 @@ fn info_of(
     let meta = state.meta.as_ref()?;
     Some(ContextInfo {
         context_id: meta.context_id().to_string(),
-        key,
+        key: slot.key,
         first_activity_ms: meta.first_ms,
         last_activity_ms: state.last_ms,
         messages: state.history_len(),

@@ -105,7 +105,7 @@ impl Store {
         raw: &[u8],
         digest: [u8; 32],
     ) -> Result<Receipt> {
-        let (key, slot) = self.task_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
         let (context_id, timestamp_ms) = {
             let state = slot.state.read();
@@ -120,7 +120,7 @@ impl Store {
             (context_id.to_string(), next_timestamp(&state))
         };
         let kind = inbound(task_id, false, msg, digest);
-        let seq = self.append_record(&slot, &key, None, kind, raw, timestamp_ms)?;
+        let seq = self.append_record(&slot, None, kind, raw, timestamp_ms)?;
         Ok(Receipt {
             context_id,
             task_id: task_id.to_string(),
@@ -149,7 +149,7 @@ impl Store {
         let key = ContextKey::derive(tenant, &context_id)?;
         let slot = self.index.get_or_insert(&key);
         let _turn = slot.write.lock();
-        self.refuse_if_gone(&slot, &key)?;
+        self.refuse_if_gone(&slot)?;
         let (new_context, timestamp_ms) = {
             let state = slot.state.read();
             (state.meta.is_none(), next_timestamp(&state))
@@ -160,7 +160,7 @@ impl Store {
             context_id: context_id.clone(),
         });
         let kind = inbound(&task_id, true, msg, digest);
-        let seq = self.append_record(&slot, &key, name, kind, raw, timestamp_ms)?;
+        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms)?;
         Ok(Receipt {
             context_id,
             task_id,
@@ -214,7 +214,7 @@ impl Store {
         tenant: &str,
         event: &TaskStatusUpdateEvent,
     ) -> Result<EventRecord> {
-        let (key, slot) = self.task_slot(tenant, &event.task_id)?;
+        let slot = self.task_slot(tenant, &event.task_id)?;
         let _turn = slot.write.lock();
         let checked = self.check_task_op(
             &slot,
@@ -222,13 +222,12 @@ impl Store {
             Some(&event.context_id),
             Op::Status(event.status.state),
         )?;
-        self.write_status(&slot, &key, &event.task_id, event.status.clone(), checked)
+        self.write_status(&slot, &event.task_id, event.status.clone(), checked)
     }
 
     fn write_status(
         &self,
         slot: &ContextSlot,
-        key: &ContextKey,
         task_id: &str,
         mut status: TaskStatus,
         checked: Checked,
@@ -243,7 +242,7 @@ impl Store {
             state: status.state,
             with_message: status.message.is_some(),
         };
-        self.append_record(slot, key, None, kind, &blob, timestamp_ms)?;
+        self.append_record(slot, None, kind, &blob, timestamp_ms)?;
         Ok(checked.record(task_id))
     }
 
@@ -255,7 +254,7 @@ impl Store {
         event: &TaskArtifactUpdateEvent,
     ) -> Result<EventRecord> {
         let artifact_id = &event.artifact.artifact_id;
-        let (key, slot) = self.task_slot(tenant, &event.task_id)?;
+        let slot = self.task_slot(tenant, &event.task_id)?;
         let _turn = slot.write.lock();
         let op = Op::Artifact {
             artifact_id,
@@ -269,7 +268,7 @@ impl Store {
             append: event.append,
             last_chunk: event.last_chunk,
         };
-        self.append_record(&slot, &key, None, kind, &blob, checked.timestamp_ms)?;
+        self.append_record(&slot, None, kind, &blob, checked.timestamp_ms)?;
         Ok(checked.record(&event.task_id))
     }
 
@@ -293,7 +292,7 @@ impl Store {
 
     /// Cancels a task that is not in a terminal state, and returns it.
     pub fn cancel_task(&self, tenant: &str, task_id: &str) -> Result<Task> {
-        let (key, slot) = self.task_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         {
             let _turn = slot.write.lock();
             let checked = self.check_task_op(&slot, task_id, None, Op::Cancel)?;
@@ -303,7 +302,7 @@ impl Store {
                 timestamp: None,
                 extra: Default::default(),
             };
-            self.write_status(&slot, &key, task_id, status, checked)?;
+            self.write_status(&slot, task_id, status, checked)?;
         }
         self.get_task(tenant, task_id, None, true)
     }
@@ -317,7 +316,7 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
-        let (_, slot) = self.task_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         // Records are read under the context's read lock, so a compaction
         // cannot move them in between (it remaps under the write lock).
         let state = slot.state.read();
@@ -398,7 +397,7 @@ impl Store {
         task_id: &str,
         after: u64,
     ) -> Result<Vec<(u64, StreamResponse)>> {
-        let (_, slot) = self.task_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let skip = usize::try_from(after).unwrap_or(usize::MAX);
@@ -524,33 +523,32 @@ impl Store {
             .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
     }
 
-    /// The context and slot of a task of this tenant.
-    fn task_slot(&self, tenant: &str, task_id: &str) -> Result<(ContextKey, Arc<ContextSlot>)> {
-        let (key, slot) = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
+    /// The slot of the live context of a task of this tenant.
+    fn task_slot(&self, tenant: &str, task_id: &str) -> Result<Arc<ContextSlot>> {
+        let slot = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
         if self.life(&slot) != Life::Live {
             return Err(Error::TaskNotFound);
         }
-        Ok((key, slot))
+        Ok(slot)
     }
 
     /// The context of a task of this tenant, live or not: through the
     /// prefix of a store-made id, else through the task map.
-    fn find_task(&self, tenant: &str, task_id: &str) -> Option<(ContextKey, Arc<ContextSlot>)> {
+    fn find_task(&self, tenant: &str, task_id: &str) -> Option<Arc<ContextSlot>> {
         if let IdKey::Made(bytes) = IdKey::of(task_id) {
             if let Some(slot) = self.index.prefix_context(&prefix_of_id(&bytes)) {
                 let state = slot.state.read();
                 let owned = state.meta.as_ref().is_some_and(|m| m.tenant() == tenant);
                 if owned && state.task_pos(task_id).is_some() {
                     drop(state);
-                    return Some((slot.key, slot));
+                    return Some(slot);
                 }
             }
         }
         if !self.index.any_task_entry() {
             return None;
         }
-        let slot = self.index.task_context(&task_key(tenant, task_id))?;
-        Some((slot.key, slot))
+        self.index.task_context(&task_key(tenant, task_id))
     }
 
     /// A task id no task of this tenant has, for a new task in the context

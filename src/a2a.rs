@@ -1,13 +1,111 @@
 //! The A2A v1.0.1 data model in its JSON form (camelCase fields, enum values
-//! as proto names, defaults omitted), so stored objects can be handed back
-//! unchanged. Fields this build does not know are kept in `extra` and written
-//! back as they came.
+//! as proto names, defaults omitted). Fields this build does not know are
+//! kept in `extra`. What the store hands back of a stored message, status or
+//! artifact is a [`Stored`]: the JSON text exactly as it was stored, with its
+//! parsed form beside it.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Deref;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A JSON object (`google.protobuf.Struct`).
 pub type Object = Map<String, Value>;
+
+/// An A2A object with the JSON text it was stored as.
+///
+/// It reads as the object it holds (`Deref`), and serializes as that text,
+/// byte for byte: numbers, key order, escapes and unknown fields exactly as
+/// the client or agent sent them, whatever the typed form could represent.
+/// One built with [`Stored::new`] (or `From`) has no text and serializes
+/// from its value. Two are equal when their values are.
+#[derive(Clone)]
+pub struct Stored<T> {
+    raw: Option<Box<RawValue>>,
+    value: T,
+}
+
+impl<T> Stored<T> {
+    /// An object with no stored text: it serializes from `value`.
+    pub fn new(value: T) -> Self {
+        Stored { raw: None, value }
+    }
+
+    /// The JSON text it was stored as, if it came from the store (or was
+    /// deserialized).
+    pub fn raw_json(&self) -> Option<&str> {
+        self.raw.as_deref().map(RawValue::get)
+    }
+
+    /// The object, for changing it (its stored text is dropped).
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+}
+
+impl<T: DeserializeOwned> Stored<T> {
+    /// Parses `text` into the object, keeping the text.
+    pub fn from_json(text: &str) -> serde_json::Result<Self> {
+        let raw = RawValue::from_string(text.trim().to_string())?;
+        let value = serde_json::from_str(raw.get())?;
+        Ok(Stored {
+            raw: Some(raw),
+            value,
+        })
+    }
+}
+
+impl<T> Deref for Stored<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> From<T> for Stored<T> {
+    fn from(value: T) -> Self {
+        Stored::new(value)
+    }
+}
+
+impl<T: PartialEq> PartialEq for Stored<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Stored<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.raw {
+            Some(raw) => write!(f, "Stored({})", raw.get()),
+            None => write!(f, "Stored({:?})", self.value),
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for Stored<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.raw {
+            Some(raw) => raw.serialize(s),
+            None => self.value.serialize(s),
+        }
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Stored<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        let value = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+        Ok(Stored {
+            raw: Some(raw),
+            value,
+        })
+    }
+}
 
 /// Who sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,14 +350,17 @@ pub struct Task {
     /// The context it belongs to.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub context_id: String,
-    /// Its current status.
-    pub status: TaskStatus,
-    /// Its artifacts (omitted unless asked for).
+    /// Its current status, as the agent stored it.
+    pub status: Stored<TaskStatus>,
+    /// Its artifacts (omitted unless asked for): a one-chunk artifact as it
+    /// was stored; one of several chunks built around their parts, which
+    /// are as they were stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifacts: Option<Vec<Artifact>>,
-    /// Its messages, oldest first (omitted when none are asked for).
+    pub artifacts: Option<Vec<Stored<Artifact>>>,
+    /// Its messages, oldest first, as they were stored (omitted when none
+    /// are asked for).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub history: Vec<Message>,
+    pub history: Vec<Stored<Message>>,
     /// Metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Object>,
@@ -274,7 +375,7 @@ pub struct TaskStatusUpdateEvent {
     /// Its context.
     pub context_id: String,
     /// The new status.
-    pub status: TaskStatus,
+    pub status: Stored<TaskStatus>,
     /// Metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Object>,
@@ -289,7 +390,7 @@ pub struct TaskArtifactUpdateEvent {
     /// Its context.
     pub context_id: String,
     /// The chunk: its parts, and the artifact's other fields.
-    pub artifact: Artifact,
+    pub artifact: Stored<Artifact>,
     /// Extends the artifact of the same id instead of creating or replacing it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub append: bool,
@@ -310,7 +411,7 @@ pub struct StreamResponse {
     pub task: Option<Task>,
     /// A message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<Message>,
+    pub message: Option<Stored<Message>>,
     /// A status change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_update: Option<TaskStatusUpdateEvent>,
@@ -331,4 +432,18 @@ pub struct ListTasksResponse {
     pub page_size: u32,
     /// All matching tasks, before paging.
     pub total_size: u32,
+    /// Tasks of this page that could not be read (a damaged record): left
+    /// out of `tasks` and listed here with why, so that one damaged task
+    /// never hides the others. Not part of the A2A form (never serialized).
+    #[serde(skip)]
+    pub damaged: Vec<DamagedTask>,
+}
+
+/// A task a listing could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedTask {
+    /// The task.
+    pub task_id: String,
+    /// What is wrong, with the segment and offset of the damage.
+    pub reason: String,
 }

@@ -106,7 +106,8 @@ pub fn run(store: &Store, tenant: &str, out: &mut dyn Write) -> Result<()> {
                 metadata: None,
                 extensions: Vec::new(),
                 extra: Default::default(),
-            },
+            }
+            .into(),
             append: i > 0,
             last_chunk: i == 2,
             metadata: None,
@@ -231,7 +232,8 @@ fn status(
             message,
             timestamp: None,
             extra: Default::default(),
-        },
+        }
+        .into(),
         metadata: None,
     };
     store.update_status(tenant, &event).map(|_| ())

@@ -47,6 +47,28 @@ pub enum Error {
         /// What is wrong there.
         reason: String,
     },
+    /// Acknowledged records are missing: a file of the store (a later
+    /// segment's header, the manifest or the checkpoint) says the log
+    /// reached further than the segment now does. A torn tail after a
+    /// crash is never this: only bytes never acknowledged are cut as one.
+    MissingRecords {
+        /// The segment.
+        segment: u64,
+        /// How long it was (at least) when the store last knew it.
+        expected: u64,
+        /// How long it is now (0: the file is missing).
+        actual: u64,
+        /// Which file knew, and what it said.
+        reason: String,
+    },
+    /// A file in the store's directory belongs to another store (a segment
+    /// or manifest whose store identity is not this store's).
+    ForeignFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it is another store's.
+        reason: String,
+    },
     /// An earlier sync failed, so the page cache can no longer be trusted.
     Poisoned,
     /// An argument is out of range.
@@ -98,6 +120,8 @@ impl Error {
             Error::Locked { .. } => "Locked",
             Error::UnsupportedFormat { .. } => "UnsupportedFormat",
             Error::Corrupt { .. } => "Corrupt",
+            Error::MissingRecords { .. } => "MissingRecords",
+            Error::ForeignFile { .. } => "ForeignFile",
             Error::Poisoned => "Poisoned",
             Error::InvalidParams { .. } => "InvalidParams",
             Error::ContextRejected { .. } => "ContextRejected",
@@ -158,6 +182,29 @@ impl fmt::Display for Error {
                 f,
                 "segment {segment} is damaged at offset {offset}: {reason}; restore it from a \
                  backup, or open with RecoveryMode::SkipCorrupt to skip damaged records"
+            ),
+            Error::MissingRecords {
+                segment,
+                expected,
+                actual,
+                reason,
+            } => {
+                match actual {
+                    0 => write!(f, "segment {segment} is missing")?,
+                    n => write!(f, "segment {segment} ends at byte {n}")?,
+                }
+                write!(
+                    f,
+                    " where {reason} (at least {expected} bytes): acknowledged records are \
+                     missing; restore the segment from a backup, or open with \
+                     RecoveryMode::SkipCorrupt to accept the loss"
+                )
+            }
+            Error::ForeignFile { path, reason } => write!(
+                f,
+                "{} belongs to another store ({reason}); move it out of the store directory, \
+                 or open with RecoveryMode::SkipCorrupt to leave it unread",
+                path.display()
             ),
             Error::Poisoned => write!(
                 f,

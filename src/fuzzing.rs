@@ -120,6 +120,7 @@ pub fn render(data: &[u8]) {
             position: turns.len() as u64,
             role,
             task_id,
+            task_cut: 0,
             text: input.text(200),
             cut: 0,
         });
@@ -131,8 +132,10 @@ pub fn render(data: &[u8]) {
     assert_eq!(parsed.turns, history.turns);
 }
 
-/// A small store to mutate, built the same way every time.
-fn seed_store(fs: &MemFs, dir: &Path) {
+/// A small store to mutate, built the same way every time (each message
+/// names `who`): rotated segments, a compaction (so a manifest and
+/// compacted segments), a deleted context, then more appends.
+fn seed_store(fs: &MemFs, dir: &Path, who: &str) {
     let options = on(
         fs,
         Options::default()
@@ -140,45 +143,68 @@ fn seed_store(fs: &MemFs, dir: &Path) {
             .segment_bytes(4096),
     );
     let store = Store::open(dir, options).unwrap();
-    for i in 0..60u32 {
+    let append = |i: u32, contexts: u32| {
         let body = format!(
-            "{{\"n\":{i},\"pad\":\"{}\"}}",
+            "{{\"n\":{i},\"who\":\"{who}\",\"pad\":\"{}\"}}",
             "x".repeat((i as usize * 13) % 80)
         );
         store
-            .append_message("t", &format!("c{}", i % 4), body.as_bytes())
+            .append_message("t", &format!("c{}", i % contexts), body.as_bytes())
             .unwrap();
-    }
+    };
+    (0..40).for_each(|i| append(i, 4));
     store.delete_context("t", "c3").unwrap();
+    store.compact().unwrap();
+    (40..70).for_each(|i| append(i, 3));
     store.close().unwrap();
 }
 
-/// Target `open`: a store whose segments are mutated by the input opens
-/// without panicking, in both recovery modes, and either fails with an error
-/// or serves only records that pass their checksums.
+/// Target `open`: a store whose files (segments, checkpoint, manifest,
+/// identity) are mutated by the input (cut, flipped, spliced, zeroed,
+/// deleted, or replaced by the same file of another store) opens without
+/// panicking, in both recovery modes, and either fails with an error or
+/// serves only its own records that pass their checksums: never a record
+/// of the other store.
 pub fn open(data: &[u8]) {
     let (fs, dir) = scratch();
-    seed_store(&fs, &dir);
-    let ids = list_segment_ids(&fs, &dir).unwrap();
+    seed_store(&fs, &dir, "ours");
+    let other = PathBuf::from("/fuzz/other");
+    seed_store(&fs, &other, "theirs");
+    let mut files: Vec<PathBuf> = list_segment_ids(&fs, &dir)
+        .unwrap()
+        .into_iter()
+        .map(|id| segment_path(&dir, id))
+        .collect();
+    files.extend(["CHECKPOINT", "MANIFEST", "IDENTITY"].map(|f| dir.join(f)));
     let mut input = Input(data);
     while let (Some(pick), Some(at), Some(op)) = (input.byte(), input.u16(), input.byte()) {
-        // One pick past the segments is the checkpoint the close wrote.
-        let path = match ids.get(usize::from(pick) % (ids.len() + 1)) {
-            Some(&id) => segment_path(&dir, id),
-            None => dir.join("CHECKPOINT"),
-        };
-        let mut bytes = fs.read(&path).unwrap();
-        if bytes.is_empty() {
+        let path = &files[usize::from(pick) % files.len()];
+        let Ok(mut bytes) = fs.read(path) else {
             continue;
+        };
+        match op % 6 {
+            4 => {
+                let name = path.file_name().unwrap_or_default();
+                if let Ok(theirs) = fs.read(&other.join(name)) {
+                    fs.set_contents(path, theirs).unwrap();
+                }
+                continue;
+            }
+            5 => {
+                fs.remove_file(path).unwrap();
+                continue;
+            }
+            _ if bytes.is_empty() => continue,
+            _ => {}
         }
         let at = usize::from(at) % bytes.len();
-        match op % 4 {
+        match op % 6 {
             0 => bytes.truncate(at),
             1 => bytes[at] ^= op | 1,
             2 => bytes.splice(at..at, input.bytes(16)).for_each(drop),
             _ => bytes[at..].iter_mut().for_each(|b| *b = 0),
         }
-        fs.set_contents(&path, bytes).unwrap();
+        fs.set_contents(path, bytes).unwrap();
     }
     for mode in [RecoveryMode::Strict, RecoveryMode::SkipCorrupt] {
         let options = on(&fs, Options::default().recovery(mode).segment_bytes(4096));
@@ -187,7 +213,13 @@ pub fn open(data: &[u8]) {
                 let page = store.list_contexts("t", 100, None).unwrap();
                 for c in page.contexts {
                     match store.last_messages("t", &c.context_id, usize::MAX) {
-                        Ok(_) | Err(Error::Corrupt { .. }) => {}
+                        Ok(msgs) => {
+                            for m in msgs {
+                                let text = String::from_utf8_lossy(&m.raw);
+                                assert!(!text.contains("theirs"), "another store's record: {text}");
+                            }
+                        }
+                        Err(Error::Corrupt { .. }) => {}
                         Err(e) => panic!("reading {}: {e}", c.context_id),
                     }
                 }
@@ -257,6 +289,23 @@ impl Model {
         let n = usize::from(input.byte()?) % self.tasks.len().max(1);
         let (id, (context, task)) = self.tasks.iter().nth(n)?;
         Some((id.clone(), context.clone(), task.status.state))
+    }
+}
+
+/// A JSON number in a form the input picks: a long integer (past what an
+/// f64 holds exactly), a long decimal, or one with an exponent.
+fn number(input: &mut Input) -> String {
+    let digits: String = input
+        .bytes(40)
+        .iter()
+        .map(|b| char::from(b'0' + b % 10))
+        .collect();
+    let digits = format!("9{digits}");
+    match input.byte().unwrap_or(0) % 4 {
+        0 => digits,
+        1 => format!("-{digits}"),
+        2 => format!("0.{digits}"),
+        _ => format!("{digits}e-7"),
     }
 }
 
@@ -348,37 +397,80 @@ pub fn ops(data: &[u8]) {
                     })
                     .flatten();
                 next_message += 1;
-                let mut msg = serde_json::json!({
-                    "messageId": format!("m{next_message}"),
-                    "contextId": context,
-                    "role": "ROLE_USER",
-                    "parts": [{ "text": input.text(60) }],
-                });
-                if let Some(task) = &task {
-                    msg["taskId"] = serde_json::json!(task);
+                // The message's JSON as text: its keys in an odd order, and
+                // a number in a form the input chooses (a long integer, a
+                // decimal, an exponent), which must come back as written.
+                let shape = input.byte().unwrap_or(0);
+                let text = serde_json::to_string(&input.text(60)).unwrap();
+                let mut fields = vec![
+                    format!(r#""parts":[{{"text":{text}}}]"#),
+                    r#""role":"ROLE_USER""#.to_string(),
+                    format!(r#""messageId":"m{next_message}""#),
+                    format!(
+                        r#""contextId":{}"#,
+                        serde_json::to_string(&context).unwrap()
+                    ),
+                ];
+                if shape & 1 == 1 {
+                    fields.push(format!(r#""metadata":{{"n":{}}}"#, number(&mut input)));
                 }
-                let raw = serde_json::to_vec(&msg).unwrap();
+                if let Some(task) = &task {
+                    fields.push(format!(
+                        r#""taskId":{}"#,
+                        serde_json::to_string(task).unwrap()
+                    ));
+                }
+                // A key twice: refused, and nothing stored.
+                let twice = shape & 2 == 2;
+                if twice {
+                    fields.push(format!(r#""parts":[{{"text":{text}}}]"#));
+                }
+                let raw = format!("{{{}}}", fields.join(",")).into_bytes();
                 let terminal = task
                     .as_ref()
                     .and_then(|t| model.tasks.get(t))
                     .is_some_and(|(_, t)| t.status.state.is_terminal());
                 match s.receive_message("t", &raw) {
                     Ok(receipt) => {
-                        assert!(model.live(&context) && !terminal, "{receipt:?}");
+                        assert!(model.live(&context) && !terminal && !twice, "{receipt:?}");
                         model.push(&context, raw.clone());
-                        model.received.push((context.clone(), raw));
+                        model.received.push((context.clone(), raw.clone()));
                         model.refresh(s, &context, &receipt.task_id);
+                        let (_, task) = &model.tasks[&receipt.task_id];
+                        let stored = serde_json::to_string(task.history.last().unwrap()).unwrap();
+                        assert_eq!(stored.as_bytes(), &raw[..], "the message changed");
                     }
+                    Err(Error::InvalidParams { .. }) if twice => {}
                     Err(e) => assert!(!model.live(&context) || terminal, "{e}"),
                 }
             }
             8 => {
-                // A resent message: recognised, nothing stored again.
-                let n = usize::from(input.byte().unwrap_or(0));
-                if let Some((context, raw)) = model.received.get(n % model.received.len().max(1)) {
-                    if model.live(context) {
-                        let receipt = s.receive_message("t", raw).unwrap();
-                        assert!(receipt.duplicate);
+                // A resent message: recognised, nothing stored again; spelled
+                // with other white space it is the same message, and with
+                // one of its numbers changed it is a conflict.
+                let n = input.byte().unwrap_or(0);
+                let picked = model
+                    .received
+                    .get(usize::from(n) % model.received.len().max(1));
+                if let Some((_, raw)) = picked.filter(|(c, _)| model.live(c)) {
+                    let mut again = raw.clone();
+                    if n & 0x80 != 0 {
+                        again.insert(1, b' ');
+                    }
+                    // The metadata number ends where the metadata object does.
+                    let end = raw
+                        .windows(4)
+                        .position(|w| w == br#""n":"#)
+                        .and_then(|at| Some(at + raw.get(at..)?.iter().position(|&b| b == b'}')?));
+                    match end.filter(|_| n & 0x40 != 0) {
+                        Some(end) => {
+                            again.insert(end + usize::from(n & 0x80 != 0), b'1');
+                            assert!(matches!(
+                                s.receive_message("t", &again),
+                                Err(Error::IdempotencyConflict { .. })
+                            ));
+                        }
+                        None => assert!(s.receive_message("t", &again).unwrap().duplicate),
                     }
                 }
             }

@@ -47,15 +47,34 @@ pub fn import_hermes(
     dir: &Path,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ImportReport> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io("list the journal directory", dir, e))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
+    let mut files = Vec::new();
+    let mut links = Vec::new();
+    for entry in
+        std::fs::read_dir(dir).map_err(|e| Error::io("list the journal directory", dir, e))?
+    {
+        let entry = entry.map_err(|e| Error::io("list the journal directory", dir, e))?;
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "jsonl") {
+            continue;
+        }
+        // The entry's own type, not its target's: a link is never followed
+        // out of the directory.
+        match entry.file_type() {
+            Ok(t) if t.is_file() => files.push(path),
+            Ok(_) => links.push((
+                path,
+                "not a regular file (a link or a directory): only regular files in the \
+                 journal directory are read"
+                    .to_string(),
+            )),
+            Err(e) => return Err(Error::io("look at a journal", &path, e)),
+        }
+    }
     files.sort();
+    links.sort();
     let mut report = ImportReport {
         files: files.len(),
+        skipped_files: links,
         ..ImportReport::default()
     };
     for (i, file) in files.iter().enumerate() {

@@ -37,6 +37,7 @@ pub mod fuzzing;
 pub mod idem_run;
 pub mod import;
 pub mod index;
+mod json;
 pub mod log;
 mod mmap;
 pub mod namespace;
@@ -50,6 +51,7 @@ pub mod tasks;
 pub mod time;
 
 pub use error::{Error, Result};
+pub use log::layout::{Foreign, Lost};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};

@@ -1,5 +1,6 @@
 //! The `ctxlog` command line: a thin argument layer over the library.
 
+use std::ffi::OsString;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -127,56 +128,101 @@ fn usage(msg: String) -> Failure {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // OS strings: an argument that is not UTF-8 is a usage error (or, for
+    // a path, a path), never a panic.
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(msg)) => {
-            eprintln!("error: Usage: {msg}; see ctxlog --help");
+            eprintln!("error: Usage: {}; see ctxlog --help", one_line(&msg));
             ExitCode::from(2)
         }
         Err(Failure::Store(e)) => {
-            eprintln!("error: {}: {e}", e.kind_name());
+            eprintln!("error: {}: {}", e.kind_name(), one_line(&e.to_string()));
             ExitCode::from(1)
         }
     }
 }
 
-fn run(args: Vec<String>) -> Outcome {
+/// `text` on one line: every control character (a newline in a path, say)
+/// written as `\u{hex}`, so an error is always the one line it promises.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An argument as UTF-8, or a usage error naming it.
+fn utf8(arg: OsString, what: &str) -> Result<String, Failure> {
+    arg.into_string().map_err(|bad| {
+        usage(format!(
+            "{what} is not valid UTF-8 ({:?}); pass it in UTF-8",
+            bad.to_string_lossy()
+        ))
+    })
+}
+
+fn run(args: Vec<OsString>) -> Outcome {
+    let tenant = match std::env::var("CTXLOG_TENANT") {
+        Ok(tenant) => tenant,
+        Err(std::env::VarError::NotPresent) => "default".into(),
+        // Never another tenant's data in its place.
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(usage(
+                "CTXLOG_TENANT is not valid UTF-8; set it to the tenant's name in UTF-8".into(),
+            ))
+        }
+    };
     let mut global = Global {
         dir: std::env::var_os("CTXLOG_DIR").map_or_else(|| "ctxlog-data".into(), PathBuf::from),
-        tenant: std::env::var("CTXLOG_TENANT").unwrap_or_else(|_| "default".into()),
+        tenant,
         tenant_given: false,
         durability: Durability::Sync,
     };
     let mut rest = args.into_iter();
     let command = loop {
-        let next = |rest: &mut std::vec::IntoIter<String>, flag: &str| {
+        let next = |rest: &mut std::vec::IntoIter<OsString>, flag: &str| {
             rest.next()
                 .ok_or_else(|| usage(format!("{flag} needs a value")))
         };
-        match rest.next().as_deref() {
-            Some("--dir") => global.dir = next(&mut rest, "--dir")?.into(),
-            Some("--tenant") => {
-                global.tenant = next(&mut rest, "--tenant")?;
+        let Some(arg) = rest.next() else {
+            return Err(usage("no command given".into()));
+        };
+        match utf8(arg, "the command")?.as_str() {
+            "--dir" => global.dir = next(&mut rest, "--dir")?.into(),
+            "--tenant" => {
+                global.tenant = utf8(next(&mut rest, "--tenant")?, "--tenant")?;
                 global.tenant_given = true;
             }
-            Some("--durability") => {
-                global.durability = match next(&mut rest, "--durability")?.as_str() {
+            "--durability" => {
+                let value = utf8(next(&mut rest, "--durability")?, "--durability")?;
+                global.durability = match value.as_str() {
                     "sync" => Durability::Sync,
                     "group" => Durability::GroupCommit,
                     "buffered" => Durability::Buffered,
                     other => return Err(usage(format!("unknown durability {other:?}"))),
                 }
             }
-            Some("-h" | "--help") => {
+            "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
             }
-            Some(cmd) => break cmd.to_string(),
-            None => return Err(usage("no command given".into())),
+            cmd => break cmd.to_string(),
         }
     };
-    let args: Vec<String> = rest.collect();
+    if command == "import-hermes" {
+        return import_hermes(&global, rest.collect());
+    }
+    let args = rest
+        .enumerate()
+        .map(|(i, a)| utf8(a, &format!("argument {} of {command}", i + 1)))
+        .collect::<Result<Vec<String>, _>>()?;
     let g = &global;
     match command.as_str() {
         "demo" => {
@@ -227,7 +273,6 @@ fn run(args: Vec<String>) -> Outcome {
             }));
             Ok(())
         }
-        "import-hermes" => import_hermes(g, &args),
         "key" => {
             let [context] = Args::parse(&args, &[], &[])?.exactly::<1>()?;
             println!("{}", ContextKey::derive(&g.tenant, &context)?);
@@ -268,8 +313,13 @@ fn verify(g: &Global, args: &[String]) -> Outcome {
     }
 }
 
-fn import_hermes(g: &Global, args: &[String]) -> Outcome {
-    let [from] = Args::parse(args, &[], &[])?.exactly::<1>()?;
+fn import_hermes(g: &Global, args: Vec<OsString>) -> Outcome {
+    // The journal directory is a path: any bytes the OS allows.
+    let [from] = <[OsString; 1]>::try_from(args)
+        .map_err(|a| usage(format!("expected 1 argument(s), got {}", a.len())))?;
+    if from.to_str().is_some_and(|f| f.starts_with("--")) {
+        return Err(usage(format!("unknown option {}", from.to_string_lossy())));
+    }
     if !g.tenant_given {
         return Err(usage(
             "import-hermes needs an explicit --tenant: the journals cannot prove whose they are"
@@ -410,13 +460,17 @@ fn events(g: &Global, args: &[String]) -> Outcome {
     let [task] = a.exactly::<1>()?;
     let after = a.number("--after")?.unwrap_or(0) as u64;
     let list = open(g)?.events_since(&g.tenant, &task, after)?;
-    let out: Vec<Value> = list
+    /// An event with its sequence number; the stored objects in it are
+    /// printed as they were stored.
+    #[derive(serde::Serialize)]
+    struct Numbered {
+        seq: u64,
+        #[serde(flatten)]
+        event: ctxlog::a2a::StreamResponse,
+    }
+    let out: Vec<Numbered> = list
         .into_iter()
-        .map(|(seq, event)| {
-            let mut v = serde_json::to_value(event).unwrap_or_default();
-            v["seq"] = json!(seq);
-            v
-        })
+        .map(|(seq, event)| Numbered { seq, event })
         .collect();
     print_json(&out);
     Ok(())
@@ -455,23 +509,38 @@ fn history(g: &Global, args: &[String]) -> Outcome {
     let [context] = a.exactly::<1>()?;
     let last = a.number("--last")?.unwrap_or(usize::MAX);
     let msgs = open(g)?.last_messages(&g.tenant, &context, last)?;
-    print_json(&Value::Array(msgs.iter().map(message_json).collect()));
+    let out: Vec<HistoryLine> = msgs.iter().map(HistoryLine::of).collect();
+    print_json(&out);
     Ok(())
 }
 
-/// A stored message as JSON: the message itself when its bytes are JSON,
-/// otherwise its text (or, for bytes that are not UTF-8, their hex).
-fn message_json(m: &StoredMessage) -> Value {
-    let mut v = json!({ "seq": m.seq, "timestamp": iso8601_ms(m.timestamp_ms) });
-    let (field, body) = match serde_json::from_slice::<Value>(&m.raw) {
-        Ok(parsed) => ("message", parsed),
-        Err(_) => match std::str::from_utf8(&m.raw) {
-            Ok(text) => ("text", Value::String(text.to_string())),
-            Err(_) => ("hex", Value::String(hex::encode(&m.raw))),
-        },
-    };
-    v[field] = body;
-    v
+/// A stored message as JSON: the message itself, exactly as stored, when
+/// its bytes are JSON; otherwise its text (or, for bytes that are not
+/// UTF-8, their hex).
+#[derive(serde::Serialize)]
+struct HistoryLine {
+    seq: u64,
+    timestamp: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<Box<serde_json::value::RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hex: Option<String>,
+}
+
+impl HistoryLine {
+    fn of(m: &StoredMessage) -> Self {
+        let text = std::str::from_utf8(&m.raw).ok();
+        let message = text.and_then(|t| serde_json::from_str(t).ok());
+        HistoryLine {
+            seq: m.seq,
+            timestamp: iso8601_ms(m.timestamp_ms),
+            text: text.filter(|_| message.is_none()).map(str::to_string),
+            hex: text.is_none().then(|| hex::encode(&m.raw)),
+            message,
+        }
+    }
 }
 
 fn render(g: &Global, args: &[String]) -> Outcome {
@@ -518,6 +587,16 @@ fn report_json(r: &OpenReport) -> Value {
         })).collect::<Vec<_>>(),
         "foreignNamespaceRecords": r.foreign_namespace_records,
         "removedSegments": r.removed_segments,
+        "storeId": r.store_id,
+        "identityRestored": r.identity_restored,
+        "lost": r.lost.iter().map(|l| json!({
+            "segment": l.segment, "expected": l.expected, "actual": l.actual, "reason": l.reason,
+        })).collect::<Vec<_>>(),
+        "foreignFiles": r.foreign.iter().map(|f| json!({
+            "file": f.path.display().to_string(), "reason": f.reason,
+        })).collect::<Vec<_>>(),
+        "fromCheckpoint": r.from_checkpoint,
+        "checkpointIgnored": r.checkpoint_ignored,
     })
 }
 

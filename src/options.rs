@@ -81,6 +81,14 @@ pub struct Options {
     /// does), so that a reopen after a crash reads only the log after it.
     /// Default: 64 MiB; `None`: only at a clean close.
     pub checkpoint_interval: Option<u64>,
+    /// How long an open waits for the store's lock before it reports
+    /// [`Error::Locked`](crate::Error::Locked). A lock another process
+    /// holds is held as long as it runs; but a store this process just
+    /// closed stays locked for a moment while a child process that another
+    /// thread is starting (between its fork and its exec) still shares the
+    /// lock file, and an open retrying for a short while sees that end.
+    /// Default: 500 ms.
+    pub lock_wait: std::time::Duration,
     /// The file system the store reads and writes. Default: the operating
     /// system's ([`OsFs`](crate::fs::OsFs)); tests and fuzzers can pass an
     /// in-memory one that simulates crashes ([`MemFs`](crate::fs::MemFs)),
@@ -99,6 +107,7 @@ impl Default for Options {
             turns: TurnPolicy::Parallel,
             retention: None,
             checkpoint_interval: Some(64 << 20),
+            lock_wait: std::time::Duration::from_millis(500),
             fs: std::sync::Arc::new(crate::fs::OsFs),
         }
     }
@@ -144,6 +153,12 @@ impl Options {
     /// Sets the checkpoint interval (`None`: checkpoint only at close).
     pub fn checkpoint_interval(mut self, bytes: Option<u64>) -> Self {
         self.checkpoint_interval = bytes;
+        self
+    }
+
+    /// Sets how long an open waits for a held lock (see [`Options::lock_wait`]).
+    pub fn lock_wait(mut self, wait: std::time::Duration) -> Self {
+        self.lock_wait = wait;
         self
     }
 

@@ -67,6 +67,9 @@ pub struct Turn {
     pub role: Role,
     /// The task the message belongs to, if it names one.
     pub task_id: Option<String>,
+    /// Bytes cut from the end of `task_id` to fit the budget (0: whole;
+    /// only a rendering cuts it, when the turn's head alone is too large).
+    pub task_cut: u64,
     /// The message's text: its text parts, and a short line per other part.
     pub text: String,
     /// Bytes cut from the start of `text` to fit the budget (0: whole).
@@ -188,6 +191,7 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
             position,
             role: Role::Unknown,
             task_id: None,
+            task_cut: 0,
             text: String::from_utf8_lossy(raw).into_owned(),
             cut: 0,
         };
@@ -208,6 +212,7 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
         position,
         role,
         task_id: msg.task_id.map(Cow::into_owned),
+        task_cut: 0,
         text,
         cut: 0,
     }
@@ -265,6 +270,43 @@ pub(crate) fn choose<T>(
     items.reverse();
     let omitted = total.saturating_sub(items.len() as u64);
     Ok((items, omitted))
+}
+
+/// Cuts the end of `turn`'s task id, at a character boundary, until the
+/// turn's cost with no text at all fits (a head can be as large as the
+/// stored id it shows; the text is cut next, by [`cut_to_fit`]).
+pub(crate) fn cut_task_to_fit(mut turn: Turn, room: usize, cost: impl Fn(&Turn) -> usize) -> Turn {
+    let Some(task) = turn.task_id.take() else {
+        return turn;
+    };
+    let text = std::mem::take(&mut turn.text);
+    let bounds: Vec<usize> = task
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([task.len()])
+        .collect();
+    let keep = |i: usize, turn: &mut Turn| {
+        let end = bounds.get(i).copied().unwrap_or(0);
+        turn.task_id = Some(task.get(..end).unwrap_or_default().to_string());
+        turn.task_cut = (task.len() - end) as u64;
+        cost(turn) <= room
+    };
+    // The longest prefix that fits (the empty one always does: the head
+    // without a task is a few dozen bytes, the room at least several hundred).
+    let (mut lo, mut hi) = (0usize, bounds.len() - 1);
+    if !keep(hi, &mut turn) {
+        while lo < hi {
+            let mid = hi - (hi - lo) / 2;
+            if keep(mid, &mut turn) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        keep(lo, &mut turn);
+    }
+    turn.text = text;
+    turn
 }
 
 /// Cuts the start of `turn`'s text, at a character boundary, until its cost fits.
@@ -400,6 +442,9 @@ fn write_head(out: &mut String, nonce: &str, turn: &Turn) {
     let _ = write!(out, "[{nonce} #{} {}", turn.position, turn.role.label());
     if let Some(task) = &turn.task_id {
         let _ = write!(out, " task={}", quote(task));
+        if turn.task_cut > 0 {
+            let _ = write!(out, " taskcut={}", turn.task_cut);
+        }
     }
     if turn.cut > 0 {
         let _ = write!(out, " cut={}", turn.cut);
@@ -414,7 +459,7 @@ fn needs_code(c: char) -> bool {
     (c.is_control() && c != '\t')
         || matches!(
             c,
-            '\u{2028}' | '\u{2029}' | '\u{200E}' | '\u{200F}' | '\u{FEFF}'
+            '\u{2028}' | '\u{2029}' | '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{FEFF}'
         )
         || ('\u{202A}'..='\u{202E}').contains(&c)
         || ('\u{2066}'..='\u{2069}').contains(&c)
@@ -676,6 +721,7 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
     };
     let role = Role::from_label(role)?;
     let mut task_id = None;
+    let mut task_cut = 0;
     let mut cut = 0;
     if let Some(r) = rest.and_then(|r| r.strip_prefix("task=")) {
         let (task, after) = unquote(r)?;
@@ -684,14 +730,20 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
             "" => None,
             a => Some(a.strip_prefix(' ')?),
         };
+        if let Some(r) = rest.and_then(|r| r.strip_prefix("taskcut=")) {
+            let (n, after) = r.split_once(' ').map_or((r, None), |(n, a)| (n, Some(a)));
+            task_cut = n.parse().ok().filter(|&n| n > 0)?;
+            rest = after;
+        }
     }
     if let Some(r) = rest {
-        cut = r.strip_prefix("cut=")?.parse().ok()?;
+        cut = r.strip_prefix("cut=")?.parse().ok().filter(|&n| n > 0)?;
     }
     Some(Turn {
         position,
         role,
         task_id,
+        task_cut,
         text: String::new(),
         cut,
     })

@@ -260,10 +260,9 @@ fn every_error_kind_has_its_line_and_status() {
     std::fs::write(&file, b"x").unwrap();
     fails(&file, &["check"], b"", "Io", 1);
     let other = common::tmp();
-    let mut header = ctxlog::log::frame::encode_header(1);
+    let store = ctxlog::log::frame::StoreId([1; 16]);
+    let mut header = ctxlog::log::frame::encode_header(1, 0, store, None);
     header[8..12].copy_from_slice(&9u32.to_le_bytes());
-    let crc = crc32fast::hash(&header[..28]);
-    header[28..32].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(other.path().join("0000000000000001.seg"), header).unwrap();
     fails(other.path(), &["check"], b"", "UnsupportedFormat", 1);
 
@@ -403,4 +402,122 @@ fn hermes_journals_import_with_their_good_lines() {
     let again = ok_json(d, &["--tenant", "hermes-users", "import-hermes", jd], b"");
     assert_eq!(again["messages"], 0);
     assert_eq!(again["skippedFiles"].as_array().unwrap().len(), 2);
+}
+
+/// What broke: `import-hermes` followed symbolic links out of the journal
+/// directory, reading whatever they pointed at.
+#[test]
+fn import_hermes_reads_only_regular_files_in_the_directory() {
+    let outside = common::tmp();
+    let secret = outside.path().join("secret.jsonl");
+    std::fs::write(&secret, r#"{"ts": 1, "role": "user", "text": "outside"}"#).unwrap();
+    let journals = common::tmp();
+    let j = journals.path();
+    std::fs::write(
+        j.join("inside.jsonl"),
+        r#"{"ts": 1, "role": "user", "text": "inside"}"#,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&secret, j.join("linked.jsonl")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), j.join("dir.jsonl")).unwrap();
+    let dir = common::tmp();
+    let d = dir.path();
+    let args = ["--tenant", "h", "import-hermes", j.to_str().unwrap()];
+    let report = ok_json(d, &args, b"");
+    assert_eq!(
+        (report["files"].clone(), report["messages"].clone()),
+        (json!(1), json!(1))
+    );
+    let skipped = report["skippedFiles"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2, "{report}");
+    assert!(skipped
+        .iter()
+        .all(|s| s["reason"].as_str().unwrap().contains("not a regular file")));
+    fails(
+        d,
+        &["--tenant", "h", "history", "linked"],
+        b"",
+        "ContextNotFound",
+        1,
+    );
+}
+
+/// Runs the binary with raw arguments and environment, outside the helpers.
+fn raw(args: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctxlog"));
+    cmd.args(args)
+        .env_remove("CTXLOG_TENANT")
+        .env_remove("CTXLOG_DIR")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// What broke: an argument or `--dir` that was not UTF-8 panicked (exit 101
+/// with a backtrace), and a `CTXLOG_TENANT` that was not UTF-8 silently
+/// became tenant `default`, printing that tenant's data.
+#[test]
+fn bytes_that_are_not_utf8_are_usage_errors_or_paths_never_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let base = common::tmp();
+    let dir = base.path().join(OsStr::from_bytes(b"store-\xff"));
+    let d = dir.as_os_str();
+    let bad = OsStr::from_bytes(b"c\xff");
+    let s = |t: &'static str| OsStr::new(t);
+    // A path that is not UTF-8 is a path like any other.
+    let out = raw(&[s("--dir"), d, s("append"), s("c")], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.exists());
+    for args in [
+        vec![s("--dir"), d, s("key"), bad],
+        vec![s("--dir"), d, bad],
+        vec![s("--dir"), d, s("--tenant"), bad, s("stats")],
+    ] {
+        let out = raw(&args, &[]);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.starts_with("error: Usage: ") && err.contains("UTF-8"),
+            "{err}"
+        );
+    }
+    let out = raw(
+        &[s("--dir"), d, s("history"), s("c")],
+        &[("CTXLOG_TENANT", bad)],
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("CTXLOG_TENANT"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+/// What broke: an error whose text held a newline (from a path) broke the
+/// one-line `error: Kind: …` contract.
+#[test]
+fn an_error_line_is_one_line_whatever_its_text_holds() {
+    let base = common::tmp();
+    let file = base.path().join("a\nb\u{2028}c");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let out = raw(
+        &[
+            std::ffi::OsStr::new("--dir"),
+            file.as_os_str(),
+            std::ffi::OsStr::new("stats"),
+        ],
+        &[],
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: Io: "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.ends_with('\n') && !err.trim_end_matches('\n').contains(['\n', '\u{2028}']));
+    assert!(err.contains("a\\u{a}b\\u{2028}c"), "{err}");
 }

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{body, segment_files, tmp};
-use ctxlog::log::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
+use ctxlog::log::frame::{encode_frame, encode_header, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
 use ctxlog::{Error, Options, RecoveryMode, Store};
 
 /// One acknowledged append and how long its segment was right after it.
@@ -286,20 +286,18 @@ fn a_second_opener_gets_locked() {
 #[test]
 fn another_format_version_is_refused_clearly() {
     let dir = tmp();
-    let mut header = encode_header(1);
-    header[8..12].copy_from_slice(&2u32.to_le_bytes());
-    let crc = crc32fast::hash(&header[..28]);
-    header[28..32].copy_from_slice(&crc.to_le_bytes());
+    let mut header = encode_header(1, 0, StoreId([1; 16]), None);
+    header[8..12].copy_from_slice(&3u32.to_le_bytes());
     fs::write(dir.path().join("0000000000000001.seg"), header).unwrap();
     match Store::open(dir.path(), Options::default()) {
         Err(
             e @ Error::UnsupportedFormat {
-                found: 2,
-                supported: 1,
+                found: 3,
+                supported: 2,
                 ..
             },
         ) => {
-            assert!(e.to_string().contains("format version 2"), "{e}");
+            assert!(e.to_string().contains("format version 3"), "{e}");
         }
         Err(e) => panic!("expected UnsupportedFormat, got {e}"),
         Ok(_) => panic!("a newer format opened"),
@@ -335,7 +333,7 @@ fn a_rotation_torn_before_its_header_was_durable_is_removed() {
     let acked = write_acked(dir.path(), Options::default(), 5);
     fs::write(
         dir.path().join("0000000000000002.seg"),
-        &encode_header(2)[..17],
+        &encode_header(2, 0, StoreId([1; 16]), None)[..17],
     )
     .unwrap();
     let store = Store::open(dir.path(), Options::default()).unwrap();
@@ -417,7 +415,8 @@ fn a_damaged_or_mismatched_checkpoint_falls_back_to_a_scan() {
     assert_eq!(store.last_messages("t", "c", usize::MAX).unwrap().len(), 20);
     drop(store);
 
-    // A checkpoint that claims more log than there is (the segment was cut).
+    // A checkpoint that claims more log than there is (the segment was cut):
+    // acknowledged records are missing, which only SkipCorrupt accepts.
     fs::write(&path, &good).unwrap();
     let seg = segment_files(dir.path()).pop().unwrap();
     let len = fs::metadata(&seg).unwrap().len();
@@ -429,9 +428,17 @@ fn a_damaged_or_mismatched_checkpoint_falls_back_to_a_scan() {
         .set_len(frames[10] as u64)
         .unwrap();
     assert!(len > frames[10] as u64);
-    let store = Store::open(dir.path(), Options::default()).unwrap();
+    match Store::open(dir.path(), Options::default()) {
+        Err(Error::MissingRecords {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (len, frames[10] as u64)),
+        other => panic!("expected MissingRecords, got {:?}", other.err()),
+    }
+    let skip = Options::default().recovery(RecoveryMode::SkipCorrupt);
+    let store = Store::open(dir.path(), skip).unwrap();
     assert!(!store.open_report().from_checkpoint);
     assert!(store.open_report().checkpoint_ignored.is_some());
+    assert_eq!(store.open_report().lost.len(), 1);
     assert_eq!(store.last_messages("t", "c", usize::MAX).unwrap().len(), 10);
 }
 

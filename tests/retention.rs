@@ -133,3 +133,40 @@ fn a_long_retention_keeps_active_contexts() {
     assert!(store.get_task("t", &r.task_id, None, false).is_ok());
     assert_eq!(store.expire_idle().unwrap(), 0);
 }
+
+/// What broke: with retention, `list_contexts` answered empty pages that
+/// still carried a next-page token while the oldest contexts had expired,
+/// so a client that stops at an empty page never saw the live ones.
+#[test]
+fn a_listing_skips_expired_contexts_and_is_empty_only_at_its_end() {
+    let dir = common::tmp();
+    let idle = Duration::from_millis(1500);
+    let store = Store::open(dir.path(), options().retention(Some(idle))).unwrap();
+    for i in 0..5 {
+        send(&store, "t", &format!("old{i}"), Some(&format!("old-{i}"))).unwrap();
+    }
+    // Wait (bounded) until the old contexts have been idle past the policy.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.context_info("t", "old-4").is_ok() {
+        assert!(std::time::Instant::now() < deadline, "old-4 never expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in 0..3 {
+        send(&store, "t", &format!("new{i}"), Some(&format!("new-{i}"))).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut token = None;
+    for _ in 0..10 {
+        let page = store.list_contexts("t", 2, token.as_deref()).unwrap();
+        assert!(
+            !page.contexts.is_empty() || page.next_page_token.is_none(),
+            "an empty page with a next-page token"
+        );
+        seen.extend(page.contexts.into_iter().map(|c| c.context_id));
+        token = page.next_page_token;
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(seen, ["new-0", "new-1", "new-2"]);
+}

@@ -203,7 +203,8 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                         message: message.clone().map(|v| serde_json::from_value(v).unwrap()),
                         timestamp: None,
                         extra: Default::default(),
-                    },
+                    }
+                    .into(),
                     metadata: None,
                 };
                 let tenant = if wrong_tenant { 1 - t.tenant } else { t.tenant };
@@ -247,7 +248,8 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                         metadata: None,
                         extensions: Vec::new(),
                         extra: Default::default(),
-                    },
+                    }
+                    .into(),
                     append,
                     last_chunk: last,
                     metadata: None,
@@ -318,6 +320,7 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                     .unwrap()
                     .into_iter()
                     .map(|a| {
+                        let a = a.into_inner();
                         let closed = t.artifacts.iter().any(|m| m.0 == a.artifact_id && m.2);
                         (
                             a.artifact_id,

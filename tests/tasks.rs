@@ -46,7 +46,8 @@ fn status(r: &Receipt, state: TaskState, text: Option<&str>) -> TaskStatusUpdate
             }),
             timestamp: None,
             extra: Default::default(),
-        },
+        }
+        .into(),
         metadata: None,
     }
 }
@@ -69,7 +70,8 @@ fn chunk(
             metadata: None,
             extensions: Vec::new(),
             extra: Default::default(),
-        },
+        }
+        .into(),
         append,
         last_chunk,
         metadata: None,

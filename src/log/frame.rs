@@ -4,10 +4,15 @@
 
 /// Magic bytes at the start of every segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"CTXLSEG\0";
-/// The segment format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
-/// Size of the segment header.
-pub const HEADER_LEN: u64 = 32;
+/// The segment format version this build writes.
+pub const FORMAT_VERSION: u32 = 2;
+/// The first format version, which this build still reads: a 32-byte
+/// header without the store's identity or the link to the segment before.
+pub const LEGACY_VERSION: u32 = 1;
+/// Size of the segment header this build writes: records start here.
+pub const HEADER_LEN: u64 = 64;
+/// Size of a version 1 segment header.
+pub const LEGACY_HEADER_LEN: u64 = 32;
 /// Header flag: the segment was written by compaction (it is live only while
 /// the manifest lists it).
 pub const FLAG_COMPACTED: u32 = 1;
@@ -36,6 +41,30 @@ impl FrameError {
     }
 }
 
+/// A store's identity: 128 random bits drawn when it was created, written
+/// into every segment header, the manifest, the checkpoint and `IDENTITY`,
+/// so that a file of another store is never taken for one of this store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct StoreId(pub [u8; 16]);
+
+impl std::fmt::Display for StoreId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+/// The segment before a segment in its log, as it was when it was sealed:
+/// its id and its length. An open compares them with the files it finds,
+/// so that a segment that went missing or shrank is never taken for the
+/// end of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// The segment's id.
+    pub segment: u64,
+    /// Its length once sealed.
+    pub len: u64,
+}
+
 /// What a segment header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
@@ -45,51 +74,107 @@ pub struct SegmentHeader {
     pub segment_id: u64,
     /// Flags ([`FLAG_COMPACTED`]).
     pub flags: u32,
+    /// The store the segment belongs to (`None` in a version 1 header).
+    pub store: Option<StoreId>,
+    /// The segment before it in the log (`None`: none, not recorded, or a
+    /// version 1 header).
+    pub prev: Option<Link>,
+}
+
+impl SegmentHeader {
+    /// Where the segment's first record starts.
+    pub fn records_start(&self) -> u64 {
+        if self.version == LEGACY_VERSION {
+            LEGACY_HEADER_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Whether compaction wrote the segment.
+    pub fn compacted(&self) -> bool {
+        self.flags & FLAG_COMPACTED != 0
+    }
 }
 
 /// Why a segment header does not validate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderError {
-    /// Fewer than [`HEADER_LEN`] bytes.
+    /// Fewer bytes than the header needs.
     Short,
     /// Wrong magic or checksum.
     Invalid,
 }
 
-/// Encodes a segment header of the current format version, without flags.
-pub fn encode_header(segment_id: u64) -> [u8; HEADER_LEN as usize] {
-    encode_header_with(segment_id, 0)
-}
-
-/// Encodes a segment header of the current format version.
-pub fn encode_header_with(segment_id: u64, flags: u32) -> [u8; HEADER_LEN as usize] {
+/// Encodes a segment header of the current format version: segment `id`
+/// of store `store`, with `flags`, following `prev` in its log.
+pub fn encode_header(
+    segment_id: u64,
+    flags: u32,
+    store: StoreId,
+    prev: Option<Link>,
+) -> [u8; HEADER_LEN as usize] {
+    let prev = prev.unwrap_or(Link { segment: 0, len: 0 });
     let mut h = [0u8; HEADER_LEN as usize];
     h[0..8].copy_from_slice(&SEGMENT_MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
     h[16..24].copy_from_slice(&segment_id.to_le_bytes());
     h[24..28].copy_from_slice(&flags.to_le_bytes());
-    let crc = crc32fast::hash(&h[0..28]);
-    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h[28..44].copy_from_slice(&store.0);
+    h[44..52].copy_from_slice(&prev.segment.to_le_bytes());
+    h[52..60].copy_from_slice(&prev.len.to_le_bytes());
+    let crc = crc32fast::hash(&h[0..60]);
+    h[60..64].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
-/// Decodes a segment header from the start of `bytes`.
-///
-/// The version is returned as found: the caller decides whether it can read it.
+/// Decodes a segment header from the start of `bytes`: version 2 (64
+/// bytes) or version 1 (32). A header of another version is returned with
+/// only its version read (its layout is unknown), for the caller to refuse.
 pub fn decode_header(bytes: &[u8]) -> Result<SegmentHeader, HeaderError> {
-    let h = bytes
-        .get(0..HEADER_LEN as usize)
-        .ok_or(HeaderError::Short)?;
-    let crc = crc32fast::hash(&h[0..28]);
-    if h[0..8] != SEGMENT_MAGIC || le_u32(&h[28..32]) != crc {
+    let head = bytes.get(0..12).ok_or(HeaderError::Short)?;
+    if head[0..8] != SEGMENT_MAGIC {
         return Err(HeaderError::Invalid);
     }
-    Ok(SegmentHeader {
-        version: le_u32(&h[8..12]),
+    let version = le_u32(&head[8..12]);
+    let len = match version {
+        LEGACY_VERSION => LEGACY_HEADER_LEN,
+        FORMAT_VERSION => HEADER_LEN,
+        _ => {
+            return Ok(SegmentHeader {
+                version,
+                segment_id: 0,
+                flags: 0,
+                store: None,
+                prev: None,
+            })
+        }
+    } as usize;
+    let h = bytes.get(0..len).ok_or(HeaderError::Short)?;
+    if le_u32(&h[len - 4..len]) != crc32fast::hash(&h[0..len - 4])
+        || le_u32(&h[12..16]) as usize != len
+    {
+        return Err(HeaderError::Invalid);
+    }
+    let mut header = SegmentHeader {
+        version,
         segment_id: le_u64(&h[16..24]),
         flags: le_u32(&h[24..28]),
-    })
+        store: None,
+        prev: None,
+    };
+    if version == FORMAT_VERSION {
+        let mut store = [0u8; 16];
+        store.copy_from_slice(&h[28..44]);
+        header.store = Some(StoreId(store));
+        let prev = le_u64(&h[44..52]);
+        header.prev = (prev != 0).then(|| Link {
+            segment: prev,
+            len: le_u64(&h[52..60]),
+        });
+    }
+    Ok(header)
 }
 
 /// The CRC of a frame: it covers where the frame lives (segment id and offset)
@@ -237,8 +322,14 @@ fn le_u64(b: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
+    const STORE: StoreId = StoreId([7; 16]);
+
+    fn header(id: u64) -> [u8; HEADER_LEN as usize] {
+        encode_header(id, 0, STORE, None)
+    }
+
     fn segment_with(payloads: &[&[u8]], id: u64) -> Vec<u8> {
-        let mut seg = encode_header(id).to_vec();
+        let mut seg = header(id).to_vec();
         for p in payloads {
             let off = seg.len() as u64;
             encode_frame(id, off, HEADER_LEN as u32, p, &mut seg);
@@ -248,19 +339,45 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_rejects_damage() {
-        let h = encode_header(7);
+        let link = Link {
+            segment: 6,
+            len: 4096,
+        };
+        let h = encode_header(7, FLAG_COMPACTED, STORE, Some(link));
+        let want = SegmentHeader {
+            version: FORMAT_VERSION,
+            segment_id: 7,
+            flags: FLAG_COMPACTED,
+            store: Some(STORE),
+            prev: Some(link),
+        };
+        assert_eq!(decode_header(&h), Ok(want));
+        assert_eq!(decode_header(&h).unwrap().records_start(), HEADER_LEN);
+        assert_eq!(decode_header(&h[..63]), Err(HeaderError::Short));
+        for i in 0..h.len() {
+            let mut bad = h;
+            bad[i] ^= 1;
+            assert!(decode_header(&bad) != Ok(want), "byte {i}");
+        }
+        assert_eq!(decode_header(&header(7)).unwrap().prev, None);
+    }
+
+    #[test]
+    fn a_version_1_header_still_reads() {
+        let mut h = [0u8; 32];
+        h[0..8].copy_from_slice(&SEGMENT_MAGIC);
+        h[8..12].copy_from_slice(&1u32.to_le_bytes());
+        h[12..16].copy_from_slice(&32u32.to_le_bytes());
+        h[16..24].copy_from_slice(&5u64.to_le_bytes());
+        let crc = crc32fast::hash(&h[0..28]);
+        h[28..32].copy_from_slice(&crc.to_le_bytes());
+        let got = decode_header(&h).unwrap();
         assert_eq!(
-            decode_header(&h),
-            Ok(SegmentHeader {
-                version: FORMAT_VERSION,
-                segment_id: 7,
-                flags: 0,
-            })
+            (got.version, got.segment_id, got.store, got.records_start()),
+            (1, 5, None, 32)
         );
-        assert_eq!(decode_header(&h[..31]), Err(HeaderError::Short));
-        let mut bad = h;
-        bad[17] ^= 1;
-        assert_eq!(decode_header(&bad), Err(HeaderError::Invalid));
+        h[20] ^= 1;
+        assert_eq!(decode_header(&h), Err(HeaderError::Invalid));
     }
 
     #[test]
@@ -288,7 +405,7 @@ mod tests {
 
     #[test]
     fn zero_filled_space_never_validates() {
-        let mut seg = encode_header(1).to_vec();
+        let mut seg = header(1).to_vec();
         seg.extend_from_slice(&[0u8; 64]);
         assert_eq!(
             decode_frame(&seg, 1, HEADER_LEN, 100),

@@ -1,9 +1,12 @@
 //! The manifest: which segments make up the log, in replay order.
 //!
 //! ```text
-//! magic "CTXLMAN\0" | version:u32 = 1 | generation:u64 | tail_from:u64
-//! | count:u32 | count × segment id:u64 | crc32 of everything before:u32
+//! magic "CTXLMAN\0" | version:u32 = 2 | store id:[u8; 16] | generation:u64
+//! | tail_from:u64 | count:u32 | count × (segment id:u64, length:u64)
+//! | crc32 of everything before:u32
 //! ```
+//!
+//! (Version 1, still read, has neither the store id nor the lengths.)
 //!
 //! The log replays the compacted segments the manifest lists, in its order,
 //! then every segment with id ≥ `tail_from` that the manifest does not list,
@@ -14,6 +17,7 @@
 
 use std::path::Path;
 
+use super::frame::StoreId;
 use super::writer::sync_dir;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -21,17 +25,34 @@ use crate::fs::Fs;
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";
 const MAGIC: [u8; 8] = *b"CTXLMAN\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+const LEGACY_VERSION: u32 = 1;
 
 /// Which segments make up the log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
+    /// The store it belongs to (`None`: none written yet, or version 1).
+    pub store: Option<StoreId>,
     /// Bumped by every compaction.
     pub generation: u64,
     /// Compacted segments, in replay order.
     pub compacted: Vec<u64>,
+    /// Each compacted segment's length, in the same order (empty for a
+    /// version 1 manifest, which did not record them).
+    pub lens: Vec<u64>,
     /// Segments with this id or above (and not listed) replay after them.
     pub tail_from: u64,
+}
+
+/// What reading a manifest found.
+#[derive(Debug)]
+pub enum Read {
+    /// None yet: the empty manifest.
+    Missing,
+    /// A sound one.
+    Found(Manifest),
+    /// One that fails its checksum or format.
+    Damaged,
 }
 
 impl Manifest {
@@ -45,14 +66,23 @@ impl Manifest {
         }
     }
 
+    /// The length compacted segment `id` had when it was written, if the
+    /// manifest recorded it.
+    pub fn len_of(&self, id: u64) -> Option<u64> {
+        let at = self.compacted.iter().position(|&c| c == id)?;
+        self.lens.get(at).copied()
+    }
+
     fn encode(&self) -> Vec<u8> {
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.store.unwrap_or_default().0);
         b.extend_from_slice(&self.generation.to_le_bytes());
         b.extend_from_slice(&self.tail_from.to_le_bytes());
         b.extend_from_slice(&(self.compacted.len() as u32).to_le_bytes());
-        for id in &self.compacted {
+        for (i, id) in self.compacted.iter().enumerate() {
             b.extend_from_slice(&id.to_le_bytes());
+            b.extend_from_slice(&self.lens.get(i).copied().unwrap_or(0).to_le_bytes());
         }
         let crc = crc32fast::hash(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -65,32 +95,40 @@ impl Manifest {
             return None;
         }
         let mut r = Reader(body);
-        if r.take(8)? != MAGIC || r.u32()? != VERSION {
+        if r.take(8)? != MAGIC {
             return None;
         }
+        let version = r.u32()?;
+        let store = match version {
+            VERSION => Some(StoreId(r.take(16)?.try_into().ok()?)),
+            LEGACY_VERSION => None,
+            _ => return None,
+        };
         let generation = r.u64()?;
         let tail_from = r.u64()?;
         let count = r.u32()? as usize;
-        let compacted = (0..count).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
+        let (mut compacted, mut lens) = (Vec::new(), Vec::new());
+        for _ in 0..count {
+            compacted.push(r.u64()?);
+            if store.is_some() {
+                lens.push(r.u64()?);
+            }
+        }
         r.0.is_empty().then_some(Manifest {
+            store,
             generation,
             compacted,
+            lens,
             tail_from,
         })
     }
 
-    /// Reads the manifest of `dir`; none yet is the empty manifest.
-    pub fn read(fs: &dyn Fs, dir: &Path) -> Result<Self> {
+    /// Reads the manifest of `dir`.
+    pub fn read(fs: &dyn Fs, dir: &Path) -> Result<Read> {
         let path = dir.join(MANIFEST);
         match fs.read(&path) {
-            Ok(bytes) => Self::decode(&bytes).ok_or_else(|| {
-                Error::corrupt(
-                    0,
-                    0,
-                    "the MANIFEST fails its checksum or format; restore it from a backup",
-                )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Ok(bytes) => Ok(Self::decode(&bytes).map_or(Read::Damaged, Read::Found)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Read::Missing),
             Err(e) => Err(Error::io("read the manifest", path, e)),
         }
     }
@@ -131,8 +169,10 @@ mod tests {
     #[test]
     fn round_trip_and_damage() {
         let m = Manifest {
+            store: Some(StoreId([3; 16])),
             generation: 3,
             compacted: vec![9, 10],
+            lens: vec![4096, 100],
             tail_from: 8,
         };
         let bytes = m.encode();
@@ -145,5 +185,21 @@ mod tests {
         }
         assert!(m.is_live(9, true) && !m.is_live(11, true));
         assert!(m.is_live(8, false) && !m.is_live(7, false));
+        assert_eq!((m.len_of(10), m.len_of(8)), (Some(100), None));
+    }
+
+    #[test]
+    fn a_version_1_manifest_still_reads() {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&3u64.to_le_bytes());
+        b.extend_from_slice(&8u64.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&9u64.to_le_bytes());
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let m = Manifest::decode(&b).unwrap();
+        assert_eq!((m.store, m.generation, m.tail_from), (None, 3, 8));
+        assert_eq!((m.compacted, m.lens), (vec![9], vec![]));
     }
 }

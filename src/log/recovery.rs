@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::frame::{
     decode_frame, decode_header, encode_header, find_next_frame, is_preallocated, u32_at,
-    HeaderError, FLAG_COMPACTED, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
+    HeaderError, Link, SegmentHeader, StoreId, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
+    LEGACY_VERSION,
 };
+use super::identity;
+use super::layout::{survey, Foreign, Identity, Lost};
 use super::manifest::Manifest;
-use super::segments::{
-    list_segment_ids, segment_path, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID,
-};
+use super::segments::{segment_path, RecordLoc, SegmentData, Segments};
 use super::writer::{create_segment, sync_dir};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
@@ -22,6 +23,11 @@ use crate::options::{Options, RecoveryMode};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OpenReport {
+    /// The store's identity (32 hex digits).
+    pub store_id: String,
+    /// `IDENTITY` was missing or damaged and was written again from the
+    /// identity the segments carry.
+    pub identity_restored: bool,
     /// Segment files read.
     pub segments: usize,
     /// Records served after the open (of the current namespace).
@@ -32,6 +38,16 @@ pub struct OpenReport {
     pub torn_tail: Option<TornTail>,
     /// Damaged byte ranges skipped under [`RecoveryMode::SkipCorrupt`].
     pub skipped: Vec<Skipped>,
+    /// Acknowledged records found missing and accepted as lost under
+    /// [`RecoveryMode::SkipCorrupt`] (`Strict` refuses them with
+    /// [`Error::MissingRecords`]).
+    pub lost: Vec<Lost>,
+    /// Files of another store found in the directory, left as they are and
+    /// not read, under [`RecoveryMode::SkipCorrupt`] (`Strict` refuses a
+    /// segment or manifest of another store with [`Error::ForeignFile`]; a
+    /// checkpoint of another store is ignored in either mode, see
+    /// `checkpoint_ignored`).
+    pub foreign: Vec<Foreign>,
     /// Records of a namespace version this build does not serve: kept on disk,
     /// never served or listed.
     pub foreign_namespace_records: u64,
@@ -81,10 +97,12 @@ pub struct ActiveSegment {
     pub file: Arc<dyn SegmentFile>,
     /// Its valid bytes, from offset 0 (the writer mirrors them in memory).
     pub bytes: Vec<u8>,
+    /// Where its first record starts (its header's length).
+    pub header_len: u64,
 }
 
 /// What recovery hands the writer: the segment to continue with, the
-/// manifest in force, and the next free segment id.
+/// manifest in force, the next free segment id, and the store's identity.
 pub struct Recovered {
     /// The segment to continue appending to.
     pub active: ActiveSegment,
@@ -92,12 +110,16 @@ pub struct Recovered {
     pub manifest: Manifest,
     /// The lowest segment id not in use.
     pub next_id: u64,
+    /// The store's identity.
+    pub store: StoreId,
 }
 
 /// Scans the log under `dir` in replay order (see [`Manifest`]), registering
 /// every segment in `segments` and handing each valid record to `on_record`,
 /// which may refuse one (a reason string) as damaged. Leftovers of an
-/// interrupted compaction are removed.
+/// interrupted compaction are removed. Files of another store, and
+/// acknowledged records found missing, are refused under `Strict`, and
+/// reported and left alone under `SkipCorrupt`.
 pub fn recover(
     dir: &Path,
     options: &Options,
@@ -109,47 +131,36 @@ pub fn recover(
     let fs = options.fs.as_ref();
     let (mode, max_record) = (options.recovery, options.max_record_bytes);
     remove_temporaries(fs, dir)?;
-    let manifest = Manifest::read(fs, dir)?;
-    let ids = list_segment_ids(fs, dir)?;
-    if let Some(&id) = ids.last().filter(|&&id| id > MAX_SEGMENT_ID) {
-        return Err(Error::corrupt(
-            id,
-            0,
-            format!("a segment id past {MAX_SEGMENT_ID}, the largest a store uses"),
-        ));
+    let layout = survey(fs, dir)?;
+    if let Some(e) = layout.past_max() {
+        return Err(e);
     }
-    let next_id = ids.last().map_or(1, |&id| id + 1);
-    for &id in &manifest.compacted {
-        if !ids.contains(&id) {
-            return Err(Error::corrupt(
-                id,
-                0,
-                "the MANIFEST lists this segment but it is missing",
-            ));
+    if mode == RecoveryMode::Strict {
+        if let Some(foreign) = layout.foreign.first() {
+            return Err(foreign.error());
+        }
+        if let Some(lost) = layout.lost.first() {
+            return Err(lost.error());
         }
     }
-    let mut tail = Vec::new();
-    for &id in ids.iter().filter(|id| !manifest.compacted.contains(id)) {
-        if in_tail(fs, dir, &manifest, id) {
-            tail.push(id);
-        } else {
-            let path = segment_path(dir, id);
-            fs.remove_file(&path)
-                .map_err(|e| Error::io("remove a segment left over from compaction", &path, e))?;
-            report.removed_segments.push(id);
-        }
-    }
-    if !report.removed_segments.is_empty() {
-        sync_dir(fs, dir)?;
-    }
+    report.store_id = layout.store.to_string();
+    report.foreign.clone_from(&layout.foreign);
+    report.lost.clone_from(&layout.lost);
     if let Some(r) = resume {
-        if r.generation != manifest.generation || !tail.contains(&r.segment) {
-            return Err(Error::corrupt(
-                r.segment,
-                r.offset,
-                "the checkpoint does not match the log",
-            ));
-        }
+        check_resume(dir, &r, &layout)?;
+    }
+    if layout.identity != Identity::Found {
+        identity::write(fs, dir, layout.store)?;
+        report.identity_restored = layout.identity == Identity::FromSegments;
+    }
+    for &id in &layout.leftovers {
+        let path = segment_path(dir, id);
+        fs.remove_file(&path)
+            .map_err(|e| Error::io("remove a segment left over from compaction", &path, e))?;
+        report.removed_segments.push(id);
+    }
+    if !layout.leftovers.is_empty() {
+        sync_dir(fs, dir)?;
     }
     let mut scan = Scan {
         mode,
@@ -159,28 +170,35 @@ pub fn recover(
         resume,
         reached: resume.is_none(),
     };
-    let sealed: Vec<u64> = manifest
-        .compacted
+    let (tail, compacted) = (&layout.tail, &layout.compacted);
+    let sealed: Vec<u64> = compacted
         .iter()
         .copied()
         .chain(tail.iter().copied().take(tail.len().saturating_sub(1)))
         .collect();
-    for id in sealed {
+    let mut last = None;
+    for &id in &sealed {
         let path = segment_path(dir, id);
         let map = fs
             .map(&path)
             .map_err(|e| Error::io("map a segment", &path, e))?;
-        scan.check_header(&path, id, map.bytes())?;
-        let from = scan.start_of(id, map.bytes().len() as u64)?;
-        if let Some(from) = from {
+        let header = scan.check_header(&path, id, map.bytes())?;
+        let len = map.bytes().len() as u64;
+        if let Some(from) = scan.start_of(id, len, header.records_start())? {
             scan.frames(id, map.bytes(), false, from)?;
         }
         segments.insert(id, SegmentData::Sealed(Arc::new(map)));
         scan.report.segments += 1;
+        last = Some(Link { segment: id, len });
     }
+    let fresh = Fresh {
+        id: layout.next_id,
+        store: layout.store,
+        prev: last,
+    };
     let active = match tail.last() {
-        Some(&newest) => scan.newest(fs, dir, newest, next_id)?,
-        None => fresh_segment(fs, dir, next_id)?,
+        Some(&newest) => scan.newest(fs, dir, newest, fresh)?,
+        None => fresh_segment(fs, dir, fresh)?,
     };
     if !scan.reached {
         return Err(Error::corrupt(
@@ -189,26 +207,46 @@ pub fn recover(
             "the checkpoint's segment was not found",
         ));
     }
-    let next_id = next_id.max(active.id + 1);
+    let next_id = layout.next_id.max(active.id + 1);
     Ok(Recovered {
         active,
-        manifest,
+        manifest: layout.manifest,
         next_id,
+        store: layout.store,
     })
 }
 
-/// Whether segment `id` is one of the log's tail segments (appended, not
-/// listed as compacted in the manifest, nor left over from a compaction):
-/// the last of them is the one appends continue in.
-pub(crate) fn in_tail(fs: &dyn Fs, dir: &Path, manifest: &Manifest, id: u64) -> bool {
-    !manifest.compacted.contains(&id) && manifest.is_live(id, has_compacted_flag(fs, dir, id))
-}
-
-/// Whether segment `id`'s header says compaction wrote it (an unreadable
-/// header counts as no).
-fn has_compacted_flag(fs: &dyn Fs, dir: &Path, id: u64) -> bool {
-    fs.read_prefix(&segment_path(dir, id), HEADER_LEN as usize)
-        .is_ok_and(|header| decode_header(&header).is_ok_and(|h| h.flags & FLAG_COMPACTED != 0))
+/// Whether a checkpoint's resume point fits the log: of this store, under
+/// the manifest in force, in a tail segment that is still as long. Every
+/// record before it was durable when the checkpoint was written, so a
+/// segment shorter than that has lost acknowledged records.
+fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Result<()> {
+    if r.store != layout.store {
+        return Err(Error::ForeignFile {
+            path: dir.join(CHECKPOINT),
+            reason: format!("it names store {}; this store is {}", r.store, layout.store),
+        });
+    }
+    if r.generation != layout.manifest.generation || layout.salvage || !layout.lost.is_empty() {
+        return Err(Error::corrupt(
+            r.segment,
+            r.offset,
+            "the checkpoint does not match the log",
+        ));
+    }
+    if !layout.tail.contains(&r.segment) {
+        return Err(Lost {
+            segment: r.segment,
+            expected: r.offset,
+            actual: 0,
+            reason: format!(
+                "the checkpoint says the log reached offset {} of segment {}",
+                r.offset, r.segment
+            ),
+        }
+        .error());
+    }
+    Ok(())
 }
 
 /// Removes `*.tmp` files: segments or a manifest a crash left half made.
@@ -226,10 +264,15 @@ fn remove_temporaries(fs: &dyn Fs, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The checkpoint's file name.
+pub const CHECKPOINT: &str = "CHECKPOINT";
+
 /// Where a checkpoint says the log still needs reading: everything before
 /// `offset` of `segment` (under manifest `generation`) is in the checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resume {
+    /// The store the checkpoint was written by.
+    pub store: StoreId,
     /// The manifest generation the checkpoint was taken under.
     pub generation: u64,
     /// The segment that was active.
@@ -249,34 +292,42 @@ struct Scan<'a, F> {
 }
 
 impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
-    /// Where to start reading segment `id` (`len` bytes), in replay order:
-    /// `None` for a segment the checkpoint covers whole.
-    fn start_of(&mut self, id: u64, len: u64) -> Result<Option<u64>> {
+    /// Where to start reading segment `id` (`len` bytes, its records
+    /// starting at `first`), in replay order: `None` for a segment the
+    /// checkpoint covers whole. A segment shorter than the checkpoint says
+    /// has lost acknowledged records: every record before its resume point
+    /// was durable when it was written.
+    fn start_of(&mut self, id: u64, len: u64, first: u64) -> Result<Option<u64>> {
         if self.reached {
-            return Ok(Some(HEADER_LEN));
+            return Ok(Some(first));
         }
         match self.resume {
             Some(r) if r.segment == id => {
                 self.reached = true;
                 if len < r.offset {
-                    return Err(Error::corrupt(
-                        id,
-                        len,
-                        "the segment is shorter than the checkpoint says",
-                    ));
+                    return Err(Lost {
+                        segment: id,
+                        expected: r.offset,
+                        actual: len,
+                        reason: format!(
+                            "the checkpoint says the log reached offset {} of segment {id}",
+                            r.offset
+                        ),
+                    }
+                    .error());
                 }
-                Ok(Some(r.offset.max(HEADER_LEN)))
+                Ok(Some(r.offset.max(first)))
             }
             _ => Ok(None),
         }
     }
 
-    fn check_header(&self, path: &Path, id: u64, bytes: &[u8]) -> Result<()> {
+    fn check_header(&self, path: &Path, id: u64, bytes: &[u8]) -> Result<SegmentHeader> {
         let header = decode_header(bytes).map_err(|e| match e {
             HeaderError::Short => Error::corrupt(id, 0, "the segment header is cut short"),
             HeaderError::Invalid => Error::corrupt(id, 0, "the segment header is invalid"),
         })?;
-        if header.version != FORMAT_VERSION {
+        if header.version != FORMAT_VERSION && header.version != LEGACY_VERSION {
             return Err(Error::UnsupportedFormat {
                 path: path.to_path_buf(),
                 found: header.version,
@@ -290,7 +341,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 format!("the header names segment {}", header.segment_id),
             ));
         }
-        Ok(())
+        Ok(header)
     }
 
     /// Walks the frames of one segment. In the newest segment, a bad frame
@@ -362,7 +413,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         }
     }
 
-    fn newest(&mut self, fs: &dyn Fs, dir: &Path, id: u64, fresh_id: u64) -> Result<ActiveSegment> {
+    fn newest(&mut self, fs: &dyn Fs, dir: &Path, id: u64, fresh: Fresh) -> Result<ActiveSegment> {
         let path = segment_path(dir, id);
         let file = fs
             .open(&path)
@@ -377,13 +428,11 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
             sync_dir(fs, dir)?;
             self.report.removed_segments.push(id);
-            return fresh_segment(fs, dir, fresh_id);
+            return fresh_segment(fs, dir, fresh);
         }
-        self.check_header(&path, id, &bytes)?;
+        let header_len = self.check_header(&path, id, &bytes)?.records_start();
         let len = bytes.len() as u64;
-        let from = self
-            .start_of(id, bytes.len() as u64)?
-            .unwrap_or(bytes.len() as u64);
+        let from = self.start_of(id, len, header_len)?.unwrap_or(len);
         if let Some(cut) = self.frames(id, &bytes, true, from)? {
             file.set_len(cut)
                 .and_then(|()| file.sync_data())
@@ -405,15 +454,31 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         file.sync_data()
             .map_err(|e| Error::io("sync the newest segment", &path, e))?;
         self.report.segments += 1;
-        Ok(ActiveSegment { id, file, bytes })
+        Ok(ActiveSegment {
+            id,
+            file,
+            bytes,
+            header_len,
+        })
     }
 }
 
-fn fresh_segment(fs: &dyn Fs, dir: &Path, id: u64) -> Result<ActiveSegment> {
+/// The segment an open starts when the log has none to continue.
+#[derive(Clone, Copy)]
+struct Fresh {
+    id: u64,
+    store: StoreId,
+    /// The log's last segment, if it has one.
+    prev: Option<Link>,
+}
+
+fn fresh_segment(fs: &dyn Fs, dir: &Path, fresh: Fresh) -> Result<ActiveSegment> {
+    let header = encode_header(fresh.id, 0, fresh.store, fresh.prev);
     Ok(ActiveSegment {
-        id,
-        file: create_segment(fs, dir, id)?,
-        bytes: encode_header(id).to_vec(),
+        id: fresh.id,
+        file: create_segment(fs, dir, fresh.id, &header)?,
+        bytes: header.to_vec(),
+        header_len: HEADER_LEN,
     })
 }
 

@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use super::frame::{
-    decode_frame, decode_header, find_next_frame, is_preallocated, FORMAT_VERSION, HEADER_LEN,
+    decode_frame, decode_header, find_next_frame, is_preallocated, FORMAT_VERSION, LEGACY_VERSION,
 };
-use super::manifest::Manifest;
-use super::segments::{list_segment_ids, segment_path, MAX_SEGMENT_ID};
+use super::layout::survey;
+use super::recovery::Resume;
+use super::segments::segment_path;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::record;
@@ -17,7 +18,7 @@ use crate::MAX_RECORD_BYTES;
 /// One damaged place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damage {
-    /// The segment id.
+    /// The segment id (0 for a damaged file that is not a segment).
     pub segment: u64,
     /// The byte offset in it.
     pub offset: u64,
@@ -37,7 +38,8 @@ pub struct VerifyReport {
     pub bytes: u64,
     /// Damage anywhere (including bytes after the newest segment's last
     /// valid record, which an open would cut as a torn tail, unless they are
-    /// all zeros: the writer's preallocated space).
+    /// all zeros: the writer's preallocated space), acknowledged records
+    /// found missing, and files of another store.
     pub damage: Vec<Damage>,
 }
 
@@ -50,34 +52,83 @@ impl VerifyReport {
 
 /// Scans every segment of the log in `dir` (the caller holds the store's
 /// lock, or knows nothing writes it), reporting progress as (segments done,
-/// segments in all).
+/// segments in all). `checkpoint` is where the store's checkpoint says the
+/// log reached, if it has a sound one.
 pub fn verify_dir(
     fs: &dyn Fs,
     dir: &Path,
+    checkpoint: Option<Resume>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<VerifyReport> {
-    let manifest = Manifest::read(fs, dir)?;
-    let ids = list_segment_ids(fs, dir)?;
-    // The segment an open would append to.
-    let newest = ids
-        .iter()
-        .rev()
-        .copied()
-        .find(|&id| super::recovery::in_tail(fs, dir, &manifest, id));
+    let layout = survey(fs, dir)?;
     let mut report = VerifyReport::default();
-    for (i, &id) in ids.iter().enumerate() {
-        progress(i, ids.len());
+    if let Some(Error::Corrupt {
+        segment,
+        offset,
+        reason,
+    }) = layout.past_max()
+    {
+        report.damage.push(damage(segment, offset, &reason));
+    }
+    for f in &layout.foreign {
+        let reason = format!(
+            "{} belongs to another store: {}",
+            f.path.display(),
+            f.reason
+        );
+        report.damage.push(damage(0, 0, &reason));
+    }
+    for l in &layout.lost {
+        report
+            .damage
+            .push(damage(l.segment, l.actual, &l.error().to_string()));
+    }
+    if checkpoint.is_some_and(|r| r.store != layout.store) {
+        let reason = format!(
+            "CHECKPOINT belongs to another store (this store is {}): an open ignores it",
+            layout.store
+        );
+        report.damage.push(damage(0, 0, &reason));
+    }
+    if let Some(r) = checkpoint.filter(|r| {
+        r.store == layout.store && r.generation == layout.manifest.generation && !layout.salvage
+    }) {
+        let actual = if layout.tail.contains(&r.segment) {
+            layout.lens.get(&r.segment).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        if actual < r.offset {
+            let lost = super::layout::Lost {
+                segment: r.segment,
+                expected: r.offset,
+                actual,
+                reason: format!(
+                    "the checkpoint says the log reached offset {} of segment {}",
+                    r.offset, r.segment
+                ),
+            };
+            report
+                .damage
+                .push(damage(r.segment, actual, &lost.error().to_string()));
+        }
+    }
+    // The segment an open would append to.
+    let newest = layout.tail.last().copied();
+    let live: Vec<u64> = layout
+        .compacted
+        .iter()
+        .chain(&layout.tail)
+        .copied()
+        .collect();
+    for (i, &id) in live.iter().enumerate() {
+        progress(i, live.len());
         let path: PathBuf = segment_path(dir, id);
         let bytes = fs
             .read(&path)
             .map_err(|e| Error::io("read a segment", &path, e))?;
         report.bytes += bytes.len() as u64;
         report.segments += 1;
-        if id > MAX_SEGMENT_ID {
-            let reason = format!("a segment id past {MAX_SEGMENT_ID}, which an open refuses");
-            report.damage.push(damage(id, 0, &reason));
-            continue;
-        }
         let header = match decode_header(&bytes) {
             Ok(h) => h,
             Err(_) => {
@@ -87,25 +138,28 @@ pub fn verify_dir(
                 continue;
             }
         };
-        if header.version != FORMAT_VERSION {
+        if header.version != FORMAT_VERSION && header.version != LEGACY_VERSION {
             return Err(Error::UnsupportedFormat {
                 path,
                 found: header.version,
                 supported: FORMAT_VERSION,
             });
         }
-        if !manifest.is_live(id, header.flags & super::frame::FLAG_COMPACTED != 0) {
-            continue;
-        }
-        scan_frames(id, &bytes, newest == Some(id), &mut report);
+        scan_frames(
+            id,
+            &bytes,
+            header.records_start(),
+            newest == Some(id),
+            &mut report,
+        );
     }
-    progress(ids.len(), ids.len());
+    progress(live.len(), live.len());
     Ok(report)
 }
 
-fn scan_frames(id: u64, bytes: &[u8], newest: bool, report: &mut VerifyReport) {
+fn scan_frames(id: u64, bytes: &[u8], from: u64, newest: bool, report: &mut VerifyReport) {
     let end = bytes.len() as u64;
-    let mut at = HEADER_LEN;
+    let mut at = from;
     while at < end {
         match decode_frame(bytes, id, at, MAX_RECORD_BYTES) {
             Ok(frame) => {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::frame::{encode_frame, encode_header, FRAME_HEADER_LEN, HEADER_LEN};
+use super::frame::{encode_frame, encode_header, Link, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
 use super::recovery::ActiveSegment;
 use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID};
 use crate::error::{Error, Result};
@@ -29,6 +29,9 @@ struct Active {
     id: u64,
     file: Arc<dyn SegmentFile>,
     mirror: Mirror,
+    /// Where the segment's first record starts (its header's length: a
+    /// segment recovery continues may be of the first format version).
+    header_len: u64,
     /// Bytes in the active segment (the next frame's offset).
     len: u64,
     /// The file is zero-filled up to here (at least `len`): frames written
@@ -84,6 +87,8 @@ impl Drop for LogWriter {
 pub struct Log {
     fs: Arc<dyn Fs>,
     dir: PathBuf,
+    /// The store's identity, written into every segment header.
+    store: StoreId,
     segment_bytes: u64,
     /// See [`Options::preallocate`].
     preallocate: u64,
@@ -113,15 +118,22 @@ pub struct Log {
 }
 
 impl LogWriter {
-    /// Continues appending to the segment recovery left active.
+    /// Continues appending to the segment recovery left active, for store
+    /// `store`.
     pub fn resume(
         dir: PathBuf,
         options: &Options,
         segments: Arc<Segments>,
         active: ActiveSegment,
         next_id: u64,
+        store: StoreId,
     ) -> Self {
-        let ActiveSegment { id, file, bytes } = active;
+        let ActiveSegment {
+            id,
+            file,
+            bytes,
+            header_len,
+        } = active;
         let len = bytes.len() as u64;
         let (segment_bytes, durability) = (options.segment_bytes, options.durability);
         let mirror = new_mirror(segment_bytes, bytes);
@@ -129,6 +141,7 @@ impl LogWriter {
         let log = Arc::new(Log {
             fs: options.fs.clone(),
             dir,
+            store,
             segment_bytes,
             preallocate: options.preallocate,
             durability,
@@ -137,6 +150,7 @@ impl LogWriter {
                 id,
                 file,
                 mirror,
+                header_len,
                 len,
                 prepared: len,
                 flushed: len,
@@ -207,7 +221,7 @@ impl Log {
         let size = FRAME_HEADER_LEN + payload.len() as u64;
         let mut active = self.active.lock();
         self.check_poison()?;
-        if active.len > HEADER_LEN && active.len + size > self.segment_bytes {
+        if active.len > active.header_len && active.len + size > self.segment_bytes {
             self.rotate(&mut active)?;
         }
         // The durable watermark stored in the frame.
@@ -215,7 +229,7 @@ impl Log {
             .synced
             .load(Ordering::Acquire)
             .saturating_sub(active.base)
-            .clamp(HEADER_LEN, active.len);
+            .clamp(active.header_len, active.len);
         let durable = u32::try_from(durable).map_err(|_| self.too_big(active.id))?;
         let loc = RecordLoc {
             segment: active.id,
@@ -272,26 +286,33 @@ impl Log {
     /// Seals the active segment and starts the next one.
     ///
     /// Order: write and sync the old segment without its zero-filled rest,
-    /// create the new one with its header, sync it and the directory, then
-    /// switch. A crash before the switch leaves a new segment holding only a
-    /// header (or less), which recovery removes.
+    /// create the new one with its header (which names the old one and its
+    /// sealed length), sync it and the directory, then switch. A crash
+    /// before the switch leaves a new segment holding only a header (or
+    /// less), which recovery removes.
     fn rotate(&self, active: &mut Active) -> Result<()> {
         let old_path = self.path(active.id);
         self.seal(active, "sync the segment being sealed")?;
         let id = self.allocate_segment_id()?;
-        let file = create_segment(self.fs.as_ref(), &self.dir, id)?;
+        let prev = Link {
+            segment: active.id,
+            len: active.len,
+        };
+        let header = encode_header(id, 0, self.store, Some(prev));
+        let file = create_segment(self.fs.as_ref(), &self.dir, id, &header)?;
         let sealed = active
             .file
             .map()
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
         self.segments
             .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
-        let mirror = new_mirror(self.segment_bytes, encode_header(id).to_vec());
+        let mirror = new_mirror(self.segment_bytes, header.to_vec());
         self.segments
             .insert(id, SegmentData::Active(mirror.clone()));
         active.id = id;
         active.file = file;
         active.mirror = mirror;
+        active.header_len = HEADER_LEN;
         active.len = HEADER_LEN;
         active.prepared = HEADER_LEN;
         active.flushed = HEADER_LEN;
@@ -402,10 +423,15 @@ impl Log {
     pub fn rotate_now(&self) -> Result<u64> {
         let mut active = self.active.lock();
         self.check_poison()?;
-        if active.len > HEADER_LEN {
+        if active.len > active.header_len {
             self.rotate(&mut active)?;
         }
         Ok(active.id)
+    }
+
+    /// The store's identity.
+    pub fn store(&self) -> StoreId {
+        self.store
     }
 
     /// The store's directory.
@@ -574,14 +600,19 @@ fn new_mirror(segment_bytes: u64, mut bytes: Vec<u8>) -> Mirror {
     Arc::new(RwLock::new(bytes))
 }
 
-/// Creates segment `id` in `dir` with its header, synced, and syncs the
+/// Creates segment `id` in `dir` with its `header`, synced, and syncs the
 /// directory so that the new name is durable too.
-pub fn create_segment(fs: &dyn Fs, dir: &Path, id: u64) -> Result<Arc<dyn SegmentFile>> {
+pub fn create_segment(
+    fs: &dyn Fs,
+    dir: &Path,
+    id: u64,
+    header: &[u8],
+) -> Result<Arc<dyn SegmentFile>> {
     let path = segment_path(dir, id);
     let file = fs
         .create_new(&path)
         .map_err(|e| Error::io("create a segment", &path, e))?;
-    file.write_at(&encode_header(id), 0)
+    file.write_at(header, 0)
         .map_err(|e| Error::io("write a segment header", &path, e))?;
     file.sync_data()
         .map_err(|e| Error::io("sync a new segment", &path, e))?;

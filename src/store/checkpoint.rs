@@ -32,15 +32,16 @@ use crate::namespace::ContextKey;
 use crate::state::RECORD_BYTES;
 use crate::tasks::{TaskEntry, TASK_BYTES};
 
-/// The checkpoint's file name.
-pub const CHECKPOINT: &str = "CHECKPOINT";
+pub use crate::log::recovery::CHECKPOINT;
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 8;
+const VERSION: u32 = 9;
 /// The bytes before the body: magic, version, checksum.
 const PREAMBLE: usize = 16;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
+    /// The store that wrote it.
+    store: [u8; 16],
     resume: (u64, u64, u64),
     records: u64,
 }
@@ -103,7 +104,15 @@ impl Store {
     /// records after it that the index already holds are skipped on replay.
     pub(super) fn write_checkpoint_under(&self, generation: u64) -> Result<()> {
         let (segment, offset) = self.writer.resume_point();
+        // Every record before the resume point must be durable before a
+        // checkpoint says the log reached it: an open that finds the log
+        // shorter then knows acknowledged records are missing. (With `Sync`
+        // and `GroupCommit`, a published record already is.)
+        if self.options.durability == crate::Durability::Buffered {
+            self.writer.sync_all()?;
+        }
         let header = Header {
+            store: self.writer.store().0,
             resume: (generation, segment, offset),
             records: self.records(),
         };
@@ -344,11 +353,32 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     let (generation, segment, offset) = header.resume;
     Some(Loaded {
         resume: Resume {
+            store: crate::log::frame::StoreId(header.store),
             generation,
             segment,
             offset,
         },
         records: header.records,
+    })
+}
+
+/// Where the checkpoint of `dir` says the log reached, if it is sound,
+/// without loading it (for `verify`).
+pub fn peek(fs: &dyn Fs, dir: &Path) -> Option<Resume> {
+    let bytes = fs.read(&dir.join(CHECKPOINT)).ok()?;
+    let body = bytes.strip_prefix(&MAGIC)?;
+    let (version, body) = body.split_at_checked(4)?;
+    let (crc, body) = body.split_at_checked(4)?;
+    if version != VERSION.to_le_bytes() || crc != crc32fast::hash(body).to_le_bytes() {
+        return None;
+    }
+    let (header, _): (Header, usize) = bincode::serde::decode_from_slice(body, config()).ok()?;
+    let (generation, segment, offset) = header.resume;
+    Some(Resume {
+        store: crate::log::frame::StoreId(header.store),
+        generation,
+        segment,
+        offset,
     })
 }
 

@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::index::{Gone, Life};
 use crate::log::frame::{
-    decode_frame, encode_frame, encode_header_with, FLAG_COMPACTED, FRAME_HEADER_LEN, HEADER_LEN,
+    decode_frame, decode_header, encode_frame, encode_header, FLAG_COMPACTED, FRAME_HEADER_LEN,
+    HEADER_LEN,
 };
 use crate::log::manifest::Manifest;
 use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentData};
@@ -74,8 +75,8 @@ impl Output {
             .is_none_or(|(_, b)| b.len() as u64 > HEADER_LEN && b.len() as u64 + need > self.limit);
         if full {
             let id = store.writer.allocate_segment_id()?;
-            self.segments
-                .push((id, encode_header_with(id, FLAG_COMPACTED).to_vec()));
+            let header = encode_header(id, FLAG_COMPACTED, store.writer.store(), None);
+            self.segments.push((id, header.to_vec()));
         }
         let Some((id, buf)) = self.segments.last_mut() else {
             // Unreachable: a segment was pushed just above when there was none.
@@ -193,8 +194,10 @@ impl Store {
             return Ok(report);
         }
         let next = Manifest {
+            store: Some(self.writer.store()),
             generation: manifest.generation + 1,
             compacted: out.segments.iter().map(|(id, _)| *id).collect(),
+            lens: out.segments.iter().map(|(_, b)| b.len() as u64).collect(),
             tail_from,
         };
         next.write(fs, &dir)?;
@@ -257,7 +260,8 @@ impl Store {
             };
             let bytes = map.bytes();
             report.input_bytes += bytes.len() as u64;
-            let mut at = HEADER_LEN;
+            // A segment of the first format version has a shorter header.
+            let mut at = decode_header(bytes).map_or(HEADER_LEN, |h| h.records_start());
             while at < bytes.len() as u64 {
                 let frame = decode_frame(bytes, id, at, MAX_RECORD_BYTES)
                     .map_err(|e| Error::corrupt(id, at, e.reason()))?;
@@ -313,7 +317,7 @@ impl Store {
             return Ok(None);
         };
         let last_seq = match locs.last() {
-            Some(&loc) => self.with_record(loc, |body, _| body.seq)?,
+            Some(&loc) => self.with_record(key, loc, |body, _| body.seq)?,
             None => state.next_seq,
         };
         let body = RecordBody {

@@ -168,7 +168,7 @@ impl Store {
         check_options(&options)?;
         let fs = options.fs.clone();
         create_dir(fs.as_ref(), &dir)?;
-        let lock = lock_dir(fs.as_ref(), &dir)?;
+        let lock = lock_dir(fs.as_ref(), &dir, options.lock_wait)?;
         // With a sound checkpoint, load the index and read only the log
         // after it; if the log does not match it, read everything instead.
         let first = Index::default();
@@ -182,8 +182,32 @@ impl Store {
         let (index, segments, recovered, report) = match attempt {
             Some((Ok((recovered, report)), segments)) => (first, segments, recovered, report),
             other => {
+                let mut lost = None;
                 let ignored = match other {
-                    Some((Err(e), _)) => Some(format!("{e}")),
+                    // The checkpoint knew the log reached further than it
+                    // does: a scan without it could not tell.
+                    Some((Err(e @ Error::MissingRecords { .. }), _))
+                        if options.recovery == RecoveryMode::Strict =>
+                    {
+                        return Err(e)
+                    }
+                    Some((Err(e), _)) => {
+                        if let Error::MissingRecords {
+                            segment,
+                            expected,
+                            actual,
+                            reason,
+                        } = &e
+                        {
+                            lost = Some(crate::log::layout::Lost {
+                                segment: *segment,
+                                expected: *expected,
+                                actual: *actual,
+                                reason: reason.clone(),
+                            });
+                        }
+                        Some(format!("{e}"))
+                    }
                     _ if fs.exists(&dir.join(checkpoint::CHECKPOINT)) => {
                         Some("the checkpoint is damaged or of another version".to_string())
                     }
@@ -193,6 +217,7 @@ impl Store {
                 let segments = Arc::new(Segments::default());
                 let (recovered, mut report) = scan_log(&dir, &options, &index, &segments, None)?;
                 report.checkpoint_ignored = ignored;
+                report.lost.extend(lost);
                 (index, segments, recovered, report)
             }
         };
@@ -202,6 +227,7 @@ impl Store {
             segments.clone(),
             recovered.active,
             recovered.next_id,
+            recovered.store,
         );
         let stale_at_open = u64::from(!report.from_checkpoint || report.replayed > 0);
         Ok(Self {
@@ -251,8 +277,8 @@ impl Store {
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
         }
-        let _lock = lock_dir(fs, dir)?;
-        verify_dir(fs, dir, progress)
+        let _lock = lock_dir(fs, dir, Options::default().lock_wait)?;
+        verify_dir(fs, dir, checkpoint::peek(fs, dir), progress)
     }
 
     /// Counts of what the store holds, its size on disk and in memory.
@@ -387,13 +413,16 @@ impl Store {
         context_id: &str,
         n: usize,
     ) -> Result<Vec<StoredMessage>> {
-        self.with_newest_before(tenant, context_id, None, n, |refs, _| {
-            refs.iter().map(|r| self.read_message(r.loc())).collect()
+        self.with_newest_before(tenant, context_id, None, n, |key, refs, _| {
+            refs.iter()
+                .map(|r| self.read_message(key, r.loc()))
+                .collect()
         })
     }
 
-    /// Hands `f` up to `max` of the newest message refs before seq `before`,
-    /// and how many messages lie before it. `f` runs under the context's read
+    /// Hands `f` the context's key, up to `max` of the newest message refs
+    /// before seq `before`, and how many messages lie before it. `f` runs
+    /// under the context's read
     /// lock, so a compaction cannot move the records between the copy of
     /// their locations and their reads (it remaps under the write lock).
     fn with_newest_before<T>(
@@ -402,13 +431,13 @@ impl Store {
         context_id: &str,
         before: Option<u64>,
         max: usize,
-        f: impl FnOnce(&[MessageRef], u64) -> Result<T>,
+        f: impl FnOnce(&ContextKey, &[MessageRef], u64) -> Result<T>,
     ) -> Result<T> {
         let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
         self.segments.prefetch(refs.iter().map(MessageRef::loc));
-        f(&refs, total)
+        f(&slot.key, &refs, total)
     }
 
     /// Like [`with_newest_before`](Self::with_newest_before), for history
@@ -420,7 +449,7 @@ impl Store {
         context_id: &str,
         before: Option<u64>,
         budget: &Budget,
-        f: impl FnOnce(&[HistoryItem], u64) -> Result<T>,
+        f: impl FnOnce(&ContextKey, &[HistoryItem], u64) -> Result<T>,
     ) -> Result<T> {
         let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
@@ -440,7 +469,7 @@ impl Store {
             items.drain(..items.len().saturating_sub(budget.max_messages));
         }
         self.segments.prefetch(items.iter().map(|i| i.loc));
-        f(&items, total)
+        f(&slot.key, &items, total)
     }
 
     /// The context's history before the message of seq `before` (the one
@@ -460,9 +489,9 @@ impl Store {
         let room = budget.max_bytes;
         let cost = |t: &Turn| t.text.len();
         let (turns, omitted) =
-            self.with_history(tenant, context_id, before, &budget, |refs, total| {
+            self.with_history(tenant, context_id, before, &budget, |key, refs, total| {
                 render::choose(
-                    self.turns(refs),
+                    self.turns(key, refs),
                     total,
                     budget.max_messages,
                     room,
@@ -488,9 +517,9 @@ impl Store {
             .max_bytes
             .saturating_sub(render::frame_overhead(&nonce));
         let (turns, omitted) =
-            self.with_history(tenant, context_id, before, &budget, |refs, total| {
+            self.with_history(tenant, context_id, before, &budget, |key, refs, total| {
                 // Each turn is rendered once, as it is read; its length is its cost.
-                let rendered = self.turns(refs).map(|t| {
+                let rendered = self.turns(key, refs).map(|t| {
                     t.map(|t| {
                         let text = render::turn_text(&nonce, &t);
                         (t, text)
@@ -503,7 +532,9 @@ impl Store {
                     room,
                     |(_, text)| text.len(),
                     |(turn, _)| {
-                        let turn = render::cut_to_fit(turn, room, |t| render::turn_cost(&nonce, t));
+                        let cost = |t: &Turn| render::turn_cost(&nonce, t);
+                        let turn = render::cut_task_to_fit(turn, room, cost);
+                        let turn = render::cut_to_fit(turn, room, cost);
                         let text = render::turn_text(&nonce, &turn);
                         (turn, text)
                     },
@@ -514,12 +545,16 @@ impl Store {
     }
 
     /// Turns of `refs`, newest first, each read only when asked for.
-    fn turns<'a>(&'a self, items: &'a [HistoryItem]) -> impl Iterator<Item = Result<Turn>> + 'a {
-        items.iter().rev().map(|r| {
+    fn turns<'a>(
+        &'a self,
+        key: &'a ContextKey,
+        items: &'a [HistoryItem],
+    ) -> impl Iterator<Item = Result<Turn>> + 'a {
+        items.iter().rev().map(move |r| {
             if r.chunks > 0 {
-                return self.artifact_turn(r);
+                return self.artifact_turn(key, r);
             }
-            self.with_message(r.loc, |body, blob| {
+            self.with_message(key, r.loc, |body, blob| {
                 let mut turn = render::turn_from_message(body.seq, blob);
                 // The task the store put the message in, which a client's
                 // first message cannot name itself.
@@ -532,8 +567,8 @@ impl Store {
     }
 
     /// The short line of an artifact: its name or id, and its chunk count.
-    fn artifact_turn(&self, item: &HistoryItem) -> Result<Turn> {
-        self.with_record(item.loc, |body, blob| {
+    fn artifact_turn(&self, key: &ContextKey, item: &HistoryItem) -> Result<Turn> {
+        self.with_record(key, item.loc, |body, blob| {
             let artifact: Option<crate::a2a::Artifact> = serde_json::from_slice(blob).ok();
             let label = match &artifact {
                 Some(a) => match &a.name {
@@ -546,14 +581,15 @@ impl Store {
                 position: body.seq,
                 role: render::Role::Artifact,
                 task_id: body.kind.task_id().map(str::to_string),
+                task_cut: 0,
                 text: format!("{label}, {} chunk(s)", item.chunks),
                 cut: 0,
             }
         })
     }
 
-    fn read_message(&self, loc: RecordLoc) -> Result<StoredMessage> {
-        self.with_message(loc, |body, blob| StoredMessage {
+    fn read_message(&self, key: &ContextKey, loc: RecordLoc) -> Result<StoredMessage> {
+        self.with_message(key, loc, |body, blob| StoredMessage {
             seq: body.seq,
             timestamp_ms: body.timestamp_ms,
             raw: blob.to_vec(),
@@ -563,8 +599,9 @@ impl Store {
     /// Hands the message of the history record at `loc` to `f`, straight
     /// from the segment's bytes (no copy): an inbound message's blob, or the
     /// `message` member of a status's blob.
-    fn with_message<T>(
+    pub(crate) fn with_message<T>(
         &self,
+        key: &ContextKey,
         loc: RecordLoc,
         f: impl FnOnce(&RecordBody, &[u8]) -> T,
     ) -> Result<T> {
@@ -574,7 +611,7 @@ impl Store {
             #[serde(borrow)]
             message: Option<&'a serde_json::value::RawValue>,
         }
-        self.with_record(loc, |body, blob| match &body.kind {
+        self.with_record(key, loc, |body, blob| match &body.kind {
             RecordKind::Message { .. } => Ok(f(body, blob)),
             RecordKind::Status { .. } => {
                 let status: StatusMessage = serde_json::from_slice(blob)
@@ -589,15 +626,22 @@ impl Store {
         .map_err(|reason| Error::corrupt(loc.segment, u64::from(loc.offset), reason))
     }
 
-    /// Hands the record at `loc` to `f` straight from the segment's bytes.
+    /// Hands the record at `loc` of the context keyed `key` to `f`,
+    /// straight from the segment's bytes. A record that names another
+    /// context is damage (the index, or a file, is not what it claims to
+    /// be), never served.
     pub(crate) fn with_record<T>(
         &self,
+        key: &ContextKey,
         loc: RecordLoc,
         f: impl FnOnce(&RecordBody, &[u8]) -> T,
     ) -> Result<T> {
         let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
         self.segments
             .with_payload(loc, |payload| match record::decode(payload) {
+                Ok(Decoded::Current { key: k, .. }) if k != *key => Err(bad(
+                    "the record belongs to another context than the one read",
+                )),
                 Ok(Decoded::Current { body, blob, .. }) => Ok(f(&body, blob)),
                 Ok(Decoded::ForeignNamespace(_)) => {
                     Err(bad("the index points at a record of another namespace"))
@@ -623,22 +667,28 @@ impl Store {
         page_token: Option<&str>,
     ) -> Result<ContextPage> {
         check_page_size(page_size, "page_size")?;
-        let after = page_token.map(decode_page_token).transpose()?;
-        let mut page = self.index.tenant_page(tenant, after, page_size + 1);
+        let mut cursor = page_token.map(decode_page_token).transpose()?;
+        // Listed contexts that expired are passed over: a page is filled
+        // with live ones, and is empty only when the listing is over.
+        let mut page: Vec<(u64, ContextKey, ContextInfo)> = Vec::new();
+        while page.len() <= page_size {
+            let batch = self.index.tenant_page(tenant, cursor, page_size + 1);
+            let Some((ms, slot)) = batch.last() else {
+                break;
+            };
+            cursor = Some((*ms, slot.key));
+            page.extend(batch.iter().filter_map(|(ms, slot)| {
+                info_of(slot, self.options.retention).map(|info| (*ms, slot.key, info))
+            }));
+        }
         let more = page.len() > page_size;
         page.truncate(page_size);
-        let next_page_token = if more {
-            page.last()
-                .map(|(ms, slot)| encode_page_token(*ms, &slot.key))
-        } else {
-            None
+        let next_page_token = match page.last() {
+            Some((ms, key, _)) if more => Some(encode_page_token(*ms, key)),
+            _ => None,
         };
-        let contexts = page
-            .iter()
-            .filter_map(|(_, slot)| info_of(slot, self.options.retention))
-            .collect();
         Ok(ContextPage {
-            contexts,
+            contexts: page.into_iter().map(|(_, _, info)| info).collect(),
             next_page_token,
         })
     }
@@ -1077,12 +1127,27 @@ fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn lock_dir(fs: &dyn Fs, dir: &Path) -> Result<Box<dyn Send + Sync>> {
+/// Takes the store's lock, retrying a held one for up to `wait` (see
+/// [`Options::lock_wait`]): 1 ms between tries at first, doubling up to
+/// 32 ms.
+fn lock_dir(fs: &dyn Fs, dir: &Path, wait: std::time::Duration) -> Result<Box<dyn Send + Sync>> {
     let path: PathBuf = dir.join(LOCK_FILE);
-    fs.lock(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => Error::Locked { path: path.clone() },
-        _ => Error::io("lock the store", &path, e),
-    })
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match fs.lock(&path) {
+            Ok(guard) => return Ok(guard),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(Error::Locked { path });
+                }
+                std::thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(std::time::Duration::from_millis(32));
+            }
+            Err(e) => return Err(Error::io("lock the store", &path, e)),
+        }
+    }
 }
 
 /// The timestamp of a context's next record: now, but never before its
@@ -1096,4 +1161,27 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::MemFs;
+
+    #[test]
+    fn a_record_read_for_another_context_is_damage_and_never_served() {
+        let options = Options::default().fs(Arc::new(MemFs::new()));
+        let store = Store::open("/s", options).unwrap();
+        store.append_message("alice", "secret", b"alice's").unwrap();
+        store.append_message("bob", "secret", b"bob's").unwrap();
+        let key = |tenant| ContextKey::derive(tenant, "secret").unwrap();
+        let slot = store.index.get(&key("bob")).unwrap();
+        let loc = slot.state.read().record_locs().next().unwrap();
+        let blob = |k: &ContextKey| store.with_record(k, loc, |_, blob| blob.to_vec());
+        assert_eq!(blob(&key("bob")).unwrap(), b"bob's");
+        match blob(&key("alice")) {
+            Err(Error::Corrupt { reason, .. }) => assert!(reason.contains("another context")),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
-use sha2::{Digest, Sha256};
+use serde_json::value::RawValue;
 
 use super::{
     bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms, Store,
 };
 use crate::a2a::{
-    Artifact, ListTasksResponse, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
-    TaskState, TaskStatus, TaskStatusUpdateEvent,
+    Artifact, DamagedTask, ListTasksResponse, Message, Role, Stored, StreamResponse, Task,
+    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
 use crate::index::{prefix_of_id, ContextSlot, IdemStart, Life};
+use crate::json::{self, Members};
 use crate::log::segments::RecordLoc;
 use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
 use crate::record::{ContextName, RecordKind, TaskLink};
@@ -182,7 +182,7 @@ impl Store {
         let state = slot.state.read();
         let context_id = context_of(&state)?.to_string();
         let loc = state.message_at(seq).ok_or(Error::TaskNotFound)?;
-        let link = self.with_record(loc, |body, _| match &body.kind {
+        let link = self.with_record(&slot.key, loc, |body, _| match &body.kind {
             RecordKind::Message { task: Some(link) } => Some(link.clone()),
             _ => None,
         })?;
@@ -222,21 +222,18 @@ impl Store {
             Some(&event.context_id),
             Op::Status(event.status.state),
         )?;
-        self.write_status(&slot, &event.task_id, event.status.clone(), checked)
+        self.write_status(&slot, &event.task_id, &event.status, checked)
     }
 
     fn write_status(
         &self,
         slot: &ContextSlot,
         task_id: &str,
-        mut status: TaskStatus,
+        status: &Stored<TaskStatus>,
         checked: Checked,
     ) -> Result<EventRecord> {
         let timestamp_ms = checked.timestamp_ms;
-        status
-            .timestamp
-            .get_or_insert_with(|| iso8601_ms(timestamp_ms));
-        let blob = to_json(&status)?;
+        let blob = status_blob(status, timestamp_ms)?;
         let kind = RecordKind::Status {
             task_id: task_id.to_string(),
             state: status.state,
@@ -261,7 +258,10 @@ impl Store {
             append: event.append,
         };
         let checked = self.check_task_op(&slot, &event.task_id, Some(&event.context_id), op)?;
-        let blob = to_json(&event.artifact)?;
+        let blob = match event.artifact.raw_json() {
+            Some(raw) => raw.as_bytes().to_vec(),
+            None => to_json(&*event.artifact)?,
+        };
         let kind = RecordKind::Artifact {
             task_id: event.task_id.clone(),
             artifact_id: artifact_id.clone(),
@@ -273,13 +273,17 @@ impl Store {
     }
 
     /// Applies one agent event given as an A2A `StreamResponse` (JSON) that
-    /// carries a `statusUpdate` or an `artifactUpdate`.
+    /// carries a `statusUpdate` or an `artifactUpdate`. The status or the
+    /// artifact chunk is stored as its text came (checked as a received
+    /// message is: strict JSON, no key twice in any object).
     pub fn apply_event(&self, tenant: &str, raw: &[u8]) -> Result<EventRecord> {
-        let event: StreamResponse =
-            serde_json::from_slice(raw).map_err(|e| Error::InvalidParams {
-                field: "event",
-                reason: format!("not an A2A StreamResponse: {e}"),
-            })?;
+        let invalid = |reason: String| Error::InvalidParams {
+            field: "event",
+            reason,
+        };
+        json::canonical(raw).map_err(|e| invalid(e.to_string()))?;
+        let event: StreamResponse = serde_json::from_slice(raw)
+            .map_err(|e| invalid(format!("not an A2A StreamResponse: {e}")))?;
         match (event.status_update, event.artifact_update) {
             (Some(status), None) => self.update_status(tenant, &status),
             (None, Some(artifact)) => self.add_artifact(tenant, &artifact),
@@ -302,7 +306,7 @@ impl Store {
                 timestamp: None,
                 extra: Default::default(),
             };
-            self.write_status(&slot, task_id, status, checked)?;
+            self.write_status(&slot, task_id, &Stored::new(status), checked)?;
         }
         self.get_task(tenant, task_id, None, true)
     }
@@ -321,7 +325,11 @@ impl Store {
         // cannot move them in between (it remaps under the write lock).
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        self.read_task(context_of(&state)?, task, history_length, include_artifacts)
+        let at = Place {
+            key: &slot.key,
+            context_id: context_of(&state)?,
+        };
+        self.read_task(at, task, history_length, include_artifacts)
     }
 
     /// The tenant's tasks, filtered, newest status first (ties by id), in
@@ -367,25 +375,34 @@ impl Store {
             _ => String::new(),
         };
         let mut tasks = Vec::with_capacity(page.len());
+        let mut damaged = Vec::new();
         for (_, id, place) in page {
             let Some(slot) = slots.get(*place) else {
                 continue;
             };
             let state = slot.state.read();
             let Some(task) = state.task(id) else { continue };
-            let context_id = context_of(&state)?;
-            tasks.push(self.read_task(
-                context_id,
-                task,
-                query.history_length,
-                query.include_artifacts,
-            )?);
+            let at = Place {
+                key: &slot.key,
+                context_id: context_of(&state)?,
+            };
+            match self.read_task(at, task, query.history_length, query.include_artifacts) {
+                Ok(task) => tasks.push(task),
+                // One unreadable task never hides the others: it is left
+                // out of the page and reported beside it.
+                Err(e @ Error::Corrupt { .. }) => damaged.push(DamagedTask {
+                    task_id: id.clone(),
+                    reason: e.to_string(),
+                }),
+                Err(e) => return Err(e),
+            }
         }
         Ok(ListTasksResponse {
             tasks,
             next_page_token,
             page_size: page_size as u32,
             total_size: u32::try_from(total_size).unwrap_or(u32::MAX),
+            damaged,
         })
     }
 
@@ -401,50 +418,55 @@ impl Store {
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let skip = usize::try_from(after).unwrap_or(usize::MAX);
-        let context_id = context_of(&state)?;
+        let at = Place {
+            key: &slot.key,
+            context_id: context_of(&state)?,
+        };
         task.events()
             .into_iter()
             .enumerate()
             .skip(skip)
-            .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(loc, task_id, context_id)?)))
+            .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(at, loc, task_id)?)))
             .collect()
     }
 
-    fn read_event(
-        &self,
-        loc: RecordLoc,
-        task_id: &str,
-        context_id: &str,
-    ) -> Result<StreamResponse> {
+    fn read_event(&self, at: Place<'_>, loc: RecordLoc, task_id: &str) -> Result<StreamResponse> {
         let bad = |e: String| Error::corrupt(loc.segment, u64::from(loc.offset), e);
-        let event = self.with_record(loc, |body, blob| -> std::result::Result<_, String> {
-            let mut out = StreamResponse::default();
-            match &body.kind {
-                RecordKind::Message { .. } => out.message = Some(from_json(blob)?),
-                RecordKind::Status { .. } => {
-                    out.status_update = Some(TaskStatusUpdateEvent {
-                        task_id: task_id.to_string(),
-                        context_id: context_id.to_string(),
-                        status: from_json(blob)?,
-                        metadata: None,
-                    })
+        let context_id = at.context_id;
+        let event = self.with_record(
+            at.key,
+            loc,
+            |body, blob| -> std::result::Result<_, String> {
+                let mut out = StreamResponse::default();
+                match &body.kind {
+                    RecordKind::Message { .. } => out.message = Some(from_json(blob)?),
+                    RecordKind::Status { .. } => {
+                        out.status_update = Some(TaskStatusUpdateEvent {
+                            task_id: task_id.to_string(),
+                            context_id: context_id.to_string(),
+                            status: from_json(blob)?,
+                            metadata: None,
+                        })
+                    }
+                    RecordKind::Gone { .. } => {
+                        return Err("a task event points at a tombstone".into())
+                    }
+                    RecordKind::Artifact {
+                        append, last_chunk, ..
+                    } => {
+                        out.artifact_update = Some(TaskArtifactUpdateEvent {
+                            task_id: task_id.to_string(),
+                            context_id: context_id.to_string(),
+                            artifact: from_json(blob)?,
+                            append: *append,
+                            last_chunk: *last_chunk,
+                            metadata: None,
+                        })
+                    }
                 }
-                RecordKind::Gone { .. } => return Err("a task event points at a tombstone".into()),
-                RecordKind::Artifact {
-                    append, last_chunk, ..
-                } => {
-                    out.artifact_update = Some(TaskArtifactUpdateEvent {
-                        task_id: task_id.to_string(),
-                        context_id: context_id.to_string(),
-                        artifact: from_json(blob)?,
-                        append: *append,
-                        last_chunk: *last_chunk,
-                        metadata: None,
-                    })
-                }
-            }
-            Ok(out)
-        })?;
+                Ok(out)
+            },
+        )?;
         event.map_err(bad)
     }
 
@@ -453,26 +475,26 @@ impl Store {
     /// `history_length` messages of its history, and, if asked, its artifacts.
     fn read_task(
         &self,
-        context_id: &str,
+        at: Place<'_>,
         task: TaskView<'_>,
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
         let status = match task.status_loc() {
-            Some(loc) => self.read_json(loc)?,
-            None => TaskStatus {
+            Some(loc) => self.read_json(at.key, loc)?,
+            None => Stored::new(TaskStatus {
                 state: task.state(),
                 message: None,
                 timestamp: Some(iso8601_ms(task.status_ms())),
                 extra: Default::default(),
-            },
+            }),
         };
         // The newest `history_length` messages, walking back from the end.
         let mut history = task
             .history_newest()
             .take(history_length.unwrap_or(usize::MAX))
             .map(|loc| {
-                self.with_message(loc, |_, bytes| from_json::<Message>(bytes))?
+                self.with_message(at.key, loc, |_, bytes| from_json::<Message>(bytes))?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -480,13 +502,13 @@ impl Store {
         let artifacts = include_artifacts
             .then(|| {
                 task.artifacts()
-                    .map(|chunks| self.read_artifact(chunks.into_iter()))
+                    .map(|chunks| self.read_artifact(at.key, &chunks))
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
         Ok(Task {
             id: task.id().to_string(),
-            context_id: context_id.to_string(),
+            context_id: at.context_id.to_string(),
             status,
             artifacts,
             history,
@@ -494,32 +516,38 @@ impl Store {
         })
     }
 
-    /// An artifact whole: its first chunk, with every later chunk's parts
-    /// appended and any field a later chunk sets taking that chunk's value.
-    fn read_artifact(&self, chunks: impl Iterator<Item = RecordLoc>) -> Result<Artifact> {
-        let mut whole: Option<Artifact> = None;
-        for loc in chunks {
-            let chunk: Artifact = self.read_json(loc)?;
-            whole = Some(match whole {
-                None => chunk,
-                Some(mut a) => {
-                    a.parts.extend(chunk.parts);
-                    a.name = chunk.name.or(a.name);
-                    a.description = chunk.description.or(a.description);
-                    a.metadata = chunk.metadata.or(a.metadata);
-                    if !chunk.extensions.is_empty() {
-                        a.extensions = chunk.extensions;
-                    }
-                    a.extra.extend(chunk.extra);
-                    a
-                }
-            });
-        }
-        whole.ok_or_else(|| Error::corrupt(0, 0, "an artifact with no chunks"))
+    /// An artifact whole. One chunk is served as it was stored; several are
+    /// joined around their parts: the first chunk's members in their order,
+    /// every later chunk's parts appended (each part's text as stored), and
+    /// any other member a later chunk sets (not to `null` or `[]`) taking
+    /// that chunk's value.
+    fn read_artifact(&self, key: &ContextKey, chunks: &[RecordLoc]) -> Result<Stored<Artifact>> {
+        let texts = chunks
+            .iter()
+            .map(|&loc| {
+                let text = self.with_record(key, loc, |_, blob| blob_text(blob))?;
+                text.map(|t| (loc, t))
+                    .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (first, rest) = texts
+            .split_first()
+            .ok_or_else(|| Error::corrupt(0, 0, "an artifact with no chunks"))?;
+        let bad = |e: String| Error::corrupt(first.0.segment, u64::from(first.0.offset), e);
+        let whole = if rest.is_empty() {
+            first.1.clone()
+        } else {
+            join_chunks(texts.iter().map(|(_, t)| t.as_str())).map_err(bad)?
+        };
+        from_json(whole.as_bytes()).map_err(bad)
     }
 
-    fn read_json<T: serde::de::DeserializeOwned>(&self, loc: RecordLoc) -> Result<T> {
-        self.with_record(loc, |_, blob| from_json(blob))?
+    fn read_json<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &ContextKey,
+        loc: RecordLoc,
+    ) -> Result<Stored<T>> {
+        self.with_record(key, loc, |_, blob| from_json(blob))?
             .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
     }
 
@@ -619,6 +647,14 @@ impl Store {
     }
 }
 
+/// A context as its records are read: its key (every record read must name
+/// it) and its id (for the objects built around the records).
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    key: &'a ContextKey,
+    context_id: &'a str,
+}
+
 /// What checking an operation on a task gives the event it records.
 #[derive(Debug, Clone, Copy)]
 struct Checked {
@@ -665,9 +701,12 @@ fn mismatch() -> Error {
     }
 }
 
-/// Parses and checks an inbound message, and digests it: SHA-256 of its JSON
-/// with keys sorted and no insignificant white space, so two sends of one
-/// message digest alike however they were spaced. The bytes are parsed once.
+/// Parses and checks an inbound message, and digests it: SHA-256 of its
+/// canonical JSON (`json::check_and_digest`: keys sorted, no white space,
+/// numbers as written), so two sends of one message digest alike however
+/// they were spaced, and never alike when a value differs. A document with
+/// a key twice in any object is refused: it would read back otherwise than
+/// it was checked.
 fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
     if std::str::from_utf8(raw).is_err() {
         let lossy = String::from_utf8_lossy(raw);
@@ -683,9 +722,11 @@ fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
         field: "message",
         reason: format!("not an A2A Message in JSON: {e}"),
     };
-    let value: serde_json::Value = serde_json::from_slice(raw).map_err(not_a_message)?;
-    let digest = Sha256::digest(to_json(&value)?).into();
-    let msg = Message::deserialize(&value).map_err(not_a_message)?;
+    let digest = json::check_and_digest(raw).map_err(|e| Error::InvalidParams {
+        field: "message",
+        reason: e.to_string(),
+    })?;
+    let msg: Message = serde_json::from_slice(raw).map_err(not_a_message)?;
     let invalid = |field, reason: &str| {
         Err(Error::InvalidParams {
             field,
@@ -720,8 +761,66 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
     })
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
-    serde_json::from_slice(bytes).map_err(|e| format!("a stored object does not parse: {e}"))
+/// A stored object, kept with its text (see [`Stored`]).
+fn from_json<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> std::result::Result<Stored<T>, String> {
+    Stored::from_json(&blob_text(bytes)?)
+        .map_err(|e| format!("a stored object does not parse: {e}"))
+}
+
+fn blob_text(bytes: &[u8]) -> std::result::Result<String, String> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| "a stored object is not UTF-8".to_string())
+}
+
+/// The status as its record keeps it: the text the agent sent (or the
+/// value's JSON), with the store's time as its `timestamp` if it had none.
+fn status_blob(status: &Stored<TaskStatus>, timestamp_ms: u64) -> Result<Vec<u8>> {
+    let stamp = iso8601_ms(timestamp_ms);
+    let raw = match (status.raw_json(), &status.timestamp) {
+        (Some(raw), Some(_)) => return Ok(raw.as_bytes().to_vec()),
+        (Some(raw), None) => raw,
+        (None, _) => {
+            let mut value = TaskStatus::clone(status);
+            value.timestamp.get_or_insert(stamp);
+            return to_json(&value);
+        }
+    };
+    let invalid = |e: serde_json::Error| Error::InvalidParams {
+        field: "status",
+        reason: e.to_string(),
+    };
+    let mut members = Members::of(raw).map_err(invalid)?;
+    let stamp =
+        RawValue::from_string(serde_json::to_string(&stamp).map_err(invalid)?).map_err(invalid)?;
+    members.set("timestamp", &stamp);
+    Ok(members.to_text().into_bytes())
+}
+
+/// Several chunks of one artifact as one object (see `read_artifact`).
+fn join_chunks<'a>(
+    mut chunks: impl Iterator<Item = &'a str>,
+) -> std::result::Result<String, String> {
+    let bad = |e: serde_json::Error| format!("a stored artifact chunk does not parse: {e}");
+    let first = chunks.next().ok_or("an artifact with no chunks")?;
+    let mut whole = Members::of(first).map_err(bad)?;
+    let mut parts: Vec<&RawValue> = match whole.get("parts") {
+        Some(p) => serde_json::from_str(p.get()).map_err(bad)?,
+        None => Vec::new(),
+    };
+    for chunk in chunks {
+        for (key, value) in Members::of(chunk).map_err(bad)?.0 {
+            if key == "parts" {
+                parts.extend(serde_json::from_str::<Vec<&RawValue>>(value.get()).map_err(bad)?);
+            } else if !matches!(value.get().trim(), "null" | "[]") {
+                whole.set(&key, value);
+            }
+        }
+    }
+    let texts: Vec<&str> = parts.iter().map(|p| p.get()).collect();
+    let joined = RawValue::from_string(format!("[{}]", texts.join(","))).map_err(bad)?;
+    whole.set("parts", &joined);
+    Ok(whole.to_text())
 }
 
 /// 128 random bits as 32 hex digits: a store-made contextId, opaque and

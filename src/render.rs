@@ -274,67 +274,64 @@ pub(crate) fn choose<T>(
 
 /// Cuts the end of `turn`'s task id, at a character boundary, until the
 /// turn's cost with no text at all fits (a head can be as large as the
-/// stored id it shows; the text is cut next, by [`cut_to_fit`]).
+/// stored id it shows; the text is cut next, by [`cut_to_fit`]). The empty
+/// id always fits: the head without it is a few dozen bytes, the room at
+/// least several hundred.
 pub(crate) fn cut_task_to_fit(mut turn: Turn, room: usize, cost: impl Fn(&Turn) -> usize) -> Turn {
     let Some(task) = turn.task_id.take() else {
         return turn;
     };
     let text = std::mem::take(&mut turn.text);
-    let bounds: Vec<usize> = task
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain([task.len()])
-        .collect();
-    let keep = |i: usize, turn: &mut Turn| {
-        let end = bounds.get(i).copied().unwrap_or(0);
+    let bounds = char_bounds(&task);
+    let last = bounds.len() - 1;
+    // Cutting `j` characters from the end keeps up to `bounds[last - j]`.
+    let keep = |j: usize, turn: &mut Turn| {
+        let end = bounds.get(last - j).copied().unwrap_or(0);
         turn.task_id = Some(task.get(..end).unwrap_or_default().to_string());
         turn.task_cut = (task.len() - end) as u64;
         cost(turn) <= room
     };
-    // The longest prefix that fits (the empty one always does: the head
-    // without a task is a few dozen bytes, the room at least several hundred).
-    let (mut lo, mut hi) = (0usize, bounds.len() - 1);
-    if !keep(hi, &mut turn) {
-        while lo < hi {
-            let mid = hi - (hi - lo) / 2;
-            if keep(mid, &mut turn) {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        keep(lo, &mut turn);
-    }
+    let j = least_fitting(last, |j| keep(j, &mut turn));
+    keep(j, &mut turn);
     turn.text = text;
     turn
 }
 
-/// Cuts the start of `turn`'s text, at a character boundary, until its cost fits.
+/// Cuts the start of `turn`'s text, at a character boundary, until its cost
+/// fits: the longest suffix that does.
 pub(crate) fn cut_to_fit(mut turn: Turn, room: usize, cost: impl Fn(&Turn) -> usize) -> Turn {
     let text = std::mem::take(&mut turn.text);
-    // Binary search over char boundaries for the longest suffix that fits.
-    let bounds: Vec<usize> = text
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain([text.len()])
-        .collect();
-    let (mut lo, mut hi) = (0usize, bounds.len() - 1);
+    let bounds = char_bounds(&text);
     let fits = |i: usize, turn: &mut Turn| {
         let start = bounds.get(i).copied().unwrap_or(text.len());
         turn.text = text.get(start..).unwrap_or_default().to_string();
         turn.cut = start as u64;
         cost(turn) <= room
     };
+    let i = least_fitting(bounds.len() - 1, |i| fits(i, &mut turn));
+    fits(i, &mut turn);
+    turn
+}
+
+/// The character boundaries of `s`, from 0 to its length.
+fn char_bounds(s: &str) -> Vec<usize> {
+    s.char_indices().map(|(i, _)| i).chain([s.len()]).collect()
+}
+
+/// The least `i` in `0..=last` for which `fits(i)` holds (`last` if none
+/// does before it), by binary search: `fits` must only ever turn from false
+/// to true as `i` grows.
+fn least_fitting(last: usize, mut fits: impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, last);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if fits(mid, &mut turn) {
+        if fits(mid) {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
-    fits(lo, &mut turn);
-    turn
+    lo
 }
 
 const BEGIN: &str = "<<<ctxlog-history nonce=";

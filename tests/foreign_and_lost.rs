@@ -244,13 +244,7 @@ fn a_torn_tail_after_a_crash_is_still_cut_as_before() {
             .unwrap();
     }
     // The directory as a crash now leaves it (the store is still open).
-    let crashed = tmp();
-    for entry in fs::read_dir(dir.path()).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != "LOCK" {
-            fs::copy(entry.path(), crashed.path().join(entry.file_name())).unwrap();
-        }
-    }
+    let crashed = common::crash_copy(dir.path());
     drop(store);
     let seg = segment_files(crashed.path()).pop().unwrap();
     let mut bytes = fs::read(&seg).unwrap();

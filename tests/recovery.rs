@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use common::{body, segment_files, tmp};
+use common::{body, crash_copy, segment_files, tmp};
 use ctxlog::log::frame::{encode_frame, encode_header, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
 use ctxlog::{Error, Options, RecoveryMode, Store};
 
@@ -369,13 +369,7 @@ fn a_clean_reopen_loads_the_checkpoint_and_reads_only_what_follows() {
             .unwrap();
     }
     // A crash now: the directory as it is, with the checkpoint of the last close.
-    let crashed = tmp();
-    for entry in fs::read_dir(dir.path()).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != "LOCK" {
-            fs::copy(entry.path(), crashed.path().join(entry.file_name())).unwrap();
-        }
-    }
+    let crashed = crash_copy(dir.path());
     let reopened = Store::open(crashed.path(), options.clone()).unwrap();
     assert!(reopened.open_report().from_checkpoint);
     assert_eq!(reopened.open_report().records, 70);
@@ -440,18 +434,6 @@ fn a_damaged_or_mismatched_checkpoint_falls_back_to_a_scan() {
     assert!(store.open_report().checkpoint_ignored.is_some());
     assert_eq!(store.open_report().lost.len(), 1);
     assert_eq!(store.last_messages("t", "c", usize::MAX).unwrap().len(), 10);
-}
-
-/// Copies a store directory as a crash would leave it (without the lock).
-fn crash_copy(from: &Path) -> tempfile::TempDir {
-    let to = tmp();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != "LOCK" {
-            fs::copy(entry.path(), to.path().join(entry.file_name())).unwrap();
-        }
-    }
-    to
 }
 
 #[test]

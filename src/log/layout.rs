@@ -12,7 +12,7 @@ use super::frame::{
 };
 use super::identity;
 use super::manifest::{self, Manifest, MANIFEST};
-use super::segments::{segment_path, MAX_SEGMENT_ID};
+use super::segments::{segment_id_of, segment_path, MAX_SEGMENT_ID};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 
@@ -203,18 +203,10 @@ fn segment_lens(fs: &dyn Fs, dir: &Path) -> Result<BTreeMap<u64, u64>> {
     let entries = fs
         .list(dir)
         .map_err(|e| Error::io("list the store directory", dir, e))?;
-    let mut lens = BTreeMap::new();
-    for (name, len) in entries {
-        let Some(stem) = name.strip_suffix(".seg") else {
-            continue;
-        };
-        if stem.len() == 16 {
-            if let Ok(id) = u64::from_str_radix(stem, 16) {
-                lens.insert(id, len);
-            }
-        }
-    }
-    Ok(lens)
+    Ok(entries
+        .into_iter()
+        .filter_map(|(name, len)| Some((segment_id_of(&name)?, len)))
+        .collect())
 }
 
 impl Layout {

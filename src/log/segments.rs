@@ -83,19 +83,19 @@ pub fn list_segment_ids(fs: &dyn Fs, dir: &Path) -> Result<Vec<u64>> {
     let entries = fs
         .list(dir)
         .map_err(|e| Error::io("list the store directory", dir, e))?;
-    let mut ids = Vec::new();
-    for (name, _) in entries {
-        let Some(stem) = name.strip_suffix(".seg") else {
-            continue;
-        };
-        if stem.len() == 16 {
-            if let Ok(id) = u64::from_str_radix(stem, 16) {
-                ids.push(id);
-            }
-        }
-    }
+    let mut ids: Vec<u64> = entries
+        .iter()
+        .filter_map(|(name, _)| segment_id_of(name))
+        .collect();
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// The id a segment file's name says (16 hex digits, then `.seg`); `None`
+/// for any other file.
+pub fn segment_id_of(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".seg").filter(|s| s.len() == 16)?;
+    u64::from_str_radix(stem, 16).ok()
 }
 
 /// The active segment's bytes, from offset 0, as far as they are written.

@@ -37,3 +37,15 @@ pub fn body(n: usize, len: usize) -> Vec<u8> {
     v.extend_from_slice(b"\"}");
     v
 }
+
+/// Copies a store directory as a crash would leave it (without the lock).
+pub fn crash_copy(from: &Path) -> tempfile::TempDir {
+    let to = tmp();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), to.path().join(entry.file_name())).unwrap();
+        }
+    }
+    to
+}

@@ -233,8 +233,14 @@ pub fn open(data: &[u8]) {
                     }
                 }
                 assert!(whose.len() <= 1, "records of two stores served in one open");
-                assert!(!(ours_named && whose.contains(&true)), "another store's record");
-                assert!(!(theirs_named && whose.contains(&false)), "another store's record");
+                assert!(
+                    !(ours_named && whose.contains(&true)),
+                    "another store's record"
+                );
+                assert!(
+                    !(theirs_named && whose.contains(&false)),
+                    "another store's record"
+                );
             }
             Err(e) => assert!(!e.to_string().is_empty()),
         }

@@ -503,6 +503,15 @@ impl Index {
         })
     }
 
+    /// Where a received messageId went (its context and seq), without
+    /// claiming it if it is unknown.
+    pub fn idem_lookup(&self, key: [u8; 32]) -> Option<(Arc<ContextSlot>, u64)> {
+        let key = short_key(&key);
+        let shard = self.idem_shard(&key).lock();
+        let at = shard.get(&key)?;
+        Some((self.slot_of(at.context)?, at.seq()))
+    }
+
     /// Every received messageId, shard by shard: its short key, its
     /// context's number and its seq, ascending by short key in each shard.
     pub fn idem_shards(&self) -> Vec<Vec<(ShortKey, IdemAt)>> {

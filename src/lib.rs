@@ -58,7 +58,7 @@ pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPAC
 pub use options::{Durability, Options, RecoveryMode, TurnPolicy};
 pub use store::{
     Appended, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Stats, Store,
-    StoredMessage, TurnGuard,
+    StoredMessage, TaskRef, TurnGuard,
 };
 
 /// The largest record payload the format allows (16 MiB).

@@ -783,3 +783,64 @@ fn a_context_of_many_interleaved_tasks_reads_the_same_after_each_kind_of_reopen(
     );
     assert_eq!(snapshot(&store, &ids), before);
 }
+
+#[test]
+fn what_a_server_asks_of_the_store_on_a_turn_and_after_a_crash() {
+    let (_dir, store) = store();
+    let first = user("m1", "hello");
+    let r = send(&store, "t", &first).unwrap();
+    // A resend is found without storing anything; a new message is not.
+    let raw = serde_json::to_vec(&first).unwrap();
+    let found = store.find_received("t", &raw).unwrap().unwrap();
+    assert!(found.duplicate && found.task_id == r.task_id);
+    let other = serde_json::to_vec(&user("m2", "new")).unwrap();
+    assert_eq!(store.find_received("t", &other).unwrap(), None);
+    assert_eq!(store.find_received("u", &raw).unwrap(), None);
+    let changed = serde_json::to_vec(&user("m1", "changed")).unwrap();
+    assert!(matches!(
+        store.find_received("t", &changed),
+        Err(Error::IdempotencyConflict { .. })
+    ));
+    store
+        .update_status("t", &status(&r, TaskState::Working, Some("thinking")))
+        .unwrap();
+    // The snapshot and the number of events it reflects, read together.
+    let (task, events) = store.task_snapshot("t", &r.task_id, None, true).unwrap();
+    assert_eq!((task.status.state, events), (TaskState::Working, 2));
+    assert_eq!(
+        store.events_since("t", &r.task_id, events).unwrap().len(),
+        0
+    );
+    // The message the turn processes is the client's, not the agent's status message.
+    let (seq, message) = store.latest_received("t", &r.task_id).unwrap().unwrap();
+    assert_eq!((seq, message.message_id.as_str()), (r.seq, "m1"));
+    // Tasks left mid-turn, across tenants.
+    let u = send(&store, "u", &user("m1", "other tenant")).unwrap();
+    let mut mid: Vec<(String, String)> = store
+        .tasks_in(&[TaskState::Submitted, TaskState::Working])
+        .into_iter()
+        .map(|t| (t.tenant, t.task_id))
+        .collect();
+    mid.sort();
+    assert_eq!(
+        mid,
+        [("t".into(), r.task_id.clone()), ("u".into(), u.task_id)]
+    );
+    assert!(!store.is_poisoned());
+}
+
+#[test]
+fn status_timestamp_after_includes_its_own_instant() {
+    let (_dir, store) = store();
+    let r = send(&store, "t", &user("m1", "hello")).unwrap();
+    let ms = store.get_task("t", &r.task_id, None, false).unwrap();
+    let at = ctxlog::time::parse_iso8601_ms(ms.status.timestamp.as_deref().unwrap()).unwrap();
+    let listed = |after| {
+        let q = ListTasksQuery {
+            status_timestamp_after_ms: Some(after),
+            ..Default::default()
+        };
+        store.list_tasks("t", &q).unwrap().total_size
+    };
+    assert_eq!((listed(at), listed(at + 1)), (1, 0));
+}

@@ -539,6 +539,11 @@ impl Log {
         Ok((active.file.clone(), active.id, active.written))
     }
 
+    /// Whether a failed sync or flush poisoned the log.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
     fn check_poison(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
             Err(Error::Poisoned)

@@ -28,7 +28,7 @@ use crate::state::Kind;
 use crate::tasks::Op;
 use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
-pub use tasks::{EventRecord, ListTasksQuery, Receipt};
+pub use tasks::{EventRecord, ListTasksQuery, Receipt, TaskRef};
 pub use turns::TurnGuard;
 
 /// Name of the lock file that marks a store as open.
@@ -691,6 +691,12 @@ impl Store {
             contexts: page.into_iter().map(|(_, _, info)| info).collect(),
             next_page_token,
         })
+    }
+
+    /// Whether an earlier sync failed: the store then refuses every write
+    /// ([`Error::Poisoned`]) until it is reopened, and serves reads.
+    pub fn is_poisoned(&self) -> bool {
+        self.writer.is_poisoned()
     }
 
     /// Makes every append so far durable (for [`Durability::Buffered`](crate::Durability::Buffered)).

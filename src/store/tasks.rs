@@ -40,6 +40,19 @@ pub struct Receipt {
     pub new_task: bool,
 }
 
+/// Where a task is: its tenant, context and id, and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRef {
+    /// The tenant.
+    pub tenant: String,
+    /// The task's context.
+    pub context_id: String,
+    /// The task.
+    pub task_id: String,
+    /// Its state.
+    pub state: TaskState,
+}
+
 /// An event recorded for a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventRecord {
@@ -57,7 +70,9 @@ pub struct ListTasksQuery {
     pub context_id: Option<String>,
     /// Only tasks in this state.
     pub status: Option<TaskState>,
-    /// Only tasks whose status was recorded after this instant (ms since the epoch).
+    /// Only tasks whose status was recorded at or after this instant (ms
+    /// since the epoch; the A2A `statusTimestampAfter`, whose proto says
+    /// "greater than or equal").
     pub status_timestamp_after_ms: Option<u64>,
     /// 1 to 100; default 50.
     pub page_size: Option<usize>,
@@ -70,6 +85,23 @@ pub struct ListTasksQuery {
 }
 
 impl Store {
+    /// The receipt of an inbound message received before (marked
+    /// `duplicate`), without storing anything: `None` if its messageId is
+    /// new for the tenant (or its context is gone). Checks the message as
+    /// [`receive_message`](Self::receive_message) does, and answers
+    /// `IdempotencyConflict` for a messageId received with other content.
+    pub fn find_received(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
+        check_tenant(tenant)?;
+        let (msg, digest) = parse_message(raw)?;
+        let idem = message_key(tenant, &msg.message_id);
+        match self.index.idem_lookup(idem) {
+            Some((slot, seq)) if self.life(&slot) == Life::Live => self
+                .duplicate(&msg.message_id, &slot, seq, &digest)
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Receives an inbound A2A message (JSON, as it came from the client)
     /// under the A2A rules, and saves it exactly as received, durably, before
     /// returning. See DESIGN.md, "The task model", for the rules.
@@ -332,6 +364,84 @@ impl Store {
         self.read_task(at, task, history_length, include_artifacts)
     }
 
+    /// A task as [`get_task`](Self::get_task) returns it, with the number
+    /// of its events so far, read together: the events after that number
+    /// ([`events_since`](Self::events_since)) are exactly those the
+    /// snapshot does not reflect (for a subscriber that starts from it).
+    pub fn task_snapshot(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        history_length: Option<usize>,
+        include_artifacts: bool,
+    ) -> Result<(Task, u64)> {
+        let slot = self.task_slot(tenant, task_id)?;
+        let state = slot.state.read();
+        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        let at = Place {
+            key: &slot.key,
+            context_id: context_of(&state)?,
+        };
+        let events = task.event_count() as u64;
+        Ok((
+            self.read_task(at, task, history_length, include_artifacts)?,
+            events,
+        ))
+    }
+
+    /// The latest message a client sent into the task (a received message,
+    /// not an agent's status message), with its seq in its context: what a
+    /// turn interrupted by a crash was processing, and where its history
+    /// ends (`render_history(.., before: Some(seq), ..)`).
+    pub fn latest_received(
+        &self,
+        tenant: &str,
+        task_id: &str,
+    ) -> Result<Option<(u64, Stored<Message>)>> {
+        let slot = self.task_slot(tenant, task_id)?;
+        let state = slot.state.read();
+        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        for loc in task.history_newest() {
+            let found = self.with_record(&slot.key, loc, |body, blob| match body.kind {
+                RecordKind::Message { .. } => Some((body.seq, from_json::<Message>(blob))),
+                _ => None,
+            })?;
+            if let Some((seq, message)) = found {
+                let message =
+                    message.map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))?;
+                return Ok(Some((seq, message)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every live task, of every tenant, whose state is one of `states`
+    /// (for a server that resolves, on start, the turns a crash left
+    /// running).
+    pub fn tasks_in(&self, states: &[TaskState]) -> Vec<TaskRef> {
+        let now = now_ms();
+        let mut found = Vec::new();
+        for slot in self.index.all_slots() {
+            let state = slot.state.read();
+            if state.life(now, self.options.retention) != Life::Live {
+                continue;
+            }
+            let Some(meta) = &state.meta else { continue };
+            found.extend(
+                state
+                    .tasks()
+                    .filter(|t| states.contains(&t.state()))
+                    .map(|t| TaskRef {
+                        tenant: meta.tenant().to_string(),
+                        context_id: meta.context_id().to_string(),
+                        task_id: t.id().to_string(),
+                        state: t.state(),
+                    }),
+            );
+        }
+        found
+    }
+
     /// The tenant's tasks, filtered, newest status first (ties by id), in
     /// pages with cursor tokens. See [`ListTasksQuery`].
     pub fn list_tasks(&self, tenant: &str, query: &ListTasksQuery) -> Result<ListTasksResponse> {
@@ -358,7 +468,7 @@ impl Store {
                     .filter(|t| {
                         query
                             .status_timestamp_after_ms
-                            .is_none_or(|a| t.status_ms() > a)
+                            .is_none_or(|a| t.status_ms() >= a)
                     })
                     .map(|t| (t.status_ms(), t.id().to_string(), place)),
             );

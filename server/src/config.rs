@@ -1,0 +1,63 @@
+//! How the server runs: the options the binary's flags set, as plain data
+//! (a program that mounts the server builds it directly).
+
+use std::time::Duration;
+
+/// What the server does on start with tasks a process that died left
+/// mid-turn (SUBMITTED or WORKING).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnRestart {
+    /// Store FAILED, with an agent message saying the turn was interrupted.
+    #[default]
+    Fail,
+    /// Call the agent again with the same turn (the task's latest message).
+    Resume,
+}
+
+/// The server's options.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The URL clients reach the server at, as the agent card gives it
+    /// (JSON-RPC at `{public_url}/`, HTTP+JSON at `{public_url}`).
+    pub public_url: String,
+    /// One turn per context at a time (the store's
+    /// `TurnPolicy::SingleActive`): a second message to a context whose
+    /// turn is running is refused with `CONTEXT_BUSY`.
+    pub single_active_turn: bool,
+    /// What to do with turns a crash interrupted.
+    pub on_restart: OnRestart,
+    /// The largest request body accepted, in bytes (default 4 MiB).
+    pub body_limit: usize,
+    /// How long a non-streaming call may take: a blocking `SendMessage`
+    /// answers with the task as it stands once this has passed (default
+    /// 300 s).
+    pub request_timeout: Duration,
+    /// Turns running at once, at most (default 256); a send past it is
+    /// refused before anything is stored.
+    pub max_turns: usize,
+    /// How long a shutdown lets running turns finish before it fails them
+    /// (default 10 s).
+    pub grace: Duration,
+    /// The extended agent card (`GetExtendedAgentCard`), if one is
+    /// configured.
+    pub extended_card: Option<serde_json::Value>,
+    /// How often an idle stream sends a keep-alive comment (default 15 s).
+    pub keep_alive: Duration,
+}
+
+impl Config {
+    /// The defaults, for a server reached at `public_url`.
+    pub fn new(public_url: impl Into<String>) -> Self {
+        Config {
+            public_url: public_url.into(),
+            single_active_turn: false,
+            on_restart: OnRestart::Fail,
+            body_limit: 4 << 20,
+            request_timeout: Duration::from_secs(300),
+            max_turns: 256,
+            grace: Duration::from_secs(10),
+            extended_card: None,
+            keep_alive: Duration::from_secs(15),
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! The operations, as both bindings call them: parameters in, protocol
+//! objects or `A2aError`s out. No HTTP here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxlog::a2a::{ListTasksResponse, Task, TaskState};
+use ctxlog::{ListTasksQuery, Receipt, TurnGuard};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tracing::instrument;
+
+use crate::error::{busy, from_store, A2aError};
+use crate::sse::{Follow, Start};
+use crate::state::Shared;
+use crate::turns::{self, DIRECT_REPLY};
+
+/// `SendMessageRequest` (the message kept as the text the client sent).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SendParams {
+    pub(crate) message: Box<RawValue>,
+    #[serde(default)]
+    pub(crate) configuration: Option<SendConfig>,
+}
+
+/// `SendMessageConfiguration`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SendConfig {
+    #[serde(default)]
+    pub(crate) history_length: Option<i64>,
+    #[serde(default)]
+    pub(crate) return_immediately: Option<bool>,
+    #[serde(default)]
+    pub(crate) task_push_notification_config: Option<Value>,
+}
+
+/// `GetTaskRequest`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GetParams {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) history_length: Option<i64>,
+}
+
+/// `CancelTaskRequest` and `SubscribeToTaskRequest`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct IdParams {
+    pub(crate) id: String,
+}
+
+/// `ListTasksRequest`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListParams {
+    #[serde(default)]
+    pub(crate) context_id: Option<String>,
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    #[serde(default)]
+    pub(crate) page_size: Option<i64>,
+    #[serde(default)]
+    pub(crate) page_token: Option<String>,
+    #[serde(default)]
+    pub(crate) history_length: Option<i64>,
+    #[serde(default)]
+    pub(crate) status_timestamp_after: Option<String>,
+    #[serde(default)]
+    pub(crate) include_artifacts: Option<bool>,
+}
+
+/// What `SendMessage` answers: the task, or the agent's direct reply.
+pub(crate) enum SendOutcome {
+    Task(Box<Task>),
+    Message(Box<RawValue>),
+}
+
+impl Serialize for SendOutcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        match self {
+            SendOutcome::Task(task) => map.serialize_entry("task", task)?,
+            SendOutcome::Message(message) => map.serialize_entry("message", message)?,
+        }
+        map.end()
+    }
+}
+
+/// A history length as the store takes it: `None` for all; negative ones
+/// are refused.
+fn history_length(n: Option<i64>) -> Result<Option<usize>, A2aError> {
+    n.map(|n| {
+        usize::try_from(n).map_err(|_| {
+            A2aError::invalid(format!("historyLength: {n} is negative; send 0 or more"))
+        })
+    })
+    .transpose()
+}
+
+/// A send received and, unless it was a resend, its turn begun.
+struct Begun {
+    receipt: Receipt,
+    /// Follows the task; taken before the turn starts.
+    events: watch::Receiver<u64>,
+}
+
+/// `SendMessage`.
+#[instrument(skip_all, fields(tenant = %tenant))]
+pub(crate) async fn send(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: SendParams,
+) -> Result<SendOutcome, A2aError> {
+    let config = params.configuration.unwrap_or_default();
+    check_config(&config)?;
+    let history = history_length(config.history_length)?;
+    let begun = begin(shared, tenant, &params.message).await?;
+    let task_id = begun.receipt.task_id.clone();
+    if !config.return_immediately.unwrap_or(false) {
+        settle(shared, tenant, &task_id, begun.events).await?;
+    }
+    answer(shared, tenant, &task_id, history).await
+}
+
+/// `SendStreamingMessage`: the stream starts once the agent's first event
+/// is durable (so that a direct reply can be the stream's one message).
+#[instrument(skip_all, fields(tenant = %tenant))]
+pub(crate) async fn send_streaming(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: SendParams,
+) -> Result<Follow, A2aError> {
+    let config = params.configuration.unwrap_or_default();
+    check_config(&config)?;
+    let history = history_length(config.history_length)?;
+    let begun = begin(shared, tenant, &params.message).await?;
+    // A new task's stream may be its direct reply alone: it starts once
+    // the agent has said which. Any other starts at once.
+    let start = if begun.receipt.new_task && !begun.receipt.duplicate {
+        Start::FirstAgentEvent
+    } else {
+        Start::Snapshot
+    };
+    Ok(Follow::new(
+        shared,
+        tenant,
+        &begun.receipt.task_id,
+        begun.events,
+        start,
+        true,
+        history,
+    ))
+}
+
+fn check_config(config: &SendConfig) -> Result<(), A2aError> {
+    match &config.task_push_notification_config {
+        Some(v) if !v.is_null() => Err(A2aError::PushNotificationNotSupported),
+        _ => Ok(()),
+    }
+}
+
+/// Receives the message (durable before anything else happens) and,
+/// unless it was received before, starts its turn.
+async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result<Begun, A2aError> {
+    let permit = shared
+        .turns
+        .permit()
+        .ok_or(A2aError::Overloaded(shared.turns.max()))?;
+    let raw = message.get().as_bytes().to_vec();
+    let t = tenant.to_string();
+    let single = shared.config.single_active_turn;
+    let locks = shared.clone();
+    let (receipt, lease) = shared
+        .blocking_raw(move |store| {
+            if single {
+                receive_single(store, &locks, &t, &raw)
+            } else {
+                store.receive_message(&t, &raw).map(|r| (r, None))
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            ctxlog::Error::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
+            e => from_store(e),
+        })?;
+    let events = shared.hub.subscribe(tenant, &receipt.task_id);
+    if !receipt.duplicate {
+        start_turn(shared, tenant, &receipt, lease, permit);
+    }
+    Ok(Begun { receipt, events })
+}
+
+fn start_turn(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    receipt: &Receipt,
+    lease: Option<TurnGuard>,
+    permit: OwnedSemaphorePermit,
+) {
+    shared.hub.notify(tenant, &receipt.task_id);
+    turns::start(shared, tenant, receipt, lease, permit);
+}
+
+/// Under the single-active-turn policy: a resend is answered as one; a
+/// message to a context whose turn is running is refused before anything
+/// is stored; otherwise the message is received and the context's turn
+/// taken, all under the context's lock.
+fn receive_single(
+    store: &ctxlog::Store,
+    shared: &Shared,
+    tenant: &str,
+    raw: &[u8],
+) -> ctxlog::Result<(Receipt, Option<TurnGuard>)> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Ids {
+        context_id: Option<String>,
+        task_id: Option<String>,
+    }
+    let ids: Option<Ids> = serde_json::from_slice(raw).ok();
+    let context = match ids {
+        Some(Ids {
+            context_id: Some(c),
+            ..
+        }) => Some(c),
+        Some(Ids {
+            task_id: Some(t), ..
+        }) => store
+            .get_task(tenant, &t, Some(0), false)
+            .ok()
+            .map(|task| task.context_id),
+        _ => None,
+    };
+    let Some(context) = context else {
+        // A new context: nobody holds its turn.
+        let receipt = store.receive_message(tenant, raw)?;
+        let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
+        return Ok((receipt, Some(lease)));
+    };
+    shared.context_locks.with(tenant, &context, || {
+        if let Some(receipt) = store.find_received(tenant, raw)? {
+            return Ok((receipt, None));
+        }
+        if let Some((task_id, since_ms)) = store.turn_holder(tenant, &context)? {
+            return Err(ctxlog::Error::ContextBusy { task_id, since_ms });
+        }
+        let receipt = store.receive_message(tenant, raw)?;
+        let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
+        Ok((receipt, Some(lease)))
+    })
+}
+
+/// Waits until the task is terminal or interrupted, or the request's time
+/// is up, or the server shuts down.
+async fn settle(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    mut events: watch::Receiver<u64>,
+) -> Result<(), A2aError> {
+    let deadline = tokio::time::Instant::now() + shared.config.request_timeout;
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        events.borrow_and_update();
+        let (t, id) = (tenant.to_string(), task_id.to_string());
+        let state = shared
+            .blocking(move |store| store.get_task(&t, &id, Some(0), false))
+            .await?
+            .status
+            .state;
+        if settled(state) || *shutdown.borrow() {
+            return Ok(());
+        }
+        tokio::select! {
+            changed = events.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => return Ok(()),
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Terminal or interrupted: where a turn ends.
+pub(crate) fn settled(state: TaskState) -> bool {
+    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+/// The answer to a send: the agent's direct reply, or the task.
+async fn answer(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    history: Option<usize>,
+) -> Result<SendOutcome, A2aError> {
+    if let Some(why) = shared.turns.invalid_reason(tenant, task_id) {
+        return Err(A2aError::InvalidAgentResponse(why));
+    }
+    let (t, id) = (tenant.to_string(), task_id.to_string());
+    let task = shared
+        .blocking(move |store| store.get_task(&t, &id, history, true))
+        .await?;
+    Ok(match direct_reply(&task) {
+        Some(message) => SendOutcome::Message(message),
+        None => SendOutcome::Task(Box::new(task)),
+    })
+}
+
+/// The agent's direct reply, if the task's turn ended in one: its status's
+/// message, as stored.
+pub(crate) fn direct_reply(task: &Task) -> Option<Box<RawValue>> {
+    if task.status.extra.get(DIRECT_REPLY) != Some(&Value::Bool(true)) {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct StatusMessage {
+        message: Option<Box<RawValue>>,
+    }
+    let raw = task.status.raw_json()?;
+    serde_json::from_str::<StatusMessage>(raw).ok()?.message
+}
+
+/// `GetTask`.
+#[instrument(skip_all, fields(tenant = %tenant, task = %params.id))]
+pub(crate) async fn get_task(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: GetParams,
+) -> Result<Task, A2aError> {
+    let history = history_length(params.history_length)?;
+    let t = tenant.to_string();
+    shared
+        .blocking(move |store| store.get_task(&t, &params.id, history, true))
+        .await
+}
+
+/// `ListTasks`.
+#[instrument(skip_all, fields(tenant = %tenant))]
+pub(crate) async fn list_tasks(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: ListParams,
+) -> Result<ListTasksResponse, A2aError> {
+    let status = params
+        .status
+        .as_deref()
+        .filter(|s| !s.is_empty() && *s != "TASK_STATE_UNSPECIFIED")
+        .map(|s| {
+            TaskState::from_name(s).ok_or_else(|| {
+                A2aError::invalid(format!(
+                    "status: {s:?} is not a task state; use one of TASK_STATE_SUBMITTED, \
+                     TASK_STATE_WORKING, TASK_STATE_INPUT_REQUIRED, TASK_STATE_AUTH_REQUIRED, \
+                     TASK_STATE_COMPLETED, TASK_STATE_FAILED, TASK_STATE_CANCELED, \
+                     TASK_STATE_REJECTED"
+                ))
+            })
+        })
+        .transpose()?;
+    let after = params
+        .status_timestamp_after
+        .as_deref()
+        .map(|s| {
+            ctxlog::time::parse_iso8601_ms(s).ok_or_else(|| {
+                A2aError::invalid(format!(
+                    "statusTimestampAfter: {s:?} is not an ISO 8601 UTC time such as \
+                     2026-01-01T00:00:00Z"
+                ))
+            })
+        })
+        .transpose()?;
+    let page_size = params
+        .page_size
+        .map(|n| {
+            usize::try_from(n)
+                .map_err(|_| A2aError::invalid(format!("pageSize: {n} is not between 1 and 100")))
+        })
+        .transpose()?;
+    let query = ListTasksQuery {
+        context_id: params.context_id.filter(|c| !c.is_empty()),
+        status,
+        status_timestamp_after_ms: after,
+        page_size,
+        page_token: params.page_token.filter(|t| !t.is_empty()),
+        history_length: history_length(params.history_length)?,
+        include_artifacts: params.include_artifacts.unwrap_or(false),
+    };
+    let t = tenant.to_string();
+    let page = shared
+        .blocking(move |store| store.list_tasks(&t, &query))
+        .await?;
+    for damaged in &page.damaged {
+        tracing::warn!(task = %damaged.task_id, reason = %damaged.reason, "a task could not be read");
+    }
+    Ok(page)
+}
+
+/// `CancelTask`: the task is stored CANCELED, its running turn told to
+/// stop, and every stream of it told.
+#[instrument(skip_all, fields(tenant = %tenant, task = %params.id))]
+pub(crate) async fn cancel_task(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: IdParams,
+) -> Result<Task, A2aError> {
+    let (t, id) = (tenant.to_string(), params.id.clone());
+    let task = shared
+        .blocking(move |store| store.cancel_task(&t, &id))
+        .await?;
+    shared.turns.cancel(tenant, &params.id);
+    shared.hub.notify(tenant, &params.id);
+    Ok(task)
+}
+
+/// `SubscribeToTask`: the task's snapshot, then its events as they are
+/// stored, until it is terminal. With `last_event_id` (a reconnect), the
+/// events after it instead, replayed from the store, then live ones; that
+/// also serves a task that has become terminal meanwhile.
+#[instrument(skip_all, fields(tenant = %tenant, task = %params.id))]
+pub(crate) async fn subscribe(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: IdParams,
+    last_event_id: Option<u64>,
+) -> Result<Follow, A2aError> {
+    let events = shared.hub.subscribe(tenant, &params.id);
+    let (t, id) = (tenant.to_string(), params.id.clone());
+    let task = shared
+        .blocking(move |store| store.get_task(&t, &id, Some(0), false))
+        .await?;
+    let start = match last_event_id {
+        Some(after) => Start::After(after),
+        None if task.status.state.is_terminal() => {
+            return Err(A2aError::unsupported(format!(
+                "the task is {}, a terminal state: there is nothing to subscribe to (GetTask \
+                 reads it; a reconnecting stream sends Last-Event-ID)",
+                task.status.state.name()
+            )))
+        }
+        None => Start::Snapshot,
+    };
+    Ok(Follow::new(
+        shared, tenant, &params.id, events, start, false, None,
+    ))
+}
+
+/// `GetExtendedAgentCard`.
+pub(crate) fn extended_card(shared: &Shared) -> Result<String, A2aError> {
+    shared
+        .cards
+        .extended
+        .clone()
+        .ok_or(A2aError::ExtendedAgentCardNotConfigured)
+}
+
+/// The push notification config methods: not served.
+pub(crate) fn push_config() -> Result<Value, A2aError> {
+    Err(A2aError::PushNotificationNotSupported)
+}
+
+/// How long a stream may stay idle before a keep-alive comment.
+pub(crate) fn keep_alive(shared: &Shared) -> Duration {
+    shared.config.keep_alive
+}

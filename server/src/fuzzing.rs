@@ -1,0 +1,1 @@
+//! The body of the `rpc` fuzz target (placeholder replaced below).

@@ -1,0 +1,292 @@
+//! ctxlog-server: an A2A v1.0.1 server whose every message, event and
+//! stream position lives in a ctxlog store.
+//!
+//! Any agent sits behind it through [`AgentExecutor`]; any A2A client
+//! drives it over JSON-RPC 2.0 (`POST /`) or HTTP+JSON (`/message:send`,
+//! `/tasks/{id}`, …), with Server-Sent Events for streams. The inbound
+//! message is durable before the agent sees it; a resent messageId never
+//! runs the agent twice (across restarts too); every agent event is
+//! checked and durable before any stream sees it; and a stream resumes
+//! from its `Last-Event-ID`, replayed from the store, even after the
+//! server was killed.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! let config = ctxlog_server::Config::new("http://127.0.0.1:8080");
+//! let server = ctxlog_server::Server::open("ctxlog-data", config, Arc::new(ctxlog_server::agents::Echo), None)
+//!     .map_err(std::io::Error::other)?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! server.run(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod agent;
+pub mod agents;
+pub mod auth;
+mod card;
+pub mod config;
+mod core;
+pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
+mod rest;
+mod restart;
+mod rpc;
+mod sse;
+mod state;
+mod turns;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use ctxlog::{Durability, Options, Store, TurnPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+pub use agent::{
+    AgentDescription, AgentError, AgentExecutor, BoxFuture, Cancellation, EventSink, SinkError,
+    Skill, TurnContext,
+};
+pub use auth::Tokens;
+pub use config::{Config, OnRestart};
+pub use error::A2aError;
+
+use state::Shared;
+
+/// A server over one store.
+pub struct Server {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Server {
+    /// Opens (or creates) the store in `dir` for the server: group commit
+    /// (every write durable before it is answered, syncs shared), and the
+    /// single-active-turn policy if the configuration asks for it.
+    pub fn open(
+        dir: impl AsRef<Path>,
+        config: Config,
+        agent: Arc<dyn AgentExecutor>,
+        tokens: Option<Tokens>,
+    ) -> ctxlog::Result<Self> {
+        let options = Options::default().durability(Durability::GroupCommit);
+        Ok(Self::with_store(
+            Store::open(dir, store_options(options, &config))?,
+            config,
+            agent,
+            tokens,
+        ))
+    }
+
+    /// A server over a store opened by the caller, which should have
+    /// [`store_options`] applied (for the turn policy).
+    pub fn with_store(
+        store: Store,
+        config: Config,
+        agent: Arc<dyn AgentExecutor>,
+        tokens: Option<Tokens>,
+    ) -> Self {
+        let (shutdown, watching) = watch::channel(false);
+        let cards = card::Cards::new(&config, &agent.describe(), tokens.is_some());
+        let shared = Arc::new(Shared {
+            store: Arc::new(store),
+            agent,
+            turns: turns::Turns::new(config.max_turns.max(1)),
+            config,
+            hub: state::Hub::default(),
+            cards,
+            tokens,
+            shutdown: watching,
+            context_locks: state::ContextLocks::default(),
+        });
+        Server { shared, shutdown }
+    }
+
+    /// The routes of both bindings, the agent card and `/healthz`, for a
+    /// program that serves them itself (`run` does this).
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/", post(rpc::endpoint))
+            .route("/.well-known/agent-card.json", get(agent_card))
+            .route("/healthz", get(healthz))
+            .merge(rest::routes())
+            .fallback(rest::not_found)
+            .layer(tower_http::trace::TraceLayer::new_for_http())
+            .with_state(self.shared.clone())
+    }
+
+    /// Resolves the turns a process that died left running (SUBMITTED or
+    /// WORKING), by the configured policy; returns how many. `run` calls
+    /// it before it accepts a request.
+    pub async fn recover(&self) -> usize {
+        restart::recover(&self.shared).await
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then stops
+    /// accepting, lets running turns finish within the grace period, fails
+    /// the rest, and closes the store (writing its checkpoint).
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let resolved = self.recover().await;
+        if resolved > 0 {
+            info!(
+                tasks = resolved,
+                "resolved turns interrupted by the last stop"
+            );
+        }
+        let app = self.router();
+        let Server {
+            shared,
+            shutdown: stop,
+        } = self;
+        let (signalled_tx, mut signalled) = watch::channel(false);
+        let drain = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let _ = signalled.changed().await;
+                let left = shared.turns.drain(shared.config.grace).await;
+                for (tenant, task) in left {
+                    turns::fail(
+                        &shared,
+                        &tenant,
+                        &task,
+                        "The turn was interrupted: the server shut down while it ran. Send \
+                         the message again to retry.",
+                    )
+                    .await;
+                }
+            })
+        };
+        let graceful = async move {
+            shutdown.await;
+            info!("shutting down: no new requests; running turns get the grace period");
+            let _ = stop.send(true);
+            let _ = signalled_tx.send(true);
+        };
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(graceful)
+            .await;
+        let _ = drain.await;
+        close(shared).await;
+        served
+    }
+}
+
+/// The store options the configuration needs (the turn policy), on top of
+/// `options`.
+pub fn store_options(options: Options, config: &Config) -> Options {
+    if config.single_active_turn {
+        options.turns(TurnPolicy::SingleActive { lease: None })
+    } else {
+        options
+    }
+}
+
+/// Closes the store once nothing else holds it.
+async fn close(shared: Arc<Shared>) {
+    let mut shared = shared;
+    for _ in 0..200 {
+        match Arc::try_unwrap(shared) {
+            Ok(s) => {
+                let store = s.store;
+                let closed = tokio::task::spawn_blocking(move || match Arc::try_unwrap(store) {
+                    Ok(store) => store.close().map_err(|e| e.to_string()),
+                    Err(_) => Err("the store is still in use".to_string()),
+                })
+                .await;
+                match closed {
+                    Ok(Ok(())) => info!("the store is closed"),
+                    Ok(Err(e)) => warn!(error = %e, "the store did not close cleanly"),
+                    Err(e) => warn!(error = %e, "closing the store failed"),
+                }
+                return;
+            }
+            Err(still) => {
+                shared = still;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+    warn!("the store is still in use; it is closed when the process exits");
+}
+
+/// The caller's tenant: the token's, or the local tenant when no tokens are
+/// configured.
+pub(crate) fn caller(shared: &Shared, headers: &HeaderMap) -> Result<String, A2aError> {
+    match &shared.tokens {
+        None => Ok(auth::LOCAL_TENANT.to_string()),
+        Some(tokens) => tokens.tenant_of(headers).ok_or(A2aError::Unauthenticated),
+    }
+}
+
+/// The challenge a 401 carries.
+pub(crate) fn challenge(headers: &mut HeaderMap) {
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"a2a\""),
+    );
+}
+
+async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let cards = &shared.cards;
+    let etag = HeaderValue::from_str(&cards.etag).unwrap_or(HeaderValue::from_static("\"\""));
+    let cache = HeaderValue::from_static("public, max-age=300");
+    let matches = request
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| {
+            v.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii() == cards.etag.as_bytes())
+        });
+    if matches {
+        return (
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, etag), (header::CACHE_CONTROL, cache)],
+        )
+            .into_response();
+    }
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::ETAG, etag),
+            (header::CACHE_CONTROL, cache),
+        ],
+        cards.public.clone(),
+    )
+        .into_response()
+}
+
+/// 200 while the store takes writes; 503 once a failed sync poisoned it.
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.store.is_poisoned() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store refuses writes after a failed sync; restart the server\n",
+        )
+            .into_response()
+    } else {
+        (StatusCode::OK, "ok\n").into_response()
+    }
+}

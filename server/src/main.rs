@@ -1,0 +1,175 @@
+//! `ctxlog-server`: the A2A server, with a bundled agent, on a ctxlog store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use ctxlog_server::agents::{Echo, Script, Scripted};
+use ctxlog_server::{AgentExecutor, Config, OnRestart, Server, Tokens};
+
+/// An A2A v1.0.1 server (JSON-RPC and HTTP+JSON, SSE streams) whose every
+/// message, event and stream position lives in a ctxlog store.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The store's directory (created if needed).
+    #[arg(long, env = "CTXLOG_DIR", default_value = "ctxlog-data")]
+    dir: PathBuf,
+    /// The address to listen on. Without --tokens, only a loopback address
+    /// is accepted unless --allow-remote is given.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The agent: `echo`, or `scripted:FILE` (a JSON script; see
+    /// server/examples/).
+    #[arg(long, default_value = "echo")]
+    agent: String,
+    /// A file of `TOKEN TENANT` lines: requests then need
+    /// `Authorization: Bearer TOKEN`, and work in that tenant.
+    #[arg(long)]
+    tokens: Option<PathBuf>,
+    /// Serve beyond loopback without --tokens (every caller is then the one
+    /// local tenant).
+    #[arg(long)]
+    allow_remote: bool,
+    /// The URL clients reach the server at, for the agent card (default:
+    /// http://LISTEN).
+    #[arg(long)]
+    public_url: Option<String>,
+    /// One turn per context at a time: a second message to a context whose
+    /// turn runs is refused (UnsupportedOperation, reason CONTEXT_BUSY).
+    #[arg(long)]
+    single_active_turn: bool,
+    /// What to do on start with turns a crash interrupted.
+    #[arg(long, value_enum, default_value_t = RestartPolicy::Fail)]
+    on_restart: RestartPolicy,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    body_limit: usize,
+    /// Seconds a non-streaming call may take.
+    #[arg(long, default_value_t = 300)]
+    request_timeout: u64,
+    /// Turns running at once, at most.
+    #[arg(long, default_value_t = 256)]
+    max_turns: usize,
+    /// Seconds a shutdown lets running turns finish.
+    #[arg(long, default_value_t = 10)]
+    grace: u64,
+    /// A JSON file holding the extended agent card.
+    #[arg(long)]
+    extended_card: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RestartPolicy {
+    /// Store FAILED with a message saying the turn was interrupted.
+    Fail,
+    /// Call the agent again with the same turn.
+    Resume,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: Args) -> Result<(), String> {
+    let tokens = args.tokens.as_deref().map(Tokens::load).transpose()?;
+    if tokens.is_none() && !args.listen.ip().is_loopback() && !args.allow_remote {
+        return Err(format!(
+            "{} is not a loopback address and no --tokens are given: every caller would share \
+             one tenant; pass --tokens FILE, or --allow-remote to do it anyway",
+            args.listen
+        ));
+    }
+    let agent: Arc<dyn AgentExecutor> = match args.agent.split_once(':') {
+        None if args.agent == "echo" => Arc::new(Echo),
+        Some(("scripted", file)) => Arc::new(Scripted::new(Script::load(file.as_ref())?)),
+        _ => {
+            return Err(format!(
+                "unknown agent {:?}: use echo or scripted:FILE",
+                args.agent
+            ))
+        }
+    };
+    let extended_card = args
+        .extended_card
+        .as_deref()
+        .map(|p| {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", p.display()))
+        })
+        .transpose()?;
+    let mut config = Config::new(
+        args.public_url
+            .unwrap_or_else(|| format!("http://{}", args.listen)),
+    );
+    config.single_active_turn = args.single_active_turn;
+    config.on_restart = match args.on_restart {
+        RestartPolicy::Fail => OnRestart::Fail,
+        RestartPolicy::Resume => OnRestart::Resume,
+    };
+    config.body_limit = args.body_limit.min(ctxlog::MAX_RECORD_BYTES as usize);
+    config.request_timeout = Duration::from_secs(args.request_timeout);
+    config.max_turns = args.max_turns;
+    config.grace = Duration::from_secs(args.grace);
+    config.extended_card = extended_card;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let server = Server::open(&args.dir, config, agent, tokens)
+            .map_err(|e| format!("{}: {e}", e.kind_name()))?;
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!(address = %local, dir = %args.dir.display(), "serving A2A");
+        server
+            .run(listener, shutdown_signal())
+            .await
+            .map_err(|e| format!("the server failed: {e}"))
+    })
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,248 @@
+//! The HTTP+JSON binding (A2A §11): resource routes over the same request
+//! core. Bodies and query strings are read here (no extractor answers for
+//! us); errors are `google.rpc.Status` bodies with the error's HTTP status.
+//! axum cannot route a `{id}:cancel` suffix, so `/tasks/{id}` takes the
+//! whole segment and the handler splits it.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::core::{self, GetParams, IdParams, ListParams};
+use crate::error::A2aError;
+use crate::sse::{self, Framing};
+use crate::state::Shared;
+
+/// The binding's routes.
+pub(crate) fn routes() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/message:send", post(send))
+        .route("/message:stream", post(stream))
+        .route("/tasks", get(list))
+        .route("/tasks/{id}", any(task))
+        .route("/tasks/{id}/pushNotificationConfigs", any(push))
+        .route("/tasks/{id}/pushNotificationConfigs/{config}", any(push))
+        .route("/extendedAgentCard", get(extended))
+}
+
+/// Checks the caller and the version; the tenant.
+fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
+    let tenant = crate::caller(shared, &parts.headers)?;
+    crate::auth::check_version(&parts.headers, parts.uri.query())?;
+    Ok(tenant)
+}
+
+async fn body<T: DeserializeOwned>(shared: &Shared, body: Body) -> Result<T, A2aError> {
+    let bytes = crate::rpc::read_body(body, shared.config.body_limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return serde_json::from_str("{}").map_err(|e| A2aError::invalid(e.to_string()));
+    }
+    let value: Box<serde_json::value::RawValue> =
+        serde_json::from_slice(&bytes).map_err(|e| A2aError::Parse(e.to_string()))?;
+    serde_json::from_str(value.get()).map_err(|e| A2aError::invalid(e.to_string()))
+}
+
+/// The query string's parameters (camelCase names), as a JSON object of
+/// strings, numbers (for `historyLength` and `pageSize`) and booleans.
+fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(parts.uri.query().unwrap_or_default())
+            .map_err(|e| A2aError::invalid(format!("the query string does not parse: {e}")))?;
+    let mut object = serde_json::Map::new();
+    for (key, value) in pairs {
+        if key.eq_ignore_ascii_case("a2a-version") {
+            continue;
+        }
+        let v = match key.as_str() {
+            "historyLength" | "pageSize" => match value.parse::<i64>() {
+                Ok(n) => serde_json::Value::from(n),
+                Err(_) => {
+                    return Err(A2aError::invalid(format!(
+                        "{key}: {value:?} is not a whole number"
+                    )))
+                }
+            },
+            "includeArtifacts" => match value.as_str() {
+                "true" => serde_json::Value::Bool(true),
+                "false" => serde_json::Value::Bool(false),
+                _ => {
+                    return Err(A2aError::invalid(format!(
+                        "includeArtifacts: {value:?} is not true or false"
+                    )))
+                }
+            },
+            _ => serde_json::Value::String(value),
+        };
+        object.insert(key, v);
+    }
+    serde_json::from_value(serde_json::Value::Object(object))
+        .map_err(|e| A2aError::invalid(e.to_string()))
+}
+
+fn ok<T: Serialize>(result: Result<T, A2aError>) -> Response {
+    match result.and_then(|v| {
+        serde_json::to_string(&v)
+            .map_err(|e| A2aError::Internal(format!("the result could not be written: {e}")))
+    }) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/a2a+json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => error(&e),
+    }
+}
+
+/// A REST error response.
+pub(crate) fn error(e: &A2aError) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "application/a2a+json")],
+        e.rest_body().to_string(),
+    )
+        .into_response();
+    if matches!(e, A2aError::Unauthenticated) {
+        crate::challenge(response.headers_mut());
+    }
+    response
+}
+
+async fn timed<T>(
+    shared: &Shared,
+    f: impl std::future::Future<Output = Result<T, A2aError>>,
+) -> Result<T, A2aError> {
+    let limit = shared.config.request_timeout + std::time::Duration::from_secs(5);
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or_else(|_| Err(A2aError::Internal("the request timed out".into())))
+}
+
+async fn send(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body_) = request.into_parts();
+    let result = async {
+        let tenant = admit(&shared, &parts)?;
+        let params = body(&shared, body_).await?;
+        timed(&shared, core::send(&shared, &tenant, params)).await
+    };
+    ok(result.await)
+}
+
+async fn stream(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body_) = request.into_parts();
+    let result = async {
+        let tenant = admit(&shared, &parts)?;
+        let params = body(&shared, body_).await?;
+        core::send_streaming(&shared, &tenant, params).await
+    };
+    match result.await {
+        Ok(f) => sse::respond(f, Framing::Rest, core::keep_alive(&shared)).into_response(),
+        Err(e) => error(&e),
+    }
+}
+
+async fn list(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let result = async {
+        let tenant = admit(&shared, &parts)?;
+        let params: ListParams = query(&parts)?;
+        timed(&shared, core::list_tasks(&shared, &tenant, params)).await
+    };
+    ok(result.await)
+}
+
+/// `GET /tasks/{id}`, `POST /tasks/{id}:cancel`, `POST|GET /tasks/{id}:subscribe`.
+async fn task(
+    State(shared): State<Arc<Shared>>,
+    Path(segment): Path<String>,
+    request: Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    let tenant = match admit(&shared, &parts) {
+        Ok(t) => t,
+        Err(e) => return error(&e),
+    };
+    let (id, action) = match segment.rsplit_once(':') {
+        Some((id, action @ ("cancel" | "subscribe"))) => (id.to_string(), action),
+        _ => (segment.clone(), ""),
+    };
+    let headers = &parts.headers;
+    match (action, parts.method.clone()) {
+        ("", Method::GET) => {
+            let result = async {
+                let q: QueryHistory = query(&parts)?;
+                let params = GetParams {
+                    id,
+                    history_length: q.history_length,
+                };
+                timed(&shared, core::get_task(&shared, &tenant, params)).await
+            };
+            ok(result.await)
+        }
+        ("cancel", Method::POST) => ok(timed(
+            &shared,
+            core::cancel_task(&shared, &tenant, IdParams { id }),
+        )
+        .await),
+        ("subscribe", Method::POST | Method::GET) => {
+            let result = match sse::last_event_id(headers) {
+                Ok(last) => core::subscribe(&shared, &tenant, IdParams { id }, last).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(f) => sse::respond(f, Framing::Rest, core::keep_alive(&shared)).into_response(),
+                Err(e) => error(&e),
+            }
+        }
+        (_, method) => error(&A2aError::MethodNotFound(format!(
+            "{method} {} is not an A2A route",
+            parts.uri.path()
+        ))),
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QueryHistory {
+    #[serde(default)]
+    history_length: Option<i64>,
+}
+
+async fn push(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    match admit(&shared, &parts) {
+        Ok(_) => ok(core::push_config()),
+        Err(e) => error(&e),
+    }
+}
+
+async fn extended(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    match admit(&shared, &parts).and_then(|_| core::extended_card(&shared)) {
+        Ok(card) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/a2a+json")],
+            card,
+        )
+            .into_response(),
+        Err(e) => error(&e),
+    }
+}
+
+/// Anything else.
+pub(crate) async fn not_found(request: Request) -> Response {
+    error(&A2aError::MethodNotFound(format!(
+        "{} {} is not an A2A route; see the agent card at /.well-known/agent-card.json",
+        request.method(),
+        request.uri().path()
+    )))
+}

@@ -1,0 +1,497 @@
+//! Running turns: the agent called after the message is durable, each of
+//! its events checked and made durable before anyone sees it, the turn's
+//! end resolved (failed if the agent broke the rules or left the task
+//! unfinished), cancellation, and the bound on turns at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ctxlog::a2a::{
+    Artifact, Message, Object, Part, Role, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
+use ctxlog::render::Budget;
+use ctxlog::{Receipt, TurnGuard};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tracing::{info, warn, Instrument};
+
+use crate::agent::{Cancellation, EventSink, SinkError, TurnContext};
+use crate::state::Shared;
+
+/// The status member that marks a task whose turn ended in a direct reply:
+/// a resend of its message gets the message again, not the task.
+pub const DIRECT_REPLY: &str = "ctxlogDirectReply";
+
+/// The turns running now.
+pub(crate) struct Turns {
+    running: Mutex<HashMap<u64, Running>>,
+    next: AtomicU64,
+    /// Tasks failed because their agent broke the rules, with why: a
+    /// blocking send that waited for one answers `InvalidAgentResponse`.
+    invalid: Mutex<HashMap<(String, String), String>>,
+    permits: Arc<Semaphore>,
+    max: usize,
+    /// Signalled whenever a turn ends.
+    ended: tokio::sync::Notify,
+}
+
+struct Running {
+    tenant: String,
+    task_id: String,
+    cancel: watch::Sender<bool>,
+    abort: Option<tokio::task::AbortHandle>,
+}
+
+impl Turns {
+    pub(crate) fn new(max: usize) -> Self {
+        Turns {
+            running: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            invalid: Mutex::new(HashMap::new()),
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+            ended: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// A place for one more turn, or `None` at the bound.
+    pub(crate) fn permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().try_acquire_owned().ok()
+    }
+
+    /// The bound on turns at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Tells every running turn of the task to stop.
+    pub(crate) fn cancel(&self, tenant: &str, task_id: &str) {
+        for r in lock(&self.running).values() {
+            if r.tenant == tenant && r.task_id == task_id {
+                let _ = r.cancel.send(true);
+            }
+        }
+    }
+
+    /// How many turns are running.
+    pub(crate) fn count(&self) -> usize {
+        lock(&self.running).len()
+    }
+
+    /// Waits until no turn runs, or `grace` has passed; returns the turns
+    /// still running then (tenant, task), told to stop and aborted.
+    pub(crate) async fn drain(&self, grace: std::time::Duration) -> Vec<(String, String)> {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let ended = self.ended.notified();
+            if self.count() == 0 {
+                return Vec::new();
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                break;
+            }
+        }
+        let mut left = Vec::new();
+        for (_, r) in lock(&self.running).drain() {
+            let _ = r.cancel.send(true);
+            if let Some(abort) = r.abort {
+                abort.abort();
+            }
+            left.push((r.tenant, r.task_id));
+        }
+        left
+    }
+
+    /// Why the task's agent was found breaking the rules, if it was.
+    pub(crate) fn invalid_reason(&self, tenant: &str, task_id: &str) -> Option<String> {
+        lock(&self.invalid)
+            .get(&(tenant.to_string(), task_id.to_string()))
+            .cloned()
+    }
+
+    fn mark_invalid(&self, tenant: &str, task_id: &str, why: &str) {
+        let mut invalid = lock(&self.invalid);
+        // Bounded: the reason only matters to requests waiting right now.
+        if invalid.len() >= 4096 {
+            invalid.clear();
+        }
+        invalid.insert((tenant.to_string(), task_id.to_string()), why.to_string());
+    }
+
+    fn register(&self, tenant: &str, task_id: &str) -> (u64, watch::Receiver<bool>) {
+        let (tx, rx) = watch::channel(false);
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.running).insert(
+            number,
+            Running {
+                tenant: tenant.to_string(),
+                task_id: task_id.to_string(),
+                cancel: tx,
+                abort: None,
+            },
+        );
+        (number, rx)
+    }
+
+    fn set_abort(&self, number: u64, abort: tokio::task::AbortHandle) {
+        if let Some(r) = lock(&self.running).get_mut(&number) {
+            r.abort = Some(abort);
+        }
+    }
+
+    fn unregister(&self, number: u64) {
+        lock(&self.running).remove(&number);
+        self.ended.notify_waiters();
+    }
+}
+
+/// A poisoned std mutex here only means a panic elsewhere while it was
+/// held; the map itself is still sound.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One running turn: what its sink writes to.
+pub(crate) struct Turn {
+    shared: Arc<Shared>,
+    pub(crate) tenant: String,
+    pub(crate) task_id: String,
+    pub(crate) context_id: String,
+    /// The turn's message opened the task: a direct reply can stand for it.
+    new_task: bool,
+    /// Serialises the turn's events, and knows whether the turn is over.
+    progress: tokio::sync::Mutex<Progress>,
+}
+
+#[derive(Default)]
+struct Progress {
+    ended: bool,
+    /// Events the agent sent in this turn.
+    events: u32,
+}
+
+/// Starts a turn of the task `receipt` names (its message is durable),
+/// holding `lease` (the context's turn, under the single-active policy) and
+/// `permit` (a place under the bound) until it ends.
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    receipt: &Receipt,
+    lease: Option<TurnGuard>,
+    permit: OwnedSemaphorePermit,
+) {
+    let turn = Arc::new(Turn {
+        shared: shared.clone(),
+        tenant: tenant.to_string(),
+        task_id: receipt.task_id.clone(),
+        context_id: receipt.context_id.clone(),
+        new_task: receipt.new_task,
+        progress: tokio::sync::Mutex::new(Progress::default()),
+    });
+    let (number, cancel) = shared.turns.register(tenant, &receipt.task_id);
+    let span = tracing::info_span!("turn", tenant = %tenant, task = %receipt.task_id);
+    let handle = tokio::spawn(
+        async move {
+            let outcome = run(&turn, Cancellation(cancel)).await;
+            turn.finish(outcome).await;
+            turn.shared.turns.unregister(number);
+            drop((lease, permit));
+        }
+        .instrument(span),
+    );
+    shared.turns.set_abort(number, handle.abort_handle());
+}
+
+/// How a turn's agent ended.
+enum Outcome {
+    Done,
+    Failed(String),
+    Panicked,
+    NoContext(String),
+}
+
+/// Builds the turn's context and runs the agent (a panic is caught as a
+/// failed turn; aborting the turn's task drops the agent's future too).
+async fn run(turn: &Arc<Turn>, cancel: Cancellation) -> Outcome {
+    use futures_util::FutureExt;
+    let context = match turn.context(cancel).await {
+        Ok(c) => c,
+        Err(why) => return Outcome::NoContext(why),
+    };
+    let agent = turn.shared.agent.clone();
+    let sink = EventSink(turn.clone());
+    let execution = std::panic::AssertUnwindSafe(agent.execute(context, sink));
+    match execution.catch_unwind().await {
+        Ok(Ok(())) => Outcome::Done,
+        Ok(Err(e)) => Outcome::Failed(e.0),
+        Err(_) => Outcome::Panicked,
+    }
+}
+
+impl Turn {
+    /// What the agent is called with: the task, the message being
+    /// processed, and the context's history before it.
+    async fn context(&self, cancel: Cancellation) -> Result<TurnContext, String> {
+        let (tenant, task_id, context_id) = (
+            self.tenant.clone(),
+            self.task_id.clone(),
+            self.context_id.clone(),
+        );
+        self.shared
+            .blocking_raw(move |store| {
+                let task = store.get_task(&tenant, &task_id, None, true)?;
+                let Some((seq, message)) = store.latest_received(&tenant, &task_id)? else {
+                    return Err(ctxlog::Error::TaskNotFound);
+                };
+                let budget = Budget::default();
+                let history = store.history(&tenant, &context_id, Some(seq), budget)?;
+                let rendered = store.render_history(&tenant, &context_id, Some(seq), budget)?;
+                Ok(TurnContext {
+                    tenant,
+                    task,
+                    message,
+                    history,
+                    rendered_history: rendered.text,
+                    cancel,
+                })
+            })
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    pub(crate) async fn status(
+        &self,
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<(), SinkError> {
+        let mut progress = self.progress.lock().await;
+        self.status_under(&mut progress, state, message, Object::new())
+            .await
+    }
+
+    async fn status_under(
+        &self,
+        progress: &mut Progress,
+        state: TaskState,
+        message: Option<Message>,
+        extra: Object,
+    ) -> Result<(), SinkError> {
+        if progress.ended {
+            return Err(SinkError::Ended);
+        }
+        let message = match message.map(|m| self.agent_message(m)).transpose() {
+            Ok(m) => m,
+            Err(why) => return Err(self.invalidate(progress, &why).await),
+        };
+        let event = TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: TaskStatus {
+                state,
+                message,
+                timestamp: None,
+                extra,
+            }
+            .into(),
+            metadata: None,
+        };
+        let tenant = self.tenant.clone();
+        self.write(progress, move |store| store.update_status(&tenant, &event))
+            .await
+    }
+
+    pub(crate) async fn artifact(
+        &self,
+        artifact: Artifact,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<(), SinkError> {
+        let mut progress = self.progress.lock().await;
+        if progress.ended {
+            return Err(SinkError::Ended);
+        }
+        let event = TaskArtifactUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            artifact: artifact.into(),
+            append,
+            last_chunk,
+            metadata: None,
+        };
+        let tenant = self.tenant.clone();
+        self.write(&mut progress, move |store| {
+            store.add_artifact(&tenant, &event)
+        })
+        .await
+    }
+
+    pub(crate) async fn reply(&self, message: Message) -> Result<(), SinkError> {
+        let mut progress = self.progress.lock().await;
+        let mut extra = Object::new();
+        if progress.events == 0 && self.new_task {
+            extra.insert(DIRECT_REPLY.into(), serde_json::Value::Bool(true));
+        }
+        self.status_under(&mut progress, TaskState::Completed, Some(message), extra)
+            .await?;
+        progress.ended = true;
+        Ok(())
+    }
+
+    /// An agent's message as the task keeps it: role agent, this task and
+    /// context, a messageId.
+    fn agent_message(&self, mut m: Message) -> Result<Message, String> {
+        match m.role {
+            Role::User => return Err("an agent's message has role ROLE_USER".into()),
+            Role::Unspecified | Role::Agent => m.role = Role::Agent,
+        }
+        if m.task_id.as_deref().is_some_and(|t| t != self.task_id) {
+            return Err("an agent's message names another task".into());
+        }
+        if m.context_id
+            .as_deref()
+            .is_some_and(|c| c != self.context_id)
+        {
+            return Err("an agent's message names another context".into());
+        }
+        if m.parts.is_empty() || m.parts.iter().any(|p| p.content_count() != 1) {
+            return Err("an agent's message needs parts with exactly one content each".into());
+        }
+        m.task_id = Some(self.task_id.clone());
+        m.context_id = Some(self.context_id.clone());
+        if m.message_id.is_empty() {
+            m.message_id = crate::state::random_id();
+        }
+        Ok(m)
+    }
+
+    /// Writes one event; on success every stream of the task is told.
+    async fn write<T: Send + 'static>(
+        &self,
+        progress: &mut Progress,
+        f: impl FnOnce(&ctxlog::Store) -> ctxlog::Result<T> + Send + 'static,
+    ) -> Result<(), SinkError> {
+        match self.shared.blocking_raw(f).await {
+            Ok(_) => {
+                progress.events += 1;
+                self.shared.hub.notify(&self.tenant, &self.task_id);
+                Ok(())
+            }
+            Err(e) => Err(self.refused(progress, e).await),
+        }
+    }
+
+    /// What a refused event means for the turn.
+    async fn refused(&self, progress: &mut Progress, e: ctxlog::Error) -> SinkError {
+        use ctxlog::Error as E;
+        match e {
+            E::TaskNotFound | E::ContextNotFound | E::ContextRejected { .. } => {
+                progress.ended = true;
+                SinkError::Ended
+            }
+            E::UnsupportedOperation { .. } if self.state().await == Some(TaskState::Canceled) => {
+                progress.ended = true;
+                SinkError::Canceled
+            }
+            E::UnsupportedOperation { reason } => self.invalidate(progress, &reason).await,
+            E::InvalidParams { field, reason } => {
+                self.invalidate(progress, &format!("{field}: {reason}"))
+                    .await
+            }
+            other => {
+                progress.ended = true;
+                warn!(error = %other, "the store refused an agent event");
+                SinkError::Store(crate::error::from_store(other).message())
+            }
+        }
+    }
+
+    /// The turn broke the rules: it is over, and the task FAILED.
+    async fn invalidate(&self, progress: &mut Progress, why: &str) -> SinkError {
+        progress.ended = true;
+        warn!(reason = %why, "the agent sent an invalid event");
+        self.shared
+            .turns
+            .mark_invalid(&self.tenant, &self.task_id, why);
+        let text = format!("The agent's response was invalid, so the task failed: {why}");
+        fail(&self.shared, &self.tenant, &self.task_id, &text).await;
+        SinkError::Invalid(why.to_string())
+    }
+
+    /// The task's state now, if it can be read.
+    async fn state(&self) -> Option<TaskState> {
+        let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
+        self.shared
+            .blocking_raw(move |store| store.get_task(&tenant, &task_id, Some(0), false))
+            .await
+            .ok()
+            .map(|t| t.status.state)
+    }
+
+    /// Resolves the end of the turn.
+    async fn finish(&self, outcome: Outcome) {
+        let mut progress = self.progress.lock().await;
+        let fail_with = match outcome {
+            Outcome::Done => {
+                if !progress.ended
+                    && matches!(
+                        self.state().await,
+                        Some(TaskState::Submitted | TaskState::Working)
+                    )
+                {
+                    self.invalidate(
+                        &mut progress,
+                        "the agent ended its turn without a final or interrupted state",
+                    )
+                    .await;
+                }
+                None
+            }
+            Outcome::Failed(why) => Some(why),
+            Outcome::Panicked => Some("the agent failed unexpectedly".to_string()),
+            Outcome::NoContext(why) => Some(format!("the turn could not start: {why}")),
+        };
+        progress.ended = true;
+        if let Some(why) = fail_with {
+            info!(reason = %why, "the turn failed");
+            fail(&self.shared, &self.tenant, &self.task_id, &why).await;
+        }
+    }
+}
+
+/// Fails a task that is not final yet, with an agent message saying why,
+/// and tells its streams. (A task already final is left as it is.)
+pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why: &str) {
+    let (t, id) = (tenant.to_string(), task_id.to_string());
+    let text = why.to_string();
+    let done = shared
+        .blocking_raw(move |store| {
+            let task = store.get_task(&t, &id, Some(0), false)?;
+            if task.status.state.is_terminal() {
+                return Ok(false);
+            }
+            let mut message = Message::new(crate::state::random_id(), Role::Agent, &[]);
+            message.parts = vec![Part::text(text)];
+            message.task_id = Some(id.clone());
+            message.context_id = Some(task.context_id.clone());
+            let event = TaskStatusUpdateEvent {
+                task_id: id.clone(),
+                context_id: task.context_id.clone(),
+                status: TaskStatus {
+                    state: TaskState::Failed,
+                    message: Some(message),
+                    timestamp: None,
+                    extra: Object::new(),
+                }
+                .into(),
+                metadata: None,
+            };
+            store.update_status(&t, &event).map(|_| true)
+        })
+        .await;
+    match done {
+        Ok(true) => shared.hub.notify(tenant, task_id),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, task = %task_id, "could not fail the task"),
+    }
+}

@@ -237,8 +237,11 @@ fn receive_single(
         _ => None,
     };
     let Some(context) = context else {
-        // A new context: nobody holds its turn.
+        // A new context (nobody holds its turn), or a resend.
         let receipt = store.receive_message(tenant, raw)?;
+        if receipt.duplicate {
+            return Ok((receipt, None));
+        }
         let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
         return Ok((receipt, Some(lease)));
     };

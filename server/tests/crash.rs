@@ -1,0 +1,255 @@
+//! The server process killed (SIGKILL) mid-turn and mid-stream, then
+//! started again on the same directory: nothing acknowledged is lost, the
+//! restart policy resolves the interrupted turn, and a stream that
+//! reconnects with `Last-Event-ID` gets exactly the events it missed.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{user, Client};
+use serde_json::{json, Value};
+
+/// The server binary, started on a free loopback port.
+struct Process {
+    child: Child,
+    url: String,
+}
+
+impl Process {
+    fn start(dir: &std::path::Path, script: &std::path::Path, policy: &str) -> Process {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ctxlog-server"))
+            .arg("--dir")
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0", "--on-restart", policy, "--agent"])
+            .arg(format!("scripted:{}", script.display()))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The address it bound, from its log line (bounded in time).
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(at) = line.find("address=") {
+                    let addr: String = line[at + 8..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server logs its address");
+        Process {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+
+    /// SIGKILL: no shutdown, no checkpoint, no goodbye.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn script(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("script.json");
+    let script = json!({ "rules": [
+        { "text": "stall", "steps": [
+            { "status": "TASK_STATE_WORKING", "text": "on it" },
+            { "pauseMs": 600000 },
+            { "status": "TASK_STATE_COMPLETED", "text": "never" } ] },
+        { "text": "resume", "steps": [
+            { "status": "TASK_STATE_WORKING" },
+            { "pauseMs": 300 },
+            { "status": "TASK_STATE_COMPLETED", "text": "finished {text}" } ] },
+        { "text": "chunks", "steps": [
+            { "artifact": { "artifactId": "a1", "parts": [{ "text": "part 0" }] } },
+            { "artifact": { "artifactId": "a1", "parts": [{ "text": "part 1" }] }, "append": true },
+            { "pauseMs": 600000 },
+            { "status": "TASK_STATE_COMPLETED" } ] }
+    ]});
+    std::fs::write(&path, script.to_string()).unwrap();
+    path
+}
+
+/// Follows the task until it is WORKING.
+async fn working(c: &Client, id: &str) {
+    let mut sub = c
+        .sse("POST", &format!("/tasks/{id}:subscribe"), None, None)
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let event = sub.next().await.expect("the stream goes on until WORKING");
+        let state = event.data["task"]["status"]["state"]
+            .as_str()
+            .or(event.data["statusUpdate"]["status"]["state"].as_str());
+        if state == Some("TASK_STATE_WORKING") {
+            return;
+        }
+    }
+    panic!("the task never became WORKING");
+}
+
+fn send_now(text: &str, id: &str) -> Value {
+    json!({ "message": user(id, text), "configuration": { "returnImmediately": true } })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_killed_mid_way_is_failed_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let store = dir.path().join("store");
+    let server = Process::start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    let (_, body) = c.rpc("SendMessage", send_now("stall here", "k1")).await;
+    let id = body["result"]["task"]["id"].as_str().unwrap().to_string();
+    working(&c, &id).await;
+    server.kill();
+
+    let server = Process::start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
+    let task = &got["result"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{got}");
+    let why = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("interrupted"), "{why}");
+    // Nothing acknowledged is lost: the message and the WORKING status's.
+    let texts: Vec<&str> = task["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["parts"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts[..2], ["stall here", "on it"]);
+    // A resend is the same task, not a new turn.
+    let (_, again) = c.rpc("SendMessage", send_now("stall here", "k1")).await;
+    assert_eq!(again["result"]["task"]["id"], json!(id));
+    assert_eq!(
+        again["result"]["task"]["status"]["state"],
+        "TASK_STATE_FAILED"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_killed_mid_way_is_run_again_under_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let store = dir.path().join("store");
+    let server = Process::start(&store, &script, "resume");
+    let c = Client::new(&server.url, None);
+    let (_, body) = c
+        .rest("POST", "/message:send", Some(send_now("resume me", "r1")))
+        .await;
+    let id = body["task"]["id"].as_str().unwrap().to_string();
+    working(&c, &id).await;
+    server.kill();
+
+    let server = Process::start(&store, &script, "resume");
+    let c = Client::new(&server.url, None);
+    // A blocking resend waits for the resumed turn's outcome.
+    let (_, done) = c
+        .rest(
+            "POST",
+            "/message:send",
+            Some(json!({ "message": user("r1", "resume me") })),
+        )
+        .await;
+    assert_eq!(done["task"]["id"], json!(id));
+    assert_eq!(
+        done["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done}"
+    );
+    assert_eq!(
+        done["task"]["status"]["message"]["parts"][0]["text"],
+        "finished resume me"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_by_a_kill_resumes_from_its_last_event_id_with_exactly_what_it_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let store = dir.path().join("store");
+    let server = Process::start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    let request = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                          "params": { "message": user("s1", "chunks please") } });
+    let mut stream = c.sse("POST", "/", Some(request), None).await;
+    // Until the stream has shown the second chunk (the snapshot it starts
+    // with may already hold either chunk).
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|e: &common::Event| e.data.to_string().contains("part 1"))
+    {
+        seen.push(
+            stream
+                .next()
+                .await
+                .expect("the stream goes on until the second chunk"),
+        );
+    }
+    let id = seen[0].data["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    server.kill();
+    drop(stream);
+
+    let server = Process::start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    // The client kept only the first event it received; it asks for the rest.
+    let last = seen[0].id.unwrap();
+    let mut again = c
+        .sse("POST", &format!("/tasks/{id}:subscribe"), None, Some(last))
+        .await;
+    let missed = again.all().await;
+    // No gap and no duplicate: what it had, then what it got, is everything
+    // the store holds for the task (its own message aside), in order.
+    let mut all = c
+        .sse("GET", &format!("/tasks/{id}:subscribe"), None, Some(0))
+        .await;
+    let everything = all.all().await;
+    let ids = |events: &[common::Event]| events.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>();
+    let mut joined = vec![last];
+    joined.extend(ids(&missed));
+    // The snapshot's id is the number of events it reflects; the events
+    // after it are the rest.
+    let mut expected: Vec<u64> = ids(&everything).into_iter().filter(|&i| i > last).collect();
+    expected.insert(0, last);
+    assert_eq!(joined, expected);
+    for (got, want) in missed
+        .iter()
+        .zip(everything.iter().skip_while(|e| e.id.unwrap() <= last))
+    {
+        assert_eq!(got.data, want.data);
+    }
+    let end = missed.last().unwrap();
+    assert_eq!(
+        end.data["statusUpdate"]["status"]["state"],
+        "TASK_STATE_FAILED"
+    );
+    // A chunk sent before the kill that the client had not taken is there.
+    if seen.len() > 1 {
+        assert!(missed.iter().any(|e| e.data.to_string().contains("part 1")));
+    }
+}

@@ -107,6 +107,9 @@ struct Begun {
     receipt: Receipt,
     /// Follows the task; taken before the turn starts.
     events: watch::Receiver<u64>,
+    /// The task's events once the message was stored (before its turn
+    /// began): what the turn writes comes after.
+    base: u64,
 }
 
 /// `SendMessage`.
@@ -122,7 +125,13 @@ pub(crate) async fn send(
     let begun = begin(shared, tenant, &params.message).await?;
     let task_id = begun.receipt.task_id.clone();
     if !config.return_immediately.unwrap_or(false) {
-        settle(shared, tenant, &task_id, begun.events).await?;
+        // A resend waits for the task as it is; a new turn for what it writes.
+        let base = if begun.receipt.duplicate {
+            0
+        } else {
+            begun.base
+        };
+        settle(shared, tenant, &task_id, begun.events, base).await?;
     }
     answer(shared, tenant, &task_id, history).await
 }
@@ -141,10 +150,10 @@ pub(crate) async fn send_streaming(
     let begun = begin(shared, tenant, &params.message).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
-    let start = if begun.receipt.new_task && !begun.receipt.duplicate {
-        Start::FirstAgentEvent
-    } else {
+    let start = if begun.receipt.duplicate {
         Start::Snapshot
+    } else {
+        Start::FirstAgentEvent(begun.base)
     };
     Ok(Follow::new(
         shared,
@@ -175,13 +184,15 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
     let t = tenant.to_string();
     let single = shared.config.single_active_turn;
     let locks = shared.clone();
-    let (receipt, lease) = shared
+    let (receipt, lease, base) = shared
         .blocking_raw(move |store| {
-            if single {
-                receive_single(store, &locks, &t, &raw)
+            let (receipt, lease) = if single {
+                receive_single(store, &locks, &t, &raw)?
             } else {
-                store.receive_message(&t, &raw).map(|r| (r, None))
-            }
+                (store.receive_message(&t, &raw)?, None)
+            };
+            let (_, base) = store.task_snapshot(&t, &receipt.task_id, Some(0), false)?;
+            Ok((receipt, lease, base))
         })
         .await
         .map_err(|e| match e {
@@ -192,7 +203,11 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
     if !receipt.duplicate {
         start_turn(shared, tenant, &receipt, lease, permit);
     }
-    Ok(Begun { receipt, events })
+    Ok(Begun {
+        receipt,
+        events,
+        base,
+    })
 }
 
 fn start_turn(
@@ -258,26 +273,32 @@ fn receive_single(
     })
 }
 
-/// Waits until the task is terminal or interrupted, or the request's time
-/// is up, or the server shuts down.
+/// Waits until the task has events after `base` and is terminal or
+/// interrupted, or the request's time is up. A shutdown shortens the wait
+/// to the grace period (in which the turn finishes or is failed).
 async fn settle(
     shared: &Arc<Shared>,
     tenant: &str,
     task_id: &str,
     mut events: watch::Receiver<u64>,
+    base: u64,
 ) -> Result<(), A2aError> {
-    let deadline = tokio::time::Instant::now() + shared.config.request_timeout;
+    let mut deadline = tokio::time::Instant::now() + shared.config.request_timeout;
     let mut shutdown = shared.shutdown.clone();
     loop {
         events.borrow_and_update();
         let (t, id) = (tenant.to_string(), task_id.to_string());
-        let state = shared
-            .blocking(move |store| store.get_task(&t, &id, Some(0), false))
-            .await?
-            .status
-            .state;
-        if settled(state) || *shutdown.borrow() {
+        let (task, count) = shared
+            .blocking(move |store| store.task_snapshot(&t, &id, Some(0), false))
+            .await?;
+        if count > base && settled(task.status.state) {
             return Ok(());
+        }
+        if *shutdown.borrow() {
+            let grace = tokio::time::Instant::now()
+                + shared.config.grace
+                + std::time::Duration::from_secs(2);
+            deadline = deadline.min(grace);
         }
         tokio::select! {
             changed = events.changed() => {

@@ -117,10 +117,7 @@ fn serve(args: Args) -> Result<(), String> {
             serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", p.display()))
         })
         .transpose()?;
-    let mut config = Config::new(
-        args.public_url
-            .unwrap_or_else(|| format!("http://{}", args.listen)),
-    );
+    let mut config = Config::new(args.public_url.clone().unwrap_or_default());
     config.single_active_turn = args.single_active_turn;
     config.on_restart = match args.on_restart {
         RestartPolicy::Fail => OnRestart::Fail,
@@ -135,13 +132,18 @@ fn serve(args: Args) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let mut config = config;
     runtime.block_on(async move {
-        let server = Server::open(&args.dir, config, agent, tokens)
-            .map_err(|e| format!("{}: {e}", e.kind_name()))?;
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
+        if args.public_url.is_none() {
+            // The address bound (a port of 0 is the one the OS chose).
+            config.public_url = format!("http://{local}");
+        }
+        let server = Server::open(&args.dir, config, agent, tokens)
+            .map_err(|e| format!("{}: {e}", e.kind_name()))?;
         tracing::info!(address = %local, dir = %args.dir.display(), "serving A2A");
         server
             .run(listener, shutdown_signal())

@@ -27,9 +27,10 @@ use crate::state::Shared;
 pub(crate) enum Start {
     /// With the task as it stands.
     Snapshot,
-    /// Once the agent's first event of a new turn is stored: with the task
-    /// then, or, if that event was a direct reply, with the reply alone.
-    FirstAgentEvent,
+    /// Once the agent's first event of a new turn is stored (the task has
+    /// more events than this): with the task then, or, if that event was a
+    /// direct reply, with the reply alone.
+    FirstAgentEvent(u64),
     /// With the events after this one (a reconnect).
     After(u64),
     /// With the next events (the start was sent).
@@ -105,8 +106,8 @@ impl Follow {
             self.events.borrow_and_update();
             let progressed = match self.start {
                 Start::Events | Start::After(_) => self.read_events().await,
-                Start::Snapshot => self.snapshot(false).await,
-                Start::FirstAgentEvent => self.snapshot(true).await,
+                Start::Snapshot => self.snapshot(None).await,
+                Start::FirstAgentEvent(base) => self.snapshot(Some(base)).await,
             };
             if let Err(e) = progressed {
                 self.pending.push_back(Item {
@@ -136,16 +137,16 @@ impl Follow {
 
     /// Sends the task as it stands (for the first agent event of a new
     /// turn: once there is one, and as the reply alone if it is one).
-    async fn snapshot(&mut self, await_agent: bool) -> Result<(), A2aError> {
+    async fn snapshot(&mut self, after: Option<u64>) -> Result<(), A2aError> {
         let (t, id, history) = (self.tenant.clone(), self.task_id.clone(), self.history);
         let (task, events) = self
             .shared
             .blocking(move |store| store.task_snapshot(&t, &id, history, true))
             .await?;
         let state = task.status.state;
-        // The received message is event 1; until the agent's first event
-        // lands, there is nothing to start with (unless the turn ended).
-        if await_agent && events <= 1 && !settled(state) {
+        // Until the agent's first event lands, there is nothing to start
+        // with.
+        if after.is_some_and(|base| events <= base) {
             return Ok(());
         }
         self.start = Start::Events;

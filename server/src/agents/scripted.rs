@@ -245,3 +245,52 @@ impl AgentExecutor for Scripted {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_scripts_load_and_unknown_states_are_refused() {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let mut n = 0;
+        for entry in std::fs::read_dir(examples).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "json") {
+                Script::load(&path).unwrap();
+                n += 1;
+            }
+        }
+        assert!(n >= 3);
+        let bad =
+            std::env::temp_dir().join(format!("ctxlog-bad-script-{}.json", std::process::id()));
+        std::fs::write(&bad, r#"{"rules":[],"default":[{"status":"DONE"}]}"#).unwrap();
+        assert!(Script::load(&bad).unwrap_err().contains("DONE"));
+        std::fs::write(&bad, r#"{"rules":[],"default":[{"pause":10}]}"#).unwrap();
+        assert!(Script::load(&bad).is_err());
+        std::fs::remove_file(&bad).unwrap();
+    }
+
+    #[test]
+    fn rules_match_in_order_by_message_id_prefix_and_text() {
+        let script: Script = serde_json::from_str(
+            r#"{"rules":[
+                {"messageIdPrefix":"a-","text":"x","steps":[{"reply":"both"}]},
+                {"text":"x","steps":[{"reply":"text"}]}],
+              "default":[{"reply":"default"}]}"#,
+        )
+        .unwrap();
+        let reply = |id: &str, text: &str| match &script.steps_for(&Message::new(
+            id,
+            Role::User,
+            &[text],
+        ))[..]
+        {
+            [Step::Reply { reply }] => reply.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(reply("a-1", "xyz"), "both");
+        assert_eq!(reply("b-1", "xyz"), "text");
+        assert_eq!(reply("a-1", "nothing"), "default");
+    }
+}

@@ -70,7 +70,7 @@ async fn run(data: &[u8]) {
     };
     let suffix = String::from_utf8_lossy(line).replace(|c: char| c.is_whitespace() || c == '#', "");
     let (method, path) = match pick % 9 {
-        0 | 1 | 2 => ("POST", "/".to_string()),
+        0..=2 => ("POST", "/".to_string()),
         3 => ("POST", "/message:send".to_string()),
         4 => ("POST", "/message:stream".to_string()),
         5 => ("GET", format!("/tasks?{suffix}")),

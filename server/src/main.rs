@@ -132,7 +132,6 @@ fn serve(args: Args) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let mut config = config;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

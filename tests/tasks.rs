@@ -772,6 +772,8 @@ fn what_a_server_asks_of_the_store_on_a_turn_and_after_a_crash() {
     let raw = serde_json::to_vec(&first).unwrap();
     let found = store.find_received("t", &raw).unwrap().unwrap();
     assert!(found.duplicate && found.task_id == r.task_id);
+    // Each receipt names the message's event in its task, a resend's too.
+    assert_eq!((r.event, found.event), (1, 1));
     let other = serde_json::to_vec(&user("m2", "new")).unwrap();
     assert_eq!(store.find_received("t", &other).unwrap(), None);
     assert_eq!(store.find_received("u", &raw).unwrap(), None);
@@ -805,6 +807,21 @@ fn what_a_server_asks_of_the_store_on_a_turn_and_after_a_crash() {
         mid,
         [("t".into(), r.task_id.clone()), ("u".into(), u.task_id)]
     );
+    // A message that answers a question is the task's next event.
+    store
+        .update_status("t", &status(&r, TaskState::InputRequired, Some("which?")))
+        .unwrap();
+    let mut answer = user("m3", "this one");
+    answer["taskId"] = json!(r.task_id);
+    let joined = send(&store, "t", &answer).unwrap();
+    assert_eq!(joined.event, 4);
+    let resent = store
+        .find_received("t", &serde_json::to_vec(&answer).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(resent.event, 4);
+    let (seq, message) = store.latest_received("t", &r.task_id).unwrap().unwrap();
+    assert_eq!((seq, message.message_id.as_str()), (joined.seq, "m3"));
     assert!(!store.is_poisoned());
 }
 

@@ -38,6 +38,10 @@ pub struct Receipt {
     pub new_context: bool,
     /// The message opened its task.
     pub new_task: bool,
+    /// The message's event number in its task (from 1; see
+    /// [`events_since`](Store::events_since)): what its turn writes comes
+    /// after it.
+    pub event: u64,
 }
 
 /// Where a task is: its tenant, context and id, and its state.
@@ -139,17 +143,16 @@ impl Store {
     ) -> Result<Receipt> {
         let slot = self.task_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
-        let (context_id, timestamp_ms) = {
+        let (context_id, timestamp_ms, event) = {
             let state = slot.state.read();
             let context_id = context_of(&state)?;
             if msg.context_id.as_deref().is_some_and(|c| c != context_id) {
                 return Err(mismatch());
             }
-            state
-                .task(task_id)
-                .ok_or(Error::TaskNotFound)?
-                .check(Op::Message)?;
-            (context_id.to_string(), next_timestamp(&state))
+            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+            task.check(Op::Message)?;
+            let event = task.event_count() as u64 + 1;
+            (context_id.to_string(), next_timestamp(&state), event)
         };
         let kind = inbound(task_id, false, msg, digest);
         let seq = self.append_record(&slot, None, kind, raw, timestamp_ms)?;
@@ -160,6 +163,7 @@ impl Store {
             duplicate: false,
             new_context: false,
             new_task: false,
+            event,
         })
     }
 
@@ -200,6 +204,7 @@ impl Store {
             duplicate: false,
             new_context,
             new_task: true,
+            event: 1,
         })
     }
 
@@ -230,6 +235,11 @@ impl Store {
                 message_id: message_id.to_string(),
             });
         }
+        // Its place among its task's events.
+        let event = state
+            .task(&link.task_id)
+            .and_then(|t| t.events().iter().position(|l| *l == loc))
+            .map_or(0, |at| at as u64 + 1);
         Ok(Receipt {
             context_id,
             task_id: link.task_id,
@@ -237,6 +247,7 @@ impl Store {
             duplicate: true,
             new_context: false,
             new_task: false,
+            event,
         })
     }
 

@@ -89,6 +89,15 @@ pub struct Options {
     /// lock file, and an open retrying for a short while sees that end.
     /// Default: 500 ms.
     pub lock_wait: std::time::Duration,
+    /// With [`Durability::GroupCommit`], while more appenders wait for a
+    /// sync than there are CPUs, how many times each yields its CPU (to the
+    /// others, and to the syncer) before it sleeps until the sync lands. A
+    /// yielder sees the sync land without a wake-up and a context switch,
+    /// which pays when the waiting appenders are most of what runs (many
+    /// threads calling the store); a program whose other work needs the
+    /// CPU meanwhile (a server parsing requests on the same cores) loses
+    /// by it and sets 0. Default: 64 (see `cargo bench --bench concurrency`).
+    pub commit_yields: u32,
     /// The file system the store reads and writes. Default: the operating
     /// system's ([`OsFs`](crate::fs::OsFs)); tests and fuzzers can pass an
     /// in-memory one that simulates crashes ([`MemFs`](crate::fs::MemFs)),
@@ -108,6 +117,7 @@ impl Default for Options {
             retention: None,
             checkpoint_interval: Some(64 << 20),
             lock_wait: std::time::Duration::from_millis(500),
+            commit_yields: 64,
             fs: std::sync::Arc::new(crate::fs::OsFs),
         }
     }
@@ -159,6 +169,13 @@ impl Options {
     /// Sets how long an open waits for a held lock (see [`Options::lock_wait`]).
     pub fn lock_wait(mut self, wait: std::time::Duration) -> Self {
         self.lock_wait = wait;
+        self
+    }
+
+    /// Sets how often a group-commit waiter yields before it sleeps (see
+    /// [`Options::commit_yields`]).
+    pub fn commit_yields(mut self, yields: u32) -> Self {
+        self.commit_yields = yields;
         self
     }
 

@@ -116,9 +116,12 @@ fn verify(store: &Store, acked: &[Vec<(String, u64, Vec<u8>)>]) {
 }
 
 fn stress(contexts: usize, durability: Durability) {
+    stress_with(contexts, Options::default().durability(durability));
+}
+
+fn stress_with(contexts: usize, options: Options) {
     let dir = common::tmp();
-    let options = Options::default()
-        .durability(durability)
+    let options = options
         // Small segments: a few dozen rotations, each racing appends whose
         // frames are not yet in the file (group commit writes them late).
         .segment_bytes(16 * 1024);
@@ -144,6 +147,17 @@ fn many_threads_on_few_contexts() {
 #[test]
 fn many_threads_on_many_contexts() {
     stress(400, Durability::GroupCommit);
+}
+
+#[test]
+fn many_threads_whose_waits_sleep_at_once() {
+    // As the server opens its store: group-commit waiters never yield.
+    stress_with(
+        400,
+        Options::default()
+            .durability(Durability::GroupCommit)
+            .commit_yields(0),
+    );
 }
 
 #[test]

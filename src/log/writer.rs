@@ -10,7 +10,7 @@
 //! sync covering everything appended before its flush, so syncs follow each
 //! other without waiting for the woken appenders. While more appenders wait
 //! than there are CPUs, a waiter yields a bounded number of times before it
-//! sleeps on the condvar (see [`SPIN_YIELDS`]).
+//! sleeps on the condvar (see [`Options::commit_yields`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -109,6 +109,9 @@ pub struct Log {
     waiting: AtomicUsize,
     /// The CPUs this process may run on.
     cpus: usize,
+    /// How many times a waiter yields before it sleeps, while more
+    /// appenders wait than there are CPUs ([`Options::commit_yields`]).
+    commit_yields: u32,
     /// The next segment id to hand out (to a rotation or a compaction).
     next_id: AtomicU64,
     /// Where each append that is written but not yet published starts
@@ -168,6 +171,7 @@ impl LogWriter {
             synced: AtomicU64::new(len),
             waiting: AtomicUsize::new(0),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            commit_yields: options.commit_yields,
             next_id: AtomicU64::new(next_id.max(id + 1)),
             in_flight: Mutex::new(std::collections::BTreeSet::new()),
         });
@@ -486,7 +490,7 @@ impl Log {
         // CPUs); a yielder sees the sync land without either. Bounded, so a
         // yielder that keeps finding nobody else to run soon sleeps.
         if waiting.count > self.cpus {
-            for _ in 0..SPIN_YIELDS {
+            for _ in 0..self.commit_yields {
                 if self.synced.load(Ordering::Acquire) >= end {
                     return Ok(());
                 }
@@ -565,14 +569,6 @@ impl Log {
         segment_path(&self.dir, id)
     }
 }
-
-/// How many times a group-commit waiter yields before it sleeps, when more
-/// appenders wait than there are CPUs. `cargo bench --bench concurrency`,
-/// 16 threads on 2 CPUs, x one thread: 5.4 without yielding; 7.8 at 20,
-/// 8.0 at 40, 7.5 at 80 and 160 (one run each); 6.9 and 7.3 at 32, 8.6
-/// and 8.2 at 64 (interleaved); 8.3, 9.6 and 8.9 at 64 once the syncer
-/// stopped yielding before each flush (three runs).
-const SPIN_YIELDS: u32 = 64;
 
 /// Counts an appender in `wait_durable` while it lives.
 struct Waiting<'a> {

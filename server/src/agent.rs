@@ -31,7 +31,10 @@ pub trait AgentExecutor: Send + Sync + 'static {
     /// terminal state (COMPLETED, FAILED, REJECTED), an interrupted one
     /// (INPUT_REQUIRED, AUTH_REQUIRED), or a direct reply; a turn that ends
     /// with the task still SUBMITTED or WORKING is failed by the server. An
-    /// `Err` fails the task with its text as the agent's message.
+    /// `Err` fails the task with its text as the agent's message. The
+    /// event that sets such a state ends the turn: later events are
+    /// refused ([`SinkError::Ended`]), and the context takes its next
+    /// message at once, even while this future is still running.
     fn execute(&self, turn: TurnContext, events: EventSink) -> BoxFuture<Result<(), AgentError>>;
 }
 

@@ -14,7 +14,7 @@ use tracing::instrument;
 
 use crate::error::{busy, from_store, A2aError};
 use crate::sse::{Follow, Start};
-use crate::state::Shared;
+use crate::state::{Shared, Written};
 use crate::turns::{self, DIRECT_REPLY};
 
 /// `SendMessageRequest` (the message kept as the text the client sent).
@@ -106,14 +106,11 @@ fn history_length(n: Option<i64>) -> Result<Option<usize>, A2aError> {
 struct Begun {
     receipt: Receipt,
     /// Follows the task; taken before the turn starts.
-    events: watch::Receiver<u64>,
-    /// The task's events once the message was stored (before its turn
-    /// began): what the turn writes comes after.
-    base: u64,
+    events: watch::Receiver<Written>,
 }
 
 /// `SendMessage`.
-#[instrument(skip_all, fields(tenant = %tenant))]
+#[instrument(level = "debug", skip_all, fields(tenant = %tenant))]
 pub(crate) async fn send(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -124,21 +121,27 @@ pub(crate) async fn send(
     let history = history_length(config.history_length)?;
     let begun = begin(shared, tenant, &params.message).await?;
     let task_id = begun.receipt.task_id.clone();
-    if !config.return_immediately.unwrap_or(false) {
+    let want = Want {
+        tenant,
+        task_id: &task_id,
+        history,
+    };
+    let settled_task = if config.return_immediately.unwrap_or(false) {
+        None
+    } else {
         // A resend waits for the task as it is; a new turn for what it writes.
-        let base = if begun.receipt.duplicate {
-            0
-        } else {
-            begun.base
+        let (base, read_first) = match begun.receipt.duplicate {
+            true => (0, true),
+            false => (begun.receipt.event, false),
         };
-        settle(shared, tenant, &task_id, begun.events, base).await?;
-    }
-    answer(shared, tenant, &task_id, history).await
+        settle(shared, &want, begun.events, base, read_first).await?
+    };
+    answer(shared, &want, settled_task).await
 }
 
 /// `SendStreamingMessage`: the stream starts once the agent's first event
 /// is durable (so that a direct reply can be the stream's one message).
-#[instrument(skip_all, fields(tenant = %tenant))]
+#[instrument(level = "debug", skip_all, fields(tenant = %tenant))]
 pub(crate) async fn send_streaming(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -153,7 +156,7 @@ pub(crate) async fn send_streaming(
     let start = if begun.receipt.duplicate {
         Start::Snapshot
     } else {
-        Start::FirstAgentEvent(begun.base)
+        Start::FirstAgentEvent(begun.receipt.event)
     };
     Ok(Follow::new(
         shared,
@@ -184,15 +187,22 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
     let t = tenant.to_string();
     let single = shared.config.single_active_turn;
     let locks = shared.clone();
-    let (receipt, lease, base) = shared
+    // The receive, and (for a new turn) what its agent is called with, in
+    // one call to the blocking pool.
+    let (receipt, lease, prepared) = shared
         .blocking_raw(move |store| {
             let (receipt, lease) = if single {
                 receive_single(store, &locks, &t, &raw)?
             } else {
                 (store.receive_message(&t, &raw)?, None)
             };
-            let (_, base) = store.task_snapshot(&t, &receipt.task_id, Some(0), false)?;
-            Ok((receipt, lease, base))
+            let prepared = match receipt.duplicate {
+                true => None,
+                false => {
+                    turns::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
+                }
+            };
+            Ok((receipt, lease, prepared))
         })
         .await
         .map_err(|e| match e {
@@ -201,13 +211,9 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
         })?;
     let events = shared.hub.subscribe(tenant, &receipt.task_id);
     if !receipt.duplicate {
-        start_turn(shared, tenant, &receipt, lease, permit);
+        start_turn(shared, tenant, &receipt, lease, permit, prepared);
     }
-    Ok(Begun {
-        receipt,
-        events,
-        base,
-    })
+    Ok(Begun { receipt, events })
 }
 
 fn start_turn(
@@ -216,9 +222,10 @@ fn start_turn(
     receipt: &Receipt,
     lease: Option<TurnGuard>,
     permit: OwnedSemaphorePermit,
+    prepared: Option<turns::Prepared>,
 ) {
-    shared.hub.notify(tenant, &receipt.task_id);
-    turns::start(shared, tenant, receipt, lease, permit);
+    shared.hub.notify(tenant, &receipt.task_id, None);
+    turns::start(shared, tenant, receipt, lease, permit, prepared);
 }
 
 /// Under the single-active-turn policy: a resend is answered as one; a
@@ -273,26 +280,61 @@ fn receive_single(
     })
 }
 
+/// The task a send answers with: whose, which, how much history.
+struct Want<'a> {
+    tenant: &'a str,
+    task_id: &'a str,
+    history: Option<usize>,
+}
+
+impl Want<'_> {
+    /// A task read with its whole history, as the answer shows it.
+    fn trim(&self, task: &Task) -> Task {
+        let mut task = task.clone();
+        if let Some(n) = self.history {
+            let drop = task.history.len().saturating_sub(n);
+            task.history.drain(..drop);
+        }
+        task
+    }
+
+    /// The task as the answer shows it, with its event count.
+    async fn read(&self, shared: &Arc<Shared>) -> Result<(Task, u64), A2aError> {
+        let (t, id, history) = (
+            self.tenant.to_string(),
+            self.task_id.to_string(),
+            self.history,
+        );
+        shared
+            .blocking(move |store| store.task_snapshot(&t, &id, history, true))
+            .await
+    }
+}
+
 /// Waits until the task has events after `base` and is terminal or
-/// interrupted, or the request's time is up. A shutdown shortens the wait
-/// to the grace period (in which the turn finishes or is failed).
+/// interrupted (returning it as read then), or the request's time is up. A
+/// shutdown shortens the wait to the grace period (in which the turn
+/// finishes or is failed). The store is read first only if `read_first`
+/// (a new turn has written nothing yet), then again only when a write set
+/// a final or interrupted state (only this process writes the store, and it
+/// tells the hub of every write).
 async fn settle(
     shared: &Arc<Shared>,
-    tenant: &str,
-    task_id: &str,
-    mut events: watch::Receiver<u64>,
+    want: &Want<'_>,
+    mut events: watch::Receiver<Written>,
     base: u64,
-) -> Result<(), A2aError> {
+    read_first: bool,
+) -> Result<Option<Task>, A2aError> {
     let mut deadline = tokio::time::Instant::now() + shared.config.request_timeout;
     let mut shutdown = shared.shutdown.clone();
+    let mut look = read_first;
     loop {
-        events.borrow_and_update();
-        let (t, id) = (tenant.to_string(), task_id.to_string());
-        let (task, count) = shared
-            .blocking(move |store| store.task_snapshot(&t, &id, Some(0), false))
-            .await?;
-        if count > base && settled(task.status.state) {
-            return Ok(());
+        if look {
+            events.borrow_and_update();
+            let (task, count) = want.read(shared).await?;
+            if count > base && settled(task.status.state) {
+                return Ok(Some(task));
+            }
         }
         if *shutdown.borrow() {
             let grace = tokio::time::Instant::now()
@@ -303,11 +345,17 @@ async fn settle(
         tokio::select! {
             changed = events.changed() => {
                 if changed.is_err() {
-                    return Ok(());
+                    return Ok(None);
                 }
+                let written = events.borrow_and_update().clone();
+                // The turn that ended read the task for us.
+                if let Some(done) = written.settled.filter(|d| d.count > base) {
+                    return Ok(Some(want.trim(&done.task)));
+                }
+                look = written.state.is_some_and(settled);
             }
-            _ = tokio::time::sleep_until(deadline) => return Ok(()),
-            _ = shutdown.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(None),
+            _ = shutdown.changed() => look = false,
         }
     }
 }
@@ -317,20 +365,20 @@ pub(crate) fn settled(state: TaskState) -> bool {
     state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
 }
 
-/// The answer to a send: the agent's direct reply, or the task.
+/// The answer to a send: the agent's direct reply, or the task (as
+/// `settled` read it, or read now).
 async fn answer(
     shared: &Arc<Shared>,
-    tenant: &str,
-    task_id: &str,
-    history: Option<usize>,
+    want: &Want<'_>,
+    settled: Option<Task>,
 ) -> Result<SendOutcome, A2aError> {
-    if let Some(why) = shared.turns.invalid_reason(tenant, task_id) {
+    if let Some(why) = shared.turns.invalid_reason(want.tenant, want.task_id) {
         return Err(A2aError::InvalidAgentResponse(why));
     }
-    let (t, id) = (tenant.to_string(), task_id.to_string());
-    let task = shared
-        .blocking(move |store| store.get_task(&t, &id, history, true))
-        .await?;
+    let task = match settled {
+        Some(task) => task,
+        None => want.read(shared).await?.0,
+    };
     Ok(match direct_reply(&task) {
         Some(message) => SendOutcome::Message(message),
         None => SendOutcome::Task(Box::new(task)),
@@ -352,7 +400,7 @@ pub(crate) fn direct_reply(task: &Task) -> Option<Box<RawValue>> {
 }
 
 /// `GetTask`.
-#[instrument(skip_all, fields(tenant = %tenant, task = %params.id))]
+#[instrument(level = "debug", skip_all, fields(tenant = %tenant, task = %params.id))]
 pub(crate) async fn get_task(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -366,7 +414,7 @@ pub(crate) async fn get_task(
 }
 
 /// `ListTasks`.
-#[instrument(skip_all, fields(tenant = %tenant))]
+#[instrument(level = "debug", skip_all, fields(tenant = %tenant))]
 pub(crate) async fn list_tasks(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -427,7 +475,7 @@ pub(crate) async fn list_tasks(
 
 /// `CancelTask`: the task is stored CANCELED, its running turn told to
 /// stop, and every stream of it told.
-#[instrument(skip_all, fields(tenant = %tenant, task = %params.id))]
+#[instrument(level = "debug", skip_all, fields(tenant = %tenant, task = %params.id))]
 pub(crate) async fn cancel_task(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -438,7 +486,9 @@ pub(crate) async fn cancel_task(
         .blocking(move |store| store.cancel_task(&t, &id))
         .await?;
     shared.turns.cancel(tenant, &params.id);
-    shared.hub.notify(tenant, &params.id);
+    shared
+        .hub
+        .notify(tenant, &params.id, Some(TaskState::Canceled));
     Ok(task)
 }
 
@@ -446,7 +496,7 @@ pub(crate) async fn cancel_task(
 /// stored, until it is terminal. With `last_event_id` (a reconnect), the
 /// events after it instead, replayed from the store, then live ones; that
 /// also serves a task that has become terminal meanwhile.
-#[instrument(skip_all, fields(tenant = %tenant, task = %params.id))]
+#[instrument(level = "debug", skip_all, fields(tenant = %tenant, task = %params.id))]
 pub(crate) async fn subscribe(
     shared: &Arc<Shared>,
     tenant: &str,

@@ -75,15 +75,18 @@ pub struct Server {
 
 impl Server {
     /// Opens (or creates) the store in `dir` for the server: group commit
-    /// (every write durable before it is answered, syncs shared), and the
-    /// single-active-turn policy if the configuration asks for it.
+    /// (every write durable before it is answered, syncs shared), waiters
+    /// that sleep at once (the CPU they would yield for is the requests'),
+    /// and the single-active-turn policy if the configuration asks for it.
     pub fn open(
         dir: impl AsRef<Path>,
         config: Config,
         agent: Arc<dyn AgentExecutor>,
         tokens: Option<Tokens>,
     ) -> ctxlog::Result<Self> {
-        let options = Options::default().durability(Durability::GroupCommit);
+        let options = Options::default()
+            .durability(Durability::GroupCommit)
+            .commit_yields(0);
         Ok(Self::with_store(
             Store::open(dir, store_options(options, &config))?,
             config,

@@ -60,9 +60,10 @@ async fn resume(shared: &Arc<Shared>, task: &ctxlog::TaskRef) {
         duplicate: false,
         new_context: false,
         new_task: false,
+        event: 0,
     };
     match lease {
-        Ok(lease) => turns::start(shared, &task.tenant, &receipt, Some(lease), permit),
+        Ok(lease) => turns::start(shared, &task.tenant, &receipt, Some(lease), permit, None),
         Err(_) => turns::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await,
     }
 }

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::core::{direct_reply, settled};
 use crate::error::A2aError;
-use crate::state::Shared;
+use crate::state::{Shared, Written};
 
 /// Where a stream starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub(crate) struct Follow {
     shared: Arc<Shared>,
     tenant: String,
     task_id: String,
-    events: watch::Receiver<u64>,
+    events: watch::Receiver<Written>,
     shutdown: watch::Receiver<bool>,
     start: Start,
     /// The last event sent (or skipped).
@@ -66,7 +66,7 @@ impl Follow {
         shared: &Arc<Shared>,
         tenant: &str,
         task_id: &str,
-        events: watch::Receiver<u64>,
+        events: watch::Receiver<Written>,
         start: Start,
         close_on_interrupt: bool,
         history: Option<usize>,

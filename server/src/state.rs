@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use ctxlog::a2a::TaskState;
 use ctxlog::Store;
 use tokio::sync::watch;
 
@@ -56,31 +57,79 @@ impl Shared {
 }
 
 /// Tells whoever follows a task (a stream, a blocking send) that something
-/// was written to it. The store is what they then read: a notification
-/// carries nothing but "look again", so nobody can miss or reorder events.
+/// was written to it. The store is what they then read, so nobody can miss
+/// or reorder events: a notification says "look again", with the state a
+/// status set (so a waiter for the end of a turn can skip the other
+/// events) and, when a turn ended while someone waited, the task as read
+/// from the store right after that write (so the waiter need not read it
+/// again).
 #[derive(Default)]
 pub(crate) struct Hub {
-    tasks: Mutex<HashMap<(String, String), watch::Sender<u64>>>,
+    tasks: Mutex<HashMap<(String, String), watch::Sender<Written>>>,
+}
+
+/// The latest write to a task that this process told the hub of.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Written {
+    /// Writes told, so far.
+    pub(crate) count: u64,
+    /// The state the latest status told of set (writes that set none,
+    /// such as artifact chunks, leave it).
+    pub(crate) state: Option<TaskState>,
+    /// The task as read right after the status that ended a turn (when a
+    /// send was waiting for it), so the waiter need not read it again.
+    pub(crate) settled: Option<Arc<Settled>>,
+}
+
+/// A task read right after the status that ended its turn.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    /// The task, with its whole history and its artifacts.
+    pub(crate) task: ctxlog::a2a::Task,
+    /// Its events then.
+    pub(crate) count: u64,
 }
 
 impl Hub {
     /// Follows the task: the receiver changes after each write to it.
     /// Subscribe before reading the store, so no write falls in between.
-    pub(crate) fn subscribe(&self, tenant: &str, task_id: &str) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self, tenant: &str, task_id: &str) -> watch::Receiver<Written> {
         let mut tasks = lock(&self.tasks);
         let key = (tenant.to_string(), task_id.to_string());
         tasks
             .entry(key)
-            .or_insert_with(|| watch::channel(0).0)
+            .or_insert_with(|| watch::channel(Written::default()).0)
             .subscribe()
     }
 
-    /// Something was written to the task.
-    pub(crate) fn notify(&self, tenant: &str, task_id: &str) {
+    /// Something was written to the task (`state`: the status it set).
+    pub(crate) fn notify(&self, tenant: &str, task_id: &str, state: Option<TaskState>) {
+        self.notify_with(tenant, task_id, state, None);
+    }
+
+    /// Whether anyone follows the task now.
+    pub(crate) fn is_followed(&self, tenant: &str, task_id: &str) -> bool {
+        let tasks = lock(&self.tasks);
+        let key = (tenant.to_string(), task_id.to_string());
+        tasks.get(&key).is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
+    /// [`notify`](Self::notify), with the task as read after the write.
+    pub(crate) fn notify_with(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        state: Option<TaskState>,
+        settled: Option<Arc<Settled>>,
+    ) {
         let mut tasks = lock(&self.tasks);
         let key = (tenant.to_string(), task_id.to_string());
         if let Some(tx) = tasks.get(&key) {
-            tx.send_modify(|n| *n += 1);
+            tx.send_modify(|w| {
+                w.count += 1;
+                w.state = state.or(w.state);
+                w.settled = settled;
+            });
             if tx.receiver_count() == 0 {
                 tasks.remove(&key);
             }
@@ -118,7 +167,7 @@ impl ContextLocks {
 }
 
 /// A poisoned std mutex only means a panic elsewhere while it was held.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

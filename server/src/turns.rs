@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ctxlog::a2a::{
-    Artifact, Message, Object, Part, Role, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
+    Artifact, Message, Object, Part, Role, Stored, Task, TaskArtifactUpdateEvent, TaskState,
+    TaskStatus, TaskStatusUpdateEvent,
 };
 use ctxlog::render::Budget;
 use ctxlog::{Receipt, TurnGuard};
@@ -17,6 +17,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn, Instrument};
 
 use crate::agent::{Cancellation, EventSink, SinkError, TurnContext};
+use crate::state::Settled;
 use crate::state::Shared;
 
 /// The status member that marks a task whose turn ended in a direct reply:
@@ -162,6 +163,10 @@ pub(crate) struct Turn {
     new_task: bool,
     /// Serialises the turn's events, and knows whether the turn is over.
     progress: tokio::sync::Mutex<Progress>,
+    /// The context's turn (under the single-active policy), released as
+    /// soon as a status ends the turn: a client answered with that status
+    /// may send the context's next message at once.
+    lease: Mutex<Option<TurnGuard>>,
 }
 
 #[derive(Default)]
@@ -172,14 +177,16 @@ struct Progress {
 }
 
 /// Starts a turn of the task `receipt` names (its message is durable),
-/// holding `lease` (the context's turn, under the single-active policy) and
-/// `permit` (a place under the bound) until it ends.
+/// holding `lease` (the context's turn, under the single-active policy)
+/// until a status ends the turn or the turn returns, and `permit` (a place
+/// under the bound) until the agent returns.
 pub(crate) fn start(
     shared: &Arc<Shared>,
     tenant: &str,
     receipt: &Receipt,
     lease: Option<TurnGuard>,
     permit: OwnedSemaphorePermit,
+    prepared: Option<Prepared>,
 ) {
     let turn = Arc::new(Turn {
         shared: shared.clone(),
@@ -188,19 +195,65 @@ pub(crate) fn start(
         context_id: receipt.context_id.clone(),
         new_task: receipt.new_task,
         progress: tokio::sync::Mutex::new(Progress::default()),
+        lease: Mutex::new(lease),
     });
     let (number, cancel) = shared.turns.register(tenant, &receipt.task_id);
-    let span = tracing::info_span!("turn", tenant = %tenant, task = %receipt.task_id);
+    let span = tracing::debug_span!("turn", tenant = %tenant, task = %receipt.task_id);
     let handle = tokio::spawn(
         async move {
-            let outcome = run(&turn, Cancellation(cancel)).await;
+            let outcome = run(&turn, Cancellation(cancel), prepared).await;
             turn.finish(outcome).await;
             turn.shared.turns.unregister(number);
-            drop((lease, permit));
+            turn.release();
+            drop(permit);
         }
         .instrument(span),
     );
     shared.turns.set_abort(number, handle.abort_handle());
+}
+
+/// What the agent is called with, read from the store: the task, the
+/// message being processed, and the context's history before it.
+pub(crate) struct Prepared {
+    task: Task,
+    message: Stored<Message>,
+    history: ctxlog::render::History,
+    rendered: String,
+}
+
+impl Prepared {
+    /// Reads it (a blocking call: run it on the blocking pool).
+    pub(crate) fn read(
+        store: &ctxlog::Store,
+        tenant: &str,
+        task_id: &str,
+        context_id: &str,
+    ) -> ctxlog::Result<Self> {
+        let task = store.get_task(tenant, task_id, None, true)?;
+        let Some((seq, message)) = store.latest_received(tenant, task_id)? else {
+            return Err(ctxlog::Error::TaskNotFound);
+        };
+        let budget = Budget::default();
+        let history = store.history(tenant, context_id, Some(seq), budget)?;
+        let rendered = store.render_history(tenant, context_id, Some(seq), budget)?;
+        Ok(Prepared {
+            task,
+            message,
+            history,
+            rendered: rendered.text,
+        })
+    }
+
+    fn into_context(self, tenant: &str, cancel: Cancellation) -> TurnContext {
+        TurnContext {
+            tenant: tenant.to_string(),
+            task: self.task,
+            message: self.message,
+            history: self.history,
+            rendered_history: self.rendered,
+            cancel,
+        }
+    }
 }
 
 /// How a turn's agent ended.
@@ -213,10 +266,24 @@ enum Outcome {
 
 /// Builds the turn's context and runs the agent (a panic is caught as a
 /// failed turn; aborting the turn's task drops the agent's future too).
-async fn run(turn: &Arc<Turn>, cancel: Cancellation) -> Outcome {
+async fn run(turn: &Arc<Turn>, cancel: Cancellation, prepared: Option<Prepared>) -> Outcome {
     use futures_util::FutureExt;
-    let context = match turn.context(cancel).await {
-        Ok(c) => c,
+    let prepared = match prepared {
+        Some(p) => Ok(p),
+        None => {
+            let (tenant, task_id, context_id) = (
+                turn.tenant.clone(),
+                turn.task_id.clone(),
+                turn.context_id.clone(),
+            );
+            turn.shared
+                .blocking_raw(move |store| Prepared::read(store, &tenant, &task_id, &context_id))
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let context = match prepared {
+        Ok(p) => p.into_context(&turn.tenant, cancel),
         Err(why) => return Outcome::NoContext(why),
     };
     let agent = turn.shared.agent.clone();
@@ -230,36 +297,6 @@ async fn run(turn: &Arc<Turn>, cancel: Cancellation) -> Outcome {
 }
 
 impl Turn {
-    /// What the agent is called with: the task, the message being
-    /// processed, and the context's history before it.
-    async fn context(&self, cancel: Cancellation) -> Result<TurnContext, String> {
-        let (tenant, task_id, context_id) = (
-            self.tenant.clone(),
-            self.task_id.clone(),
-            self.context_id.clone(),
-        );
-        self.shared
-            .blocking_raw(move |store| {
-                let task = store.get_task(&tenant, &task_id, None, true)?;
-                let Some((seq, message)) = store.latest_received(&tenant, &task_id)? else {
-                    return Err(ctxlog::Error::TaskNotFound);
-                };
-                let budget = Budget::default();
-                let history = store.history(&tenant, &context_id, Some(seq), budget)?;
-                let rendered = store.render_history(&tenant, &context_id, Some(seq), budget)?;
-                Ok(TurnContext {
-                    tenant,
-                    task,
-                    message,
-                    history,
-                    rendered_history: rendered.text,
-                    cancel,
-                })
-            })
-            .await
-            .map_err(|e| e.to_string())
-    }
-
     pub(crate) async fn status(
         &self,
         state: TaskState,
@@ -297,8 +334,10 @@ impl Turn {
             metadata: None,
         };
         let tenant = self.tenant.clone();
-        self.write(progress, move |store| store.update_status(&tenant, &event))
-            .await
+        self.write(progress, Some(state), move |store| {
+            store.update_status(&tenant, &event)
+        })
+        .await
     }
 
     pub(crate) async fn artifact(
@@ -320,7 +359,7 @@ impl Turn {
             metadata: None,
         };
         let tenant = self.tenant.clone();
-        self.write(&mut progress, move |store| {
+        self.write(&mut progress, None, move |store| {
             store.add_artifact(&tenant, &event)
         })
         .await
@@ -365,16 +404,47 @@ impl Turn {
         Ok(m)
     }
 
-    /// Writes one event; on success every stream of the task is told.
+    /// Releases the context's turn (once; later calls do nothing).
+    fn release(&self) {
+        let lease = crate::state::lock(&self.lease).take();
+        drop(lease);
+    }
+
+    /// Writes one event (a status setting `state`, or an artifact chunk);
+    /// on success every stream of the task is told. A status that ends the
+    /// turn while a send waits for it: the task is read in the same call,
+    /// and handed to the waiter with the news.
     async fn write<T: Send + 'static>(
         &self,
         progress: &mut Progress,
+        state: Option<TaskState>,
         f: impl FnOnce(&ctxlog::Store) -> ctxlog::Result<T> + Send + 'static,
     ) -> Result<(), SinkError> {
-        match self.shared.blocking_raw(f).await {
-            Ok(_) => {
+        let waited = state.is_some_and(crate::core::settled)
+            && self.shared.hub.is_followed(&self.tenant, &self.task_id);
+        let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
+        let written = self
+            .shared
+            .blocking_raw(move |store| {
+                f(store)?;
+                Ok(waited
+                    .then(|| store.task_snapshot(&tenant, &task_id, None, true).ok())
+                    .flatten())
+            })
+            .await;
+        match written {
+            Ok(snapshot) => {
                 progress.events += 1;
-                self.shared.hub.notify(&self.tenant, &self.task_id);
+                if state.is_some_and(crate::core::settled) {
+                    // The turn is over: nothing more of it is taken, and
+                    // the context is free before anyone hears of the end.
+                    progress.ended = true;
+                    self.release();
+                }
+                let settled = snapshot.map(|(task, count)| Arc::new(Settled { task, count }));
+                self.shared
+                    .hub
+                    .notify_with(&self.tenant, &self.task_id, state, settled);
                 Ok(())
             }
             Err(e) => Err(self.refused(progress, e).await),
@@ -490,7 +560,7 @@ pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why:
         })
         .await;
     match done {
-        Ok(true) => shared.hub.notify(tenant, task_id),
+        Ok(true) => shared.hub.notify(tenant, task_id, Some(TaskState::Failed)),
         Ok(false) => {}
         Err(e) => warn!(error = %e, task = %task_id, "could not fail the task"),
     }

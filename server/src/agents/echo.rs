@@ -37,7 +37,6 @@ impl AgentExecutor for Echo {
                 "{} ({earlier} earlier turn(s) in this context)",
                 message_text(&turn.message)
             );
-            events.status(TaskState::Working, None).await?;
             let reply = Message::new("", Role::Agent, &[&text]);
             events.status(TaskState::Completed, Some(reply)).await?;
             Ok(())

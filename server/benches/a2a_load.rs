@@ -1,0 +1,380 @@
+//! SendMessage under load: ctxlog-server (echo agent, durable with group
+//! commit) side by side, in one run, with the a2a-sdk 1.3.0 reference
+//! server (DefaultRequestHandler on starlette/uvicorn, an echo executor) on
+//! its InMemoryTaskStore and on its DatabaseTaskStore over SQLite, and with
+//! the library alone doing the same store work. 1 and 64 concurrent
+//! clients on loopback, each request a fresh messageId, bounded in count
+//! and time. Prints requests per second, p50 and p99, and the ratios the
+//! server issue asks for.
+//!
+//! `cargo bench -p ctxlog-server --bench a2a_load` (the a2a-sdk servers run
+//! from the venv `.ci/run` makes, `target/interop-venv`, or the Python named
+//! by `CTXLOG_BENCH_PYTHON`). `CTXLOG_BENCH_QUICK=1` makes it short.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctxlog::a2a::{TaskState, TaskStatus, TaskStatusUpdateEvent};
+use ctxlog::{Durability, Options, Store};
+
+/// One measured run.
+struct Run {
+    requests: usize,
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:>9.0} req/s  p50 {:>9.3} ms  p99 {:>9.3} ms{}",
+            self.rps,
+            self.p50.as_secs_f64() * 1e3,
+            self.p99.as_secs_f64() * 1e3,
+            if self.errors > 0 {
+                format!("  ({} errors)", self.errors)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+fn summarize(mut latencies: Vec<Duration>, errors: usize, elapsed: Duration) -> Run {
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Run {
+        requests: latencies.len(),
+        rps: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+        errors,
+    }
+}
+
+/// A server process, killed (by its pid) when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The CPU time (user and system) a process has used so far, from
+/// `/proc/PID/stat` (Linux; `None` elsewhere).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): state is the
+    // first, utime and stime the 12th and 13th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let per_second = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(100);
+    Some(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+}
+
+/// CPU time per request between two readings.
+fn per_request(before: Option<Duration>, after: Option<Duration>, run: &Run) -> Option<Duration> {
+    let done = (run.rps > 0.0).then_some(run.requests)?;
+    Some(after?.checked_sub(before?)? / u32::try_from(done).ok()?)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (bounded) until the server answers its agent card.
+async fn ready(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let client = reqwest::Client::new();
+    while Instant::now() < deadline {
+        let probe = client
+            .get(format!("{url}/.well-known/agent-card.json"))
+            .send()
+            .await;
+        if probe.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{url} did not start within 60 s");
+}
+
+fn ctxlog_server(dir: &Path) -> (Process, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxlog-server"))
+        .arg("--dir")
+        .arg(dir)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--agent",
+            "echo",
+            "--max-turns",
+            "1024",
+        ])
+        .env("RUST_LOG", "warn,ctxlog_server=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("address=") {
+                let addr: String = line[at + 8..]
+                    .chars()
+                    .take_while(|c| !c.is_whitespace())
+                    .collect();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("ctxlog-server starts");
+    (Process(child), format!("http://{addr}"))
+}
+
+fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CTXLOG_BENCH_PYTHON") {
+        // `none`: measure ctxlog alone.
+        return (p != "none").then(|| PathBuf::from(p));
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+fn a2a_sdk_server(python: &Path, kind: &str, db: &Path) -> (Process, String) {
+    let port = free_port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/a2a_sdk_echo.py");
+    let child = Command::new(python)
+        .arg(script)
+        .arg(port.to_string())
+        .arg(kind)
+        .arg(db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Process(child), format!("http://127.0.0.1:{port}"))
+}
+
+/// `clients` clients, each on its own connection, sending `total`
+/// SendMessage requests in all (fewer if `limit` passes first).
+async fn load(url: &str, clients: usize, total: usize, limit: Duration, tag: &str) -> Run {
+    let start = Instant::now();
+    let per = total.div_ceil(clients);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let url = format!("{url}/");
+        let tag = format!("{tag}-{c}");
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap();
+            let mut latencies = Vec::with_capacity(per);
+            let mut errors = 0;
+            for i in 0..per {
+                if start.elapsed() > limit {
+                    break;
+                }
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"SendMessage","params":{{"message":{{"messageId":"{tag}-{i}","role":"ROLE_USER","parts":[{{"text":"hello {i}"}}]}}}}}}"#
+                );
+                let sent = Instant::now();
+                let response = http
+                    .post(&url)
+                    .header("A2A-Version", "1.0")
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let ok = match response {
+                    Ok(r) => r
+                        .text()
+                        .await
+                        .is_ok_and(|t| t.contains("TASK_STATE_COMPLETED")),
+                    Err(_) => false,
+                };
+                if ok {
+                    latencies.push(sent.elapsed());
+                } else {
+                    errors += 1;
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        latencies.extend(l);
+        errors += e;
+    }
+    summarize(latencies, errors, start.elapsed())
+}
+
+/// The store work a turn of the echo agent does, through the library
+/// alone: receive, then COMPLETED with a message (group commit).
+fn library(dir: &Path, threads: usize, total: usize) -> Run {
+    let store =
+        Arc::new(Store::open(dir, Options::default().durability(Durability::GroupCommit)).unwrap());
+    let per = total.div_ceil(threads);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut latencies = Vec::with_capacity(per);
+                for i in 0..per {
+                    let sent = Instant::now();
+                    let raw = format!(
+                        r#"{{"messageId":"lib-{t}-{i}","role":"ROLE_USER","parts":[{{"text":"hello {i}"}}]}}"#
+                    );
+                    let r = store.receive_message("default", raw.as_bytes()).unwrap();
+                    let mut reply =
+                        ctxlog::a2a::Message::new(format!("a-{t}-{i}"), ctxlog::a2a::Role::Agent, &["hello"]);
+                    reply.task_id = Some(r.task_id.clone());
+                    reply.context_id = Some(r.context_id.clone());
+                    let event = TaskStatusUpdateEvent {
+                        task_id: r.task_id.clone(),
+                        context_id: r.context_id.clone(),
+                        status: TaskStatus {
+                            state: TaskState::Completed,
+                            message: Some(reply),
+                            timestamp: None,
+                            extra: Default::default(),
+                        }
+                        .into(),
+                        metadata: None,
+                    };
+                    store.update_status("default", &event).unwrap();
+                    latencies.push(sent.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let latencies: Vec<Duration> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    summarize(latencies, 0, start.elapsed())
+}
+
+fn main() {
+    let quick = std::env::var_os("CTXLOG_BENCH_QUICK").is_some();
+    let (one, many) = if quick { (300, 3000) } else { (2000, 20000) };
+    let limit = Duration::from_secs(if quick { 20 } else { 90 });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    println!(
+        "SendMessage, echo agent: {one} requests from 1 client, {many} from 64 (at most {} s each)",
+        limit.as_secs()
+    );
+    let mut table: Vec<(String, Run, Run)> = Vec::new();
+
+    let lib1 = library(&tmp.path().join("lib1"), 1, one);
+    let before = cpu_time(std::process::id());
+    let lib64 = library(&tmp.path().join("lib64"), 64, many);
+    let lib_cpu = per_request(before, cpu_time(std::process::id()), &lib64);
+    table.push(("library alone (receive + complete)".into(), lib1, lib64));
+
+    let (server, url) = ctxlog_server(&tmp.path().join("server"));
+    runtime.block_on(ready(&url));
+    let c1 = runtime.block_on(load(&url, 1, one, limit, "c1"));
+    let before = cpu_time(server.0.id());
+    let c64 = runtime.block_on(load(&url, 64, many, limit, "c64"));
+    let server_cpu = per_request(before, cpu_time(server.0.id()), &c64);
+    drop(server);
+    table.push(("ctxlog-server (durable, group commit)".into(), c1, c64));
+
+    match python() {
+        Some(py) => {
+            for (kind, name) in [
+                ("memory", "a2a-sdk, InMemoryTaskStore"),
+                ("sqlite", "a2a-sdk, DatabaseTaskStore on SQLite"),
+            ] {
+                let db = tmp.path().join(format!("{kind}.db"));
+                let (server, url) = a2a_sdk_server(&py, kind, &db);
+                runtime.block_on(ready(&url));
+                let c1 = runtime.block_on(load(&url, 1, one / 4, limit, "p1"));
+                let c64 = runtime.block_on(load(&url, 64, many / 4, limit, "p64"));
+                drop(server);
+                table.push((name.into(), c1, c64));
+            }
+        }
+        None => println!(
+            "(no a2a-sdk venv: run .ci/run once, or set CTXLOG_BENCH_PYTHON; only ctxlog measured)"
+        ),
+    }
+    println!("\n{:<40} {:<62} 64 clients", "", "1 client");
+    for (name, a, b) in &table {
+        println!("{name:<40} {a}   {b}");
+    }
+    let row = |n: usize| table.get(n).map(|(_, a, b)| (a, b));
+    if let (Some((l1, l64)), Some((s1, s64))) = (row(0), row(1)) {
+        println!(
+            "\nserver / library throughput: 1 client {:.2}x, 64 clients {:.2}x (aim: >= 0.5)",
+            s1.rps / l1.rps,
+            s64.rps / l64.rps
+        );
+        if let (Some(lib), Some(server)) = (lib_cpu, server_cpu) {
+            println!(
+                "CPU per request at 64 clients: library {:.1} us, server process {:.1} us ({:.1}x; the load client runs on the same CPUs, outside both)",
+                lib.as_secs_f64() * 1e6,
+                server.as_secs_f64() * 1e6,
+                server.as_secs_f64() / lib.as_secs_f64()
+            );
+        }
+        if let (Some((m1, m64)), Some((_, q64))) = (row(2), row(3)) {
+            println!(
+                "64 clients, ctxlog / a2a-sdk InMemory throughput: {:.1}x (aim: >= 10)",
+                s64.rps / m64.rps
+            );
+            println!(
+                "64 clients, ctxlog / a2a-sdk SQLite throughput:   {:.1}x (aim: >= 40)",
+                s64.rps / q64.rps
+            );
+            println!(
+                "64 clients, ctxlog p99 / a2a-sdk InMemory p99:    {:.3} (aim: <= 0.1)",
+                s64.p99.as_secs_f64() / m64.p99.as_secs_f64()
+            );
+            println!(
+                "1 client,  ctxlog p50 / a2a-sdk InMemory p50:    {:.3} (aim: <= 0.5)",
+                s1.p50.as_secs_f64() / m1.p50.as_secs_f64()
+            );
+        }
+    }
+}

@@ -176,6 +176,7 @@ pub fn open(data: &[u8]) {
         .map(|id| segment_path(&dir, id))
         .collect();
     files.extend(["CHECKPOINT", "MANIFEST", "IDENTITY"].map(|f| dir.join(f)));
+    let ours = fs.read(&dir.join("IDENTITY")).ok();
     let mut input = Input(data);
     while let (Some(pick), Some(at), Some(op)) = (input.byte(), input.u16(), input.byte()) {
         let path = &files[usize::from(pick) % files.len()];
@@ -208,10 +209,11 @@ pub fn open(data: &[u8]) {
     }
     // Which store the directory says it is: its own identity file, unless
     // that was replaced by the other store's (then the other store's
-    // records are its own), or is gone (then its newest segment says).
+    // records are its own), or is damaged or gone (then its other files
+    // say, and whichever store they name, it is one).
     let identity = fs.read(&dir.join("IDENTITY")).ok();
     let theirs_named = identity.is_some() && identity == fs.read(&other.join("IDENTITY")).ok();
-    let ours_named = identity.is_some() && !theirs_named;
+    let ours_named = identity.is_some() && identity == ours;
     for mode in [RecoveryMode::Strict, RecoveryMode::SkipCorrupt] {
         let options = on(&fs, Options::default().recovery(mode).segment_bytes(4096));
         match Store::open(&dir, options) {

@@ -268,3 +268,33 @@ fn an_identity_file_lost_is_restored_from_the_segments() {
     drop(store);
     assert_eq!(fs::read(dir.path().join("IDENTITY")).unwrap(), id);
 }
+
+#[test]
+fn a_lost_identity_is_the_one_most_files_name_not_a_stray_newest_segment() {
+    // Store A over several segments; store B's newest segment copied in
+    // past A's; then A's IDENTITY is lost.
+    let a = rotated(120);
+    let b = store_of("t", 2, Options::default());
+    let a_id = fs::read(a.path().join("IDENTITY")).unwrap();
+    let ours = segment_files(a.path());
+    assert!(ours.len() >= 3, "{ours:?}");
+    let stray = a.path().join("0000000000000099.seg");
+    fs::copy(segment_files(b.path()).last().unwrap(), &stray).unwrap();
+    fs::remove_file(a.path().join("IDENTITY")).unwrap();
+    // Strict: the stray file is named, not taken for the store.
+    match Store::open(a.path(), Options::default()) {
+        Err(Error::ForeignFile { path, .. }) => assert_eq!(path, stray),
+        other => panic!("expected ForeignFile, got {:?}", other.map(|_| ())),
+    }
+    let store = Store::open(a.path(), skip()).unwrap();
+    let report = store.open_report().clone();
+    assert!(report.identity_restored);
+    assert_eq!(report.foreign.len(), 1, "{:?}", report.foreign);
+    assert_eq!(report.foreign[0].path, stray);
+    assert_eq!(messages(&store, "t").len(), 120);
+    assert!(messages(&store, "t")
+        .iter()
+        .all(|m| m.starts_with("t's message")));
+    drop(store);
+    assert_eq!(fs::read(a.path().join("IDENTITY")).unwrap(), a_id);
+}

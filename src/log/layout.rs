@@ -66,8 +66,8 @@ impl Foreign {
 pub enum Identity {
     /// In `IDENTITY`.
     Found,
-    /// `IDENTITY` is missing or damaged; the segments name the store (the
-    /// newest segment's, if they disagree).
+    /// `IDENTITY` is missing or damaged; the segments and the manifest
+    /// name the store (the one most of them name, if they disagree).
     FromSegments,
     /// Neither says: a new store, or one written before identities.
     New,
@@ -134,7 +134,12 @@ pub fn survey(fs: &dyn Fs, dir: &Path) -> Result<Layout> {
         .iter()
         .filter_map(|(&id, h)| h.as_ref().ok().map(|h| (id, *h)))
         .collect();
-    let (store, identity) = identify(fs, dir, &headers)?;
+    let manifest = Manifest::read(fs, dir)?;
+    let manifest_store = match &manifest {
+        manifest::Read::Found(m) => m.store,
+        _ => None,
+    };
+    let (store, identity) = identify(fs, dir, &headers, manifest_store)?;
     let mut layout = Layout {
         store,
         identity,
@@ -157,7 +162,7 @@ pub fn survey(fs: &dyn Fs, dir: &Path) -> Result<Layout> {
             });
         }
     }
-    match Manifest::read(fs, dir)? {
+    match manifest {
         manifest::Read::Missing => {}
         manifest::Read::Damaged => {
             return Err(Error::corrupt(
@@ -182,18 +187,36 @@ pub fn survey(fs: &dyn Fs, dir: &Path) -> Result<Layout> {
     Ok(layout)
 }
 
-/// The store's identity: `IDENTITY`'s, or else the one its segments name.
+/// The store's identity: `IDENTITY`'s, or else the one most of its
+/// segments and its manifest name (among as many, the newest segment's:
+/// the one that was being written). Most, not the newest alone: one stray
+/// file of another store must not make every file of this one foreign.
 fn identify(
     fs: &dyn Fs,
     dir: &Path,
     headers: &BTreeMap<u64, SegmentHeader>,
+    manifest: Option<StoreId>,
 ) -> Result<(StoreId, Identity)> {
     if let identity::Read::Found(id) = identity::read(fs, dir)? {
         return Ok((id, Identity::Found));
     }
-    // The newest segment's store: the one that was being written.
-    match headers.values().rev().find_map(|h| h.store) {
-        Some(id) => Ok((id, Identity::FromSegments)),
+    // Per store named: (files naming it, its newest segment's id + 1).
+    let mut named: Vec<(StoreId, (usize, u64))> = Vec::new();
+    let named_by = headers
+        .iter()
+        .filter_map(|(&id, h)| Some((h.store?, id + 1)))
+        .chain(manifest.map(|s| (s, 0)));
+    for (store, newest) in named_by {
+        match named.iter_mut().find(|(s, _)| *s == store) {
+            Some((_, (files, n))) => {
+                *files += 1;
+                *n = (*n).max(newest);
+            }
+            None => named.push((store, (1, newest))),
+        }
+    }
+    match named.into_iter().max_by_key(|&(_, rank)| rank) {
+        Some((id, _)) => Ok((id, Identity::FromSegments)),
         None => Ok((identity::fresh()?, Identity::New)),
     }
 }

@@ -6,11 +6,13 @@
 #   fuzz/run.sh 60 open ops    # some
 # Inputs that fail are saved under fuzz/artifacts/<target>/; turn each into a
 # regression test (copy it into fuzz/corpus/<target>/, which cargo test replays).
+# FUZZ_CRATE (a crate's directory, default the engine's) and FUZZ_TARGETS (its
+# default targets) let another crate's fuzz/run.sh use this one.
 set -u
-cd "$(dirname "$0")/.."
+cd "${FUZZ_CRATE:-$(dirname "$0")/..}"
 secs=${1:-60}
 shift || true
-targets=${*:-decode namespace render open ops}
+targets=${*:-${FUZZ_TARGETS:-decode namespace render open ops}}
 export RUSTC_BOOTSTRAP=1
 status=0
 for t in $targets; do

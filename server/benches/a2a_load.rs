@@ -11,9 +11,8 @@
 //! from the venv `.ci/run` makes, `target/interop-venv`, or the Python named
 //! by `CTXLOG_BENCH_PYTHON`). `CTXLOG_BENCH_QUICK=1` makes it short.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,15 +62,10 @@ fn summarize(mut latencies: Vec<Duration>, errors: usize, elapsed: Duration) -> 
     }
 }
 
-/// A server process, killed (by its pid) when dropped.
-struct Process(Child);
+#[path = "../tests/common/process.rs"]
+mod process;
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use process::Process;
 
 /// The CPU time (user and system) a process has used so far, from
 /// `/proc/PID/stat` (Linux; `None` elsewhere).
@@ -123,40 +117,20 @@ async fn ready(url: &str) {
     panic!("{url} did not start within 60 s");
 }
 
-fn ctxlog_server(dir: &Path) -> (Process, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxlog-server"))
-        .arg("--dir")
-        .arg(dir)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--agent",
-            "echo",
-            "--max-turns",
-            "1024",
-        ])
-        .env("RUST_LOG", "warn,ctxlog_server=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("address=") {
-                let addr: String = line[at + 8..]
-                    .chars()
-                    .take_while(|c| !c.is_whitespace())
-                    .collect();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("ctxlog-server starts");
-    (Process(child), format!("http://{addr}"))
+fn ctxlog_server(dir: &Path) -> Process {
+    let args = [
+        "--dir".as_ref(),
+        dir.as_os_str(),
+        "--agent".as_ref(),
+        "echo".as_ref(),
+        "--max-turns".as_ref(),
+        "1024".as_ref(),
+    ];
+    Process::ctxlog_server(
+        env!("CARGO_BIN_EXE_ctxlog-server"),
+        &args,
+        "warn,ctxlog_server=info",
+    )
 }
 
 fn python() -> Option<PathBuf> {
@@ -168,7 +142,7 @@ fn python() -> Option<PathBuf> {
     venv.exists().then_some(venv)
 }
 
-fn a2a_sdk_server(python: &Path, kind: &str, db: &Path) -> (Process, String) {
+fn a2a_sdk_server(python: &Path, kind: &str, db: &Path) -> Process {
     let port = free_port();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/a2a_sdk_echo.py");
     let child = Command::new(python)
@@ -180,7 +154,10 @@ fn a2a_sdk_server(python: &Path, kind: &str, db: &Path) -> (Process, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    (Process(child), format!("http://127.0.0.1:{port}"))
+    Process {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
 }
 
 /// `clients` clients, each on its own connection, sending `total`
@@ -311,12 +288,13 @@ fn main() {
     let lib_cpu = per_request(before, cpu_time(std::process::id()), &lib64);
     table.push(("library alone (receive + complete)".into(), lib1, lib64));
 
-    let (server, url) = ctxlog_server(&tmp.path().join("server"));
+    let server = ctxlog_server(&tmp.path().join("server"));
+    let url = server.url.clone();
     runtime.block_on(ready(&url));
     let c1 = runtime.block_on(load(&url, 1, one, limit, "c1"));
-    let before = cpu_time(server.0.id());
+    let before = cpu_time(server.child.id());
     let c64 = runtime.block_on(load(&url, 64, many, limit, "c64"));
-    let server_cpu = per_request(before, cpu_time(server.0.id()), &c64);
+    let server_cpu = per_request(before, cpu_time(server.child.id()), &c64);
     drop(server);
     table.push(("ctxlog-server (durable, group commit)".into(), c1, c64));
 
@@ -327,7 +305,8 @@ fn main() {
                 ("sqlite", "a2a-sdk, DatabaseTaskStore on SQLite"),
             ] {
                 let db = tmp.path().join(format!("{kind}.db"));
-                let (server, url) = a2a_sdk_server(&py, kind, &db);
+                let server = a2a_sdk_server(&py, kind, &db);
+                let url = server.url.clone();
                 runtime.block_on(ready(&url));
                 let c1 = runtime.block_on(load(&url, 1, one / 4, limit, "p1"));
                 let c64 = runtime.block_on(load(&url, 64, many / 4, limit, "p64"));

@@ -5,67 +5,28 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{user, Client};
 use serde_json::{json, Value};
 
-/// The server binary, started on a free loopback port.
-struct Process {
-    child: Child,
-    url: String,
-}
+#[path = "common/process.rs"]
+mod process;
 
-impl Process {
-    fn start(dir: &std::path::Path, script: &std::path::Path, policy: &str) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ctxlog-server"))
-            .arg("--dir")
-            .arg(dir)
-            .args(["--listen", "127.0.0.1:0", "--on-restart", policy, "--agent"])
-            .arg(format!("scripted:{}", script.display()))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The address it bound, from its log line (bounded in time).
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(at) = line.find("address=") {
-                    let addr: String = line[at + 8..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace())
-                        .collect();
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the server logs its address");
-        Process {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
+use process::Process;
 
-    /// SIGKILL: no shutdown, no checkpoint, no goodbye.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The server binary on `dir`, with `script` and the restart `policy`.
+fn start(dir: &std::path::Path, script: &std::path::Path, policy: &str) -> Process {
+    let scripted = format!("scripted:{}", script.display());
+    let args = [
+        "--dir".as_ref(),
+        dir.as_os_str(),
+        "--on-restart".as_ref(),
+        policy.as_ref(),
+        "--agent".as_ref(),
+        scripted.as_ref(),
+    ];
+    Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info")
 }
 
 fn script(dir: &std::path::Path) -> std::path::PathBuf {
@@ -116,14 +77,14 @@ async fn a_turn_killed_mid_way_is_failed_on_restart() {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path());
     let store = dir.path().join("store");
-    let server = Process::start(&store, &script, "fail");
+    let server = start(&store, &script, "fail");
     let c = Client::new(&server.url, None);
     let (_, body) = c.rpc("SendMessage", send_now("stall here", "k1")).await;
     let id = body["result"]["task"]["id"].as_str().unwrap().to_string();
     working(&c, &id).await;
     server.kill();
 
-    let server = Process::start(&store, &script, "fail");
+    let server = start(&store, &script, "fail");
     let c = Client::new(&server.url, None);
     let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
     let task = &got["result"];
@@ -154,7 +115,7 @@ async fn a_turn_killed_mid_way_is_run_again_under_resume() {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path());
     let store = dir.path().join("store");
-    let server = Process::start(&store, &script, "resume");
+    let server = start(&store, &script, "resume");
     let c = Client::new(&server.url, None);
     let (_, body) = c
         .rest("POST", "/message:send", Some(send_now("resume me", "r1")))
@@ -163,7 +124,7 @@ async fn a_turn_killed_mid_way_is_run_again_under_resume() {
     working(&c, &id).await;
     server.kill();
 
-    let server = Process::start(&store, &script, "resume");
+    let server = start(&store, &script, "resume");
     let c = Client::new(&server.url, None);
     // A blocking resend waits for the resumed turn's outcome.
     let (_, done) = c
@@ -189,7 +150,7 @@ async fn a_stream_cut_by_a_kill_resumes_from_its_last_event_id_with_exactly_what
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path());
     let store = dir.path().join("store");
-    let server = Process::start(&store, &script, "fail");
+    let server = start(&store, &script, "fail");
     let c = Client::new(&server.url, None);
     let request = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
                           "params": { "message": user("s1", "chunks please") } });
@@ -215,7 +176,7 @@ async fn a_stream_cut_by_a_kill_resumes_from_its_last_event_id_with_exactly_what
     server.kill();
     drop(stream);
 
-    let server = Process::start(&store, &script, "fail");
+    let server = start(&store, &script, "fail");
     let c = Client::new(&server.url, None);
     // The client kept only the first event it received; it asks for the rest.
     let last = seen[0].id.unwrap();

@@ -363,16 +363,8 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
-        let slot = self.task_slot(tenant, task_id)?;
-        // Records are read under the context's read lock, so a compaction
-        // cannot move them in between (it remaps under the write lock).
-        let state = slot.state.read();
-        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        let at = Place {
-            key: &slot.key,
-            context_id: context_of(&state)?,
-        };
-        self.read_task(at, task, history_length, include_artifacts)
+        self.task_snapshot(tenant, task_id, history_length, include_artifacts)
+            .map(|(task, _)| task)
     }
 
     /// A task as [`get_task`](Self::get_task) returns it, with the number
@@ -387,6 +379,8 @@ impl Store {
         include_artifacts: bool,
     ) -> Result<(Task, u64)> {
         let slot = self.task_slot(tenant, task_id)?;
+        // Records are read under the context's read lock, so a compaction
+        // cannot move them in between (it remaps under the write lock).
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let at = Place {

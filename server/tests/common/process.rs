@@ -1,0 +1,63 @@
+//! A server process started for a test or a benchmark, killed (by its pid)
+//! when dropped. Shared by `tests/crash.rs` and `benches/a2a_load.rs`
+//! (each includes this file by path).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A child process and the URL it serves.
+pub struct Process {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Process {
+    /// Starts `ctxlog-server` (at `binary`) listening on a free loopback
+    /// port, with `args` after `--listen`, and waits (bounded) for the log
+    /// line that names the address it bound.
+    pub fn ctxlog_server(binary: &str, args: &[&std::ffi::OsStr], log: &str) -> Process {
+        let mut child = Command::new(binary)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("address=") {
+                    let addr: String = line[at + 8..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server logs its address");
+        Process {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+
+    /// SIGKILL: no shutdown, no checkpoint, no goodbye.
+    #[allow(dead_code)]
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
-use ctxlog::record::{self, ContextName, RecordBody, RecordKind};
+use ctxlog::internals::record::{self, ContextName, RecordBody, RecordKind};
 use ctxlog::render::Budget;
 use ctxlog::{ContextKey, Durability, Options, Receipt, Store};
 

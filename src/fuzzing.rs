@@ -11,12 +11,13 @@ use std::sync::Arc;
 use crate::a2a::{Task, TaskState};
 use crate::fs::{Crash, Fs, MemFs};
 use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
+use crate::log::record;
 use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Options, RecoveryMode};
 use crate::render::{self, History, Role, Turn};
 use crate::store::Store;
-use crate::{record, Error};
+use crate::Error;
 
 /// A fresh in-memory store directory: fuzzing never touches the disk.
 fn scratch() -> (MemFs, PathBuf) {
@@ -114,11 +115,17 @@ pub fn render(data: &[u8]) {
     let mut input = Input(data);
     let mut turns = Vec::new();
     while let Some(b) = input.byte() {
-        let role = [Role::User, Role::Agent, Role::Unknown, Role::Artifact][usize::from(b % 4)];
+        let (role, artifact) = [
+            (Role::User, false),
+            (Role::Agent, false),
+            (Role::Unspecified, false),
+            (Role::Agent, true),
+        ][usize::from(b % 4)];
         let task_id = (b & 4 != 0).then(|| input.text(20));
         turns.push(Turn {
             position: turns.len() as u64,
             role,
+            artifact,
             task_id,
             task_cut: 0,
             text: input.text(200),
@@ -127,6 +134,11 @@ pub fn render(data: &[u8]) {
     }
     let history = History { turns, omitted: 0 };
     let out = render::render(&history, "0123456789abcdef0123456789abcdef");
+    if history.turns.is_empty() {
+        // Nothing to show renders as nothing.
+        assert!(out.is_empty() && out.text.is_empty());
+        return;
+    }
     assert_eq!(out.text.matches("<<<").count(), 2, "{}", out.text);
     let parsed = render::parse(&out.text).unwrap_or_else(|e| panic!("{e}: {}", out.text));
     assert_eq!(parsed.turns, history.turns);

@@ -22,44 +22,50 @@
 //! implementation) → `mmap` (the one module with `unsafe`).
 
 #![deny(missing_docs)]
+#![warn(unnameable_types)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
 pub mod a2a;
+#[doc(hidden)]
 pub mod demo;
-pub mod entries;
-pub mod error;
+mod error;
 pub mod fs;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod idem_run;
-pub mod import;
-pub mod index;
-mod json;
-pub mod log;
-mod mmap;
-pub mod namespace;
-pub mod options;
-mod packed_map;
-pub mod record;
+mod import;
+mod index;
+mod log;
+mod namespace;
+mod options;
+mod random;
 pub mod render;
-pub mod state;
-pub mod store;
-pub mod tasks;
+mod store;
 pub mod time;
 
 pub use error::{Error, Result};
+pub use import::{import_hermes, ImportReport};
 pub use log::layout::{Foreign, Lost};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
 pub use options::{Durability, Options, RecoveryMode, TurnPolicy};
 pub use store::{
-    Appended, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Stats, Store,
-    StoredMessage, TaskRef, TurnGuard,
+    Appended, CompactReport, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Stats,
+    Store, StoredMessage, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE,
 };
+
+/// What the crate's own tests, fuzz targets and benchmarks reach into: not
+/// part of the API, and free to change in any release.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::log::frame;
+    pub use crate::log::record;
+    pub use crate::log::segments::{list_segment_ids, segment_path};
+    pub use crate::store::CompactStep;
+}
 
 /// The largest record payload the format allows (16 MiB).
 pub const MAX_RECORD_BYTES: u32 = 16 << 20;

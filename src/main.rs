@@ -327,7 +327,7 @@ fn import_hermes(g: &Global, args: Vec<OsString>) -> Outcome {
         ));
     }
     let store = open(g)?;
-    let r = ctxlog::import::import_hermes(
+    let r = ctxlog::import_hermes(
         &store,
         &g.tenant,
         std::path::Path::new(&from),
@@ -481,7 +481,7 @@ fn contexts(g: &Global, args: &[String]) -> Outcome {
     a.exactly::<0>()?;
     let size = a
         .number("--page-size")?
-        .unwrap_or(ctxlog::store::DEFAULT_PAGE_SIZE);
+        .unwrap_or(ctxlog::DEFAULT_PAGE_SIZE);
     let store = open(g)?;
     let page = store.list_contexts(&g.tenant, size, a.value("--page-token"))?;
     let contexts: Vec<Value> = page

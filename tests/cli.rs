@@ -260,8 +260,8 @@ fn every_error_kind_has_its_line_and_status() {
     std::fs::write(&file, b"x").unwrap();
     fails(&file, &["check"], b"", "Io", 1);
     let other = common::tmp();
-    let store = ctxlog::log::frame::StoreId([1; 16]);
-    let mut header = ctxlog::log::frame::encode_header(1, 0, store, None);
+    let store = ctxlog::internals::frame::StoreId([1; 16]);
+    let mut header = ctxlog::internals::frame::encode_header(1, 0, store, None);
     header[8..12].copy_from_slice(&9u32.to_le_bytes());
     std::fs::write(other.path().join("0000000000000001.seg"), header).unwrap();
     fails(other.path(), &["check"], b"", "UnsupportedFormat", 1);

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use ctxlog::store::CompactStep;
+use ctxlog::internals::CompactStep;
 use ctxlog::{Durability, Error, Options, Store};
 use proptest::prelude::*;
 use serde_json::json;

@@ -8,7 +8,9 @@ use std::fs;
 use std::path::Path;
 
 use common::{body, crash_copy, segment_files, tmp};
-use ctxlog::log::frame::{encode_frame, encode_header, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
+use ctxlog::internals::frame::{
+    encode_frame, encode_header, StoreId, FRAME_HEADER_LEN, HEADER_LEN,
+};
 use ctxlog::{Error, Options, RecoveryMode, Store};
 
 /// One acknowledged append and how long its segment was right after it.
@@ -504,7 +506,7 @@ fn a_read_only_session_leaves_the_checkpoint_as_it_was() {
 
 #[test]
 fn a_record_seq_past_the_limit_is_damage_not_a_wrapped_seq() {
-    use ctxlog::record::{encode, RecordBody, RecordKind};
+    use ctxlog::internals::record::{encode, RecordBody, RecordKind};
     let dir = closed_store_with(b"first");
     fs::remove_file(dir.path().join("CHECKPOINT")).unwrap();
     // A valid frame whose record claims seq 2^32 in context "c": a gap,
@@ -555,7 +557,7 @@ fn a_segment_named_past_the_largest_id_is_refused() {
 
 #[test]
 fn tasks_whose_ids_the_store_did_not_make_here_are_found_after_every_kind_of_open() {
-    use ctxlog::record::{encode, RecordBody, RecordKind, TaskLink};
+    use ctxlog::internals::record::{encode, RecordBody, RecordKind, TaskLink};
     let dir = tmp();
     let store = Store::open(dir.path(), Options::default()).unwrap();
     let msg = |id: &str| {

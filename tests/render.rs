@@ -41,24 +41,27 @@ fn turn_strategy() -> impl Strategy<Value = Turn> {
     (
         0u64..1000,
         prop_oneof![
-            Just(Role::User),
-            Just(Role::Agent),
-            Just(Role::Unknown),
-            Just(Role::Artifact)
+            Just((Role::User, false)),
+            Just((Role::Agent, false)),
+            Just((Role::Unspecified, false)),
+            Just((Role::Agent, true))
         ],
         proptest::option::of(hostile_text()),
         hostile_text(),
         0u64..3,
         0u64..3,
     )
-        .prop_map(|(position, role, task_id, text, task_cut, cut)| Turn {
-            position,
-            role,
-            task_cut: if task_id.is_some() { task_cut } else { 0 },
-            task_id,
-            text,
-            cut,
-        })
+        .prop_map(
+            |(position, (role, artifact), task_id, text, task_cut, cut)| Turn {
+                position,
+                role,
+                artifact,
+                task_cut: if task_id.is_some() { task_cut } else { 0 },
+                task_id,
+                text,
+                cut,
+            },
+        )
 }
 
 fn nonce() -> String {
@@ -75,6 +78,13 @@ proptest! {
     ) {
         let history = History { turns, omitted };
         let out = render::render(&history, &nonce());
+        if history.turns.is_empty() && history.omitted == 0 {
+            // Nothing to show renders as nothing, and parses back as nothing.
+            prop_assert!(out.is_empty() && out.text.is_empty());
+            prop_assert!(render::parse(&out.text).map_err(TestCaseError::fail)?.turns.is_empty());
+            return Ok(());
+        }
+        prop_assert!(!out.is_empty());
         prop_assert_eq!(out.text.matches("<<<").count(), 2, "{}", out.text);
         prop_assert_eq!(out.text.matches("<<<ctxlog-history nonce=").count(), 1);
         prop_assert_eq!(out.text.matches("<<<end-ctxlog-history nonce=").count(), 1);
@@ -372,7 +382,7 @@ fn non_text_parts_and_non_json_bytes_render_as_short_lines() {
         h.turns[0].text,
         "Here is the invoice.\n[file invoice.pdf (application/pdf)]\n[data {\"amount\":6.9}]"
     );
-    assert_eq!(h.turns[1].role, Role::Unknown);
+    assert_eq!(h.turns[1].role, Role::Unspecified);
     assert_eq!(h.turns[1].text, "\u{fffd} not json");
 }
 
@@ -407,16 +417,20 @@ fn artifacts_appear_as_short_lines_only_when_asked() {
         .unwrap();
 
     let plain = store.history("t", "c", None, Budget::default()).unwrap();
-    assert!(plain.turns.iter().all(|t| t.role != Role::Artifact));
+    assert!(plain.turns.iter().all(|t| !t.artifact));
     assert_eq!(plain.turns.len(), 2);
 
     let with = store
         .history("t", "c", None, Budget::default().with_artifacts())
         .unwrap();
-    let roles: Vec<Role> = with.turns.iter().map(|t| t.role).collect();
+    let roles: Vec<(Role, bool)> = with.turns.iter().map(|t| (t.role, t.artifact)).collect();
     assert_eq!(
         roles,
-        [Role::User, Role::Artifact, Role::Agent],
+        [
+            (Role::User, false),
+            (Role::Agent, true),
+            (Role::Agent, false)
+        ],
         "the artifact sits at its latest chunk"
     );
     assert_eq!(with.turns[1].text, "artifact \"Report\" (rep), 2 chunk(s)");
@@ -432,8 +446,31 @@ fn artifacts_appear_as_short_lines_only_when_asked() {
         .history("t", "c", None, Budget::new(4096, 2).with_artifacts())
         .unwrap();
     assert_eq!(
-        two.turns.iter().map(|t| t.role).collect::<Vec<_>>(),
-        [Role::Artifact, Role::Agent]
+        two.turns.iter().map(|t| t.artifact).collect::<Vec<_>>(),
+        [true, false]
     );
     assert_eq!(two.omitted, 1);
+}
+
+#[test]
+fn no_history_to_show_renders_as_an_empty_text() {
+    let (_dir, store) = store();
+    let r = store
+        .receive_message(
+            "t",
+            br#"{"messageId":"m1","role":"ROLE_USER","contextId":"c","parts":[{"text":"hi"}]}"#,
+        )
+        .unwrap();
+    // Before the context's first message there is nothing to show.
+    let before = store
+        .render_history("t", "c", Some(r.seq), Budget::default())
+        .unwrap();
+    assert!(before.is_empty());
+    assert_eq!((before.text.as_str(), before.included), ("", 0));
+    // After it, the frame holds it.
+    let after = store
+        .render_history("t", "c", None, Budget::default())
+        .unwrap();
+    assert!(!after.is_empty() && after.included == 1);
+    assert!(after.text.contains("| hi"), "{}", after.text);
 }

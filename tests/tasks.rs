@@ -840,3 +840,60 @@ fn status_timestamp_after_includes_its_own_instant() {
     };
     assert_eq!((listed(at), listed(at + 1)), (1, 0));
 }
+
+#[test]
+fn a_waiter_wakes_for_its_tasks_next_event_and_a_timeout_answers_empty() {
+    let (_dir, store) = store();
+    let store = Arc::new(store);
+    let r = send(&store, "t", &user("m1", "start")).unwrap();
+    // Nothing past the message: a short wait answers empty.
+    let none = store
+        .wait_for_events("t", &r.task_id, 1, std::time::Duration::from_millis(20))
+        .unwrap();
+    assert!(none.is_empty());
+    // Events already there answer at once.
+    assert_eq!(
+        store
+            .wait_for_events("t", &r.task_id, 0, std::time::Duration::ZERO)
+            .unwrap()
+            .len(),
+        1
+    );
+    // A waiter on another thread gets each status as it is stored; a write
+    // to another task before it does not end its wait empty.
+    let other = send(&store, "t", &user("o1", "another context")).unwrap();
+    let states = [TaskState::Working, TaskState::InputRequired];
+    for (i, state) in states.into_iter().enumerate() {
+        let after = i as u64 + 1;
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let waiter = {
+            let store = store.clone();
+            let task = r.task_id.clone();
+            std::thread::spawn(move || {
+                started_tx.send(()).unwrap();
+                let began = std::time::Instant::now();
+                let got = store
+                    .wait_for_events("t", &task, after, std::time::Duration::from_secs(60))
+                    .unwrap();
+                (got, began.elapsed())
+            })
+        };
+        started.recv().unwrap();
+        store
+            .update_status("t", &status(&other, TaskState::Working, None))
+            .unwrap();
+        store.update_status("t", &status(&r, state, None)).unwrap();
+        let (got, waited) = waiter.join().unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, after + 1);
+        let update = got[0].1.status_update.as_ref().unwrap();
+        assert_eq!(update.status.state, state);
+        // Woken by the write, not by the end of its time.
+        assert!(waited < std::time::Duration::from_secs(60));
+    }
+    // A task that does not exist is an error, not a wait.
+    assert!(matches!(
+        store.wait_for_events("t", "nope", 0, std::time::Duration::from_secs(60)),
+        Err(Error::TaskNotFound)
+    ));
+}

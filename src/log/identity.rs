@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use super::frame::StoreId;
-use super::writer::sync_dir;
+use super::segments::sync_dir;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 
@@ -76,7 +76,7 @@ pub fn write(fs: &dyn Fs, dir: &Path, id: StoreId) -> Result<()> {
 
 /// A new identity: 128 bits of the operating system's randomness.
 pub fn fresh() -> Result<StoreId> {
-    crate::render::random_bytes("draw the store's identity").map(StoreId)
+    crate::random::bytes("draw the store's identity").map(StoreId)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use super::frame::StoreId;
-use super::writer::sync_dir;
+use super::segments::sync_dir;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 
@@ -64,13 +64,6 @@ impl Manifest {
         } else {
             id >= self.tail_from
         }
-    }
-
-    /// The length compacted segment `id` had when it was written, if the
-    /// manifest recorded it.
-    pub fn len_of(&self, id: u64) -> Option<u64> {
-        let at = self.compacted.iter().position(|&c| c == id)?;
-        self.lens.get(at).copied()
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -185,7 +178,7 @@ mod tests {
         }
         assert!(m.is_live(9, true) && !m.is_live(11, true));
         assert!(m.is_live(8, false) && !m.is_live(7, false));
-        assert_eq!((m.len_of(10), m.len_of(8)), (Some(100), None));
+        assert_eq!(m.lens.get(1), Some(&100));
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod frame;
 pub mod identity;
 pub mod layout;
 pub mod manifest;
+pub mod record;
 pub mod recovery;
 pub mod segments;
 pub mod verify;

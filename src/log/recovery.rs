@@ -12,10 +12,11 @@ use super::frame::{
 use super::identity;
 use super::layout::{survey, Foreign, Identity, Lost};
 use super::manifest::Manifest;
+use super::segments::sync_dir;
 use super::segments::{segment_path, RecordLoc, SegmentData, Segments};
-use super::writer::{create_segment, sync_dir};
+use super::writer::{create_segment, ActiveSegment};
 use crate::error::{Error, Result};
-use crate::fs::{Fs, SegmentFile};
+use crate::fs::Fs;
 use crate::options::{Options, RecoveryMode};
 
 /// What opening found and did. Nothing in it is an error: an open that had
@@ -87,18 +88,6 @@ pub struct Skipped {
     pub bytes: u64,
     /// What was wrong.
     pub reason: String,
-}
-
-/// The segment the writer continues with, after recovery.
-pub struct ActiveSegment {
-    /// Its id.
-    pub id: u64,
-    /// The file, open for writing.
-    pub file: Arc<dyn SegmentFile>,
-    /// Its valid bytes, from offset 0 (the writer mirrors them in memory).
-    pub bytes: Vec<u8>,
-    /// Where its first record starts (its header's length).
-    pub header_len: u64,
 }
 
 /// What recovery hands the writer: the segment to continue with, the

@@ -209,3 +209,9 @@ impl Segments {
         Ok(f(payload))
     }
 }
+
+/// Syncs a directory, making the names in it durable.
+pub fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io("sync the store directory", dir, e))
+}

@@ -12,7 +12,7 @@ use super::recovery::Resume;
 use super::segments::segment_path;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::record;
+use crate::log::record;
 use crate::MAX_RECORD_BYTES;
 
 /// One damaged place.

@@ -19,11 +19,24 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::frame::{encode_frame, encode_header, Link, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
-use super::recovery::ActiveSegment;
-use super::segments::{segment_path, Mirror, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID};
+use super::segments::{
+    segment_path, sync_dir, Mirror, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID,
+};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
 use crate::options::{Durability, Options};
+
+/// The segment the writer continues with, after recovery.
+pub struct ActiveSegment {
+    /// Its id.
+    pub id: u64,
+    /// The file, open for writing.
+    pub file: Arc<dyn SegmentFile>,
+    /// Its valid bytes, from offset 0 (the writer mirrors them in memory).
+    pub bytes: Vec<u8>,
+    /// Where its first record starts (its header's length).
+    pub header_len: u64,
+}
 
 struct Active {
     id: u64,
@@ -619,10 +632,4 @@ pub fn create_segment(
         .map_err(|e| Error::io("sync a new segment", &path, e))?;
     sync_dir(fs, dir)?;
     Ok(file)
-}
-
-/// Syncs a directory, making the names in it durable.
-pub fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io("sync the store directory", dir, e))
 }

@@ -22,15 +22,15 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::Store;
-use crate::entries::{all_decode, Section, Span};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
+use crate::index::context::RECORD_BYTES;
+use crate::index::entries::{all_decode, Section, Span};
+use crate::index::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
+use crate::index::tasks::{TaskEntry, TASK_BYTES};
 use crate::index::{task_prefix, ContextState, Index, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::ContextKey;
-use crate::state::RECORD_BYTES;
-use crate::tasks::{TaskEntry, TASK_BYTES};
 
 pub use crate::log::recovery::CHECKPOINT;
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";

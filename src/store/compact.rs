@@ -15,9 +15,9 @@ use crate::log::frame::{
     HEADER_LEN,
 };
 use crate::log::manifest::Manifest;
+use crate::log::record::{self, ContextName, RecordBody, RecordKind};
 use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentData};
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
-use crate::record::{self, ContextName, RecordBody, RecordKind};
 use crate::MAX_RECORD_BYTES;
 
 /// What a compaction did.

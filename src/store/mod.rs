@@ -20,12 +20,13 @@ mod checkpoint;
 mod compact;
 mod tasks;
 mod turns;
+mod wait;
+use crate::a2a::lifecycle::Op;
+use crate::index::context::Kind;
+use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::namespace::{message_key, ContextKey};
 use crate::options::{Options, RecoveryMode};
-use crate::record::{self, ContextName, Decoded, RecordBody, RecordKind};
 use crate::render::{self, Budget, History, Rendered, Turn};
-use crate::state::Kind;
-use crate::tasks::Op;
 use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
 pub use tasks::{EventRecord, ListTasksQuery, Receipt, TaskRef};
@@ -64,7 +65,22 @@ pub struct Store {
     /// A compaction is running or stopped half-way: the index may not match
     /// the manifest, so no checkpoint may be written.
     no_checkpoint: std::sync::atomic::AtomicBool,
+    /// Callers of [`wait_for_events`](Store::wait_for_events) asleep.
+    waits: wait::EventWaits,
     _lock: Box<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Store {
+    /// The directory, the durability, whether writes are refused, and the
+    /// segments it reads (never what it holds).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.writer.dir())
+            .field("durability", &self.options.durability)
+            .field("poisoned", &self.is_poisoned())
+            .field("segments", &self.segments.ids().len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What an append returns once the message is as durable as promised.
@@ -245,6 +261,7 @@ impl Store {
             checkpoint_size: std::sync::atomic::AtomicU64::new(0),
             checkpointing: std::sync::atomic::AtomicBool::new(false),
             no_checkpoint: std::sync::atomic::AtomicBool::new(false),
+            waits: wait::EventWaits::default(),
             _lock: lock,
         })
     }
@@ -378,6 +395,7 @@ impl Store {
         let loc = self.writer.append(&payload)?;
         apply(&self.index, slot, &mut slot.state.write(), &body, loc);
         self.writer.published(loc);
+        self.waits.notify(slot.number);
         self.records
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.maybe_checkpoint(payload.len() as u64);
@@ -579,7 +597,8 @@ impl Store {
             };
             Turn {
                 position: body.seq,
-                role: render::Role::Artifact,
+                role: render::Role::Agent,
+                artifact: true,
                 task_id: body.kind.task_id().map(str::to_string),
                 task_cut: 0,
                 text: format!("{label}, {} chunk(s)", item.chunks),
@@ -1128,7 +1147,7 @@ fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
     fs.create_dir_all(dir)
         .map_err(|e| Error::io("create the store directory", dir, e))?;
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        crate::log::writer::sync_dir(fs, parent)?;
+        crate::log::segments::sync_dir(fs, parent)?;
     }
     Ok(())
 }

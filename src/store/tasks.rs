@@ -8,18 +8,19 @@ use serde_json::value::RawValue;
 use super::{
     bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms, Store,
 };
+use crate::a2a::json::{self, Members};
+use crate::a2a::lifecycle::Op;
 use crate::a2a::{
     Artifact, DamagedTask, ListTasksResponse, Message, Role, Stored, StreamResponse, Task,
     TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
+use crate::index::context::TaskView;
+use crate::index::tasks::IdKey;
 use crate::index::{prefix_of_id, ContextSlot, IdemStart, Life};
-use crate::json::{self, Members};
+use crate::log::record::{ContextName, RecordKind, TaskLink};
 use crate::log::segments::RecordLoc;
 use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
-use crate::record::{ContextName, RecordKind, TaskLink};
-use crate::state::TaskView;
-use crate::tasks::{IdKey, Op};
 use crate::time::iso8601_ms;
 
 /// What receiving a message did.
@@ -42,6 +43,20 @@ pub struct Receipt {
     /// [`events_since`](Store::events_since)): what its turn writes comes
     /// after it.
     pub event: u64,
+}
+
+impl Receipt {
+    /// A status update for the message's task (for
+    /// [`update_status`](Store::update_status)).
+    pub fn status_update(&self, status: TaskStatus) -> TaskStatusUpdateEvent {
+        TaskStatusUpdateEvent::new(&self.task_id, &self.context_id, status)
+    }
+
+    /// The first chunk of an artifact of the message's task (for
+    /// [`add_artifact`](Store::add_artifact)).
+    pub fn artifact_update(&self, artifact: Artifact) -> TaskArtifactUpdateEvent {
+        TaskArtifactUpdateEvent::new(&self.task_id, &self.context_id, artifact)
+    }
 }
 
 /// Where a task is: its tenant, context and id, and its state.
@@ -545,6 +560,37 @@ impl Store {
             .collect()
     }
 
+    /// The task's events after per-task sequence number `after`, as
+    /// [`events_since`](Self::events_since) gives them, once there is at
+    /// least one: waits (without polling) until another thread stores one
+    /// or `timeout` passes, and then answers with whatever there is (empty
+    /// on a timeout). A task with events past `after` already answers at
+    /// once. For an async program, call it from a blocking thread
+    /// (`tokio::task::spawn_blocking`).
+    pub fn wait_for_events(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<(u64, StreamResponse)>> {
+        let slot = self.task_slot(tenant, task_id)?;
+        let now = std::time::Instant::now();
+        // A timeout too far to add is as good as forever: a year.
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or(now + std::time::Duration::from_secs(365 * 86_400));
+        let more = || -> Result<bool> {
+            let state = slot.state.read();
+            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+            Ok(task.event_count() as u64 > after)
+        };
+        match self.waits.wait(slot.number, deadline, more)? {
+            true => self.events_since(tenant, task_id, after),
+            false => Ok(Vec::new()),
+        }
+    }
+
     fn read_event(&self, at: Place<'_>, loc: RecordLoc, task_id: &str) -> Result<StreamResponse> {
         let bad = |e: String| Error::corrupt(loc.segment, u64::from(loc.offset), e);
         let context_id = at.context_id;
@@ -699,7 +745,7 @@ impl Store {
     /// and 64 random bits.
     fn fresh_task_id(&self, tenant: &str, slot: &ContextSlot) -> Result<String> {
         loop {
-            let random = crate::render::random_bytes("draw a random task id")?;
+            let random = crate::random::bytes("draw a random task id")?;
             let id = slot.state.read().task_id_with(random);
             if self.find_task(tenant, &id).is_none() {
                 return Ok(id);

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ctxlog::log::segments::list_segment_ids;
-use ctxlog::log::segments::segment_path;
+use ctxlog::internals::list_segment_ids;
+use ctxlog::internals::segment_path;
 
 /// A fresh temporary directory, removed when dropped.
 pub fn tmp() -> tempfile::TempDir {

@@ -1,27 +1,8 @@
-//! Where the lifecycle rule is: what each operation may do to a task in each
-//! state, and the per-task state the index rebuilds from records.
+//! The per-task state the index rebuilds from records (the rule it checks
+//! operations against is [`crate::a2a::lifecycle`]).
 
 use crate::a2a::TaskState;
-use crate::error::{Error, Result};
 use crate::log::frame::u32_at;
-
-/// An operation on an existing task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op<'a> {
-    /// A client message joins the task.
-    Message,
-    /// The agent sets a new status.
-    Status(TaskState),
-    /// The agent sends an artifact chunk.
-    Artifact {
-        /// The artifact's id.
-        artifact_id: &'a str,
-        /// Whether the chunk extends the artifact.
-        append: bool,
-    },
-    /// The client cancels the task.
-    Cancel,
-}
 
 /// What the index knows of one artifact.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -187,7 +168,7 @@ impl TaskEntry {
     /// The entry's bytes in the checkpoint: tail (8), status time's halves,
     /// event count and latest position (u32 each, little-endian), the
     /// state's place in [`TaskState::ALL`], and 1 if the id is kept aside.
-    pub fn to_bytes(&self) -> [u8; TASK_BYTES] {
+    pub fn to_bytes(self) -> [u8; TASK_BYTES] {
         let mut out = [0u8; TASK_BYTES];
         let (lo, hi) = (self.status_lo, u32::from(self.status_hi));
         let state = TaskState::ALL.iter().position(|s| *s == self.state);
@@ -248,60 +229,13 @@ impl TaskEntry {
     }
 }
 
-/// Whether `op` is allowed on a task of id `id` in `state`, whose artifact
-/// of a given id is found by `artifact` (`Some(closed)`, or `None` if the
-/// task has none of that id); the error says why not.
-pub fn check(
-    id: &dyn std::fmt::Display,
-    state: TaskState,
-    artifact: impl Fn(&str) -> Option<bool>,
-    op: Op<'_>,
-) -> Result<()> {
-    let terminal = || Error::UnsupportedOperation {
-        reason: format!(
-            "task {id} is {} and terminal states are final; send a new message with \
-             referenceTaskIds to follow it up",
-            state.name()
-        ),
-    };
-    match op {
-        Op::Cancel if state.is_terminal() => Err(Error::TaskNotCancelable {
-            state: state.name(),
-        }),
-        Op::Cancel => Ok(()),
-        _ if state.is_terminal() => Err(terminal()),
-        Op::Message => Ok(()),
-        Op::Status(TaskState::Unspecified) => Err(Error::InvalidParams {
-            field: "status.state",
-            reason: "TASK_STATE_UNSPECIFIED is not a state a task can be put in".into(),
-        }),
-        Op::Status(_) => Ok(()),
-        Op::Artifact {
-            artifact_id,
-            append,
-        } => match artifact(artifact_id) {
-            Some(true) => Err(Error::InvalidParams {
-                field: "artifact.artifactId",
-                reason: format!(
-                    "artifact {artifact_id:?} already had its lastChunk; nothing may follow it"
-                ),
-            }),
-            None if append => Err(Error::InvalidParams {
-                field: "artifact.artifactId",
-                reason: format!(
-                    "append to unknown artifact {artifact_id:?}; send its first chunk with append: false"
-                ),
-            }),
-            _ => Ok(()),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::a2a::lifecycle::Op;
+    use crate::error::Result;
+    use crate::index::context::{ContextState, Kind};
     use crate::log::segments::RecordLoc;
-    use crate::state::{ContextState, Kind};
 
     const LOC: RecordLoc = RecordLoc {
         segment: 1,

@@ -12,10 +12,45 @@
 
 use std::sync::Arc;
 
-use crate::entries::{Section, Span};
 use crate::fs::Mapped;
-use crate::index::{IdemAt, ShortKey};
+use crate::index::entries::{Section, Span};
 use crate::log::frame::u32_at;
+
+/// The first 16 bytes of a (tenant, messageId) or (tenant, task id) key:
+/// what the idempotency and task maps hold, to keep them small. Two distinct
+/// ids share one only with probability about n²/2¹²⁹ for n ids (a birthday
+/// bound of 2⁶⁴ ids), which no store reaches.
+pub type ShortKey = [u8; 16];
+
+/// The short form of a full key.
+pub fn short_key(key: &[u8; 32]) -> ShortKey {
+    let mut short = [0u8; 16];
+    short.copy_from_slice(key.split_at(16).0);
+    short
+}
+
+/// Where a received message went: 8 bytes (context number, seq).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdemAt {
+    /// The number of the message's context.
+    pub context: u32,
+    /// The message's seq in it.
+    pub seq: u32,
+}
+
+impl IdemAt {
+    pub(super) fn new(context: u32, seq: u64) -> Self {
+        // In range: no record has a seq past MAX_SEQ (appends and opens refuse one).
+        Self {
+            context,
+            seq: u32::try_from(seq).unwrap_or(u32::MAX),
+        }
+    }
+
+    pub(super) fn seq(&self) -> u64 {
+        u64::from(self.seq)
+    }
+}
 
 /// The bytes of one entry.
 pub const ENTRY_BYTES: usize = 24;
@@ -127,7 +162,7 @@ impl IdemRun {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::entries::mapped;
+    use crate::index::entries::mapped;
 
     /// A key of shard 0 of 64 whose order follows `n`.
     pub fn key(n: u8) -> ShortKey {

@@ -5,12 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::a2a::lifecycle::{check, Op};
 use crate::a2a::TaskState;
-use crate::entries::{Entries, Fixed, Span};
 use crate::error::Result;
+use crate::index::entries::{Entries, Fixed, Span};
+use crate::index::tasks::{join_id, split_id, ArtifactEntry, IdKey, TaskEntry, TASK_BYTES};
 use crate::log::frame::u32_at;
 use crate::log::segments::{PackedLoc, RecordLoc};
-use crate::tasks::{check, join_id, split_id, ArtifactEntry, IdKey, Op, TaskEntry, TASK_BYTES};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
 pub const MAX_SEQ: u64 = u32::MAX as u64;
@@ -299,7 +300,7 @@ mod fixed_bytes {
     use serde::{Deserializer, Serializer};
 
     use super::Fixed;
-    use crate::entries::{all_decode, decode};
+    use crate::index::entries::{all_decode, decode};
 
     pub fn serialize<T: Fixed, S: Serializer>(items: &[T], s: S) -> Result<S::Ok, S::Error> {
         let mut bytes = Vec::with_capacity(items.len() * T::SIZE);
@@ -895,7 +896,7 @@ impl<'a> TaskView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entries::Section;
+    use crate::index::entries::Section;
 
     fn at(offset: u32) -> RecordLoc {
         RecordLoc {
@@ -983,12 +984,12 @@ mod tests {
     /// `s`'s records and tasks, as a checkpoint load maps them (after 3
     /// other bytes).
     fn mapped(s: &ContextState) -> (Span, Span) {
-        use crate::tasks::TASK_BYTES;
+        use crate::index::tasks::TASK_BYTES;
         let (mut bytes, mut tasks) = (b"pre".to_vec(), Vec::new());
         s.put_entries(&mut bytes, &mut tasks);
         let tasks_at = bytes.len();
         bytes.extend(tasks);
-        let map = crate::entries::mapped(&bytes);
+        let map = crate::index::entries::mapped(&bytes);
         let n = s.task_count();
         let recs = Section::new(map.clone(), 3, tasks_at - 3).unwrap();
         let tasks = Section::new(map, tasks_at, n * TASK_BYTES).unwrap();

@@ -4,6 +4,12 @@
 //! shards, so looking up one context never waits on a write to another's shard
 //! entry for long. Each context then has its own slot with its own locks.
 
+pub mod context;
+pub mod entries;
+pub mod idem_run;
+mod packed_map;
+pub mod tasks;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,11 +17,12 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::idem_run::IdemRun;
+pub use crate::index::context::{ContextMeta, ContextState, Gone, Life, MessageRef, MAX_SEQ};
+use crate::index::idem_run::IdemRun;
+pub use crate::index::idem_run::{short_key, IdemAt, ShortKey};
+use crate::index::packed_map::PackedMap;
+use crate::index::tasks::IdKey;
 use crate::namespace::{task_key, ContextKey};
-use crate::packed_map::PackedMap;
-pub use crate::state::{ContextMeta, ContextState, Gone, Life, MessageRef, MAX_SEQ};
-use crate::tasks::IdKey;
 
 /// Number of shards of the key map.
 pub const SHARDS: usize = 64;
@@ -157,19 +164,6 @@ fn listed(first_ms: u64, slot: &ContextSlot) -> Listed {
     (first_ms, listing_head(&slot.key), slot.number)
 }
 
-/// The first 16 bytes of a (tenant, messageId) or (tenant, task id) key:
-/// what the idempotency and task maps hold, to keep them small. Two distinct
-/// ids share one only with probability about n²/2¹²⁹ for n ids (a birthday
-/// bound of 2⁶⁴ ids), which no store reaches.
-pub type ShortKey = [u8; 16];
-
-/// The short form of a full key.
-pub fn short_key(key: &[u8; 32]) -> ShortKey {
-    let mut short = [0u8; 16];
-    short.copy_from_slice(key.split_at(16).0);
-    short
-}
-
 /// The first 8 bytes of a context key's digest. A task id the store makes
 /// in a context is these 8 bytes and 8 random ones, as 32 hex digits: the id
 /// itself then leads to its context, with no task-map entry, and the task
@@ -184,30 +178,7 @@ pub fn task_prefix(key: &ContextKey) -> TaskPrefix {
 
 /// The prefix of a store-made task id's 16 bytes.
 pub fn prefix_of_id(id: &[u8; 16]) -> TaskPrefix {
-    crate::tasks::split_id(*id).0
-}
-
-/// Where a received message went: 8 bytes (context number, seq).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdemAt {
-    /// The number of the message's context.
-    pub context: u32,
-    /// The message's seq in it.
-    pub seq: u32,
-}
-
-impl IdemAt {
-    fn new(context: u32, seq: u64) -> Self {
-        // In range: no record has a seq past MAX_SEQ (appends and opens refuse one).
-        Self {
-            context,
-            seq: u32::try_from(seq).unwrap_or(u32::MAX),
-        }
-    }
-
-    fn seq(&self) -> u64 {
-        u64::from(self.seq)
-    }
+    crate::index::tasks::split_id(*id).0
 }
 
 /// What `IdemShard::done` holds for a removed entry of the mapped run.
@@ -678,7 +649,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::idem_run::tests::{key, run_of};
+    use crate::index::idem_run::tests::{key, run_of};
 
     fn at(context: u32, seq: u32) -> IdemAt {
         IdemAt { context, seq }

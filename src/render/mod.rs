@@ -28,33 +28,26 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
-/// Who spoke a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The client (`ROLE_USER`).
-    User,
-    /// The agent (`ROLE_AGENT`).
-    Agent,
-    /// A message whose role is missing or not one of the two.
-    Unknown,
-    /// A short line for an artifact (with `Budget::include_artifacts`).
-    Artifact,
+pub use crate::a2a::Role;
+
+/// A turn's label in the rendered form: its role, or `artifact`.
+fn label(role: Role, artifact: bool) -> &'static str {
+    match (artifact, role) {
+        (true, _) => "artifact",
+        (false, Role::User) => "user",
+        (false, Role::Agent) => "agent",
+        (false, Role::Unspecified) => "unknown",
+    }
 }
 
-impl Role {
-    fn label(self) -> &'static str {
-        match self {
-            Role::User => "user",
-            Role::Agent => "agent",
-            Role::Unknown => "unknown",
-            Role::Artifact => "artifact",
-        }
-    }
-
-    fn from_label(s: &str) -> Option<Self> {
-        [Role::User, Role::Agent, Role::Unknown, Role::Artifact]
-            .into_iter()
-            .find(|r| r.label() == s)
+/// The role and artifact flag a rendered label stands for.
+fn from_label(s: &str) -> Option<(Role, bool)> {
+    match s {
+        "artifact" => Some((Role::Agent, true)),
+        "user" => Some((Role::User, false)),
+        "agent" => Some((Role::Agent, false)),
+        "unknown" => Some((Role::Unspecified, false)),
+        _ => None,
     }
 }
 
@@ -63,8 +56,12 @@ impl Role {
 pub struct Turn {
     /// The message's position (seq) in its context.
     pub position: u64,
-    /// Who spoke.
+    /// Who spoke: `Unspecified` for a message whose role is missing or
+    /// not one of the two.
     pub role: Role,
+    /// A short line for an artifact of the agent's (with
+    /// [`Budget::include_artifacts`]), not a message.
+    pub artifact: bool,
     /// The task the message belongs to, if it names one.
     pub task_id: Option<String>,
     /// Bytes cut from the end of `task_id` to fit the budget (0: whole;
@@ -147,7 +144,8 @@ pub struct History {
 /// A rendered, guarded history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
-    /// The text to put in a prompt.
+    /// The text to put in a prompt: the guard frame and the turns in it, or
+    /// empty when there is no history to show (see [`Rendered::is_empty`]).
     pub text: String,
     /// The nonce in its markers.
     pub nonce: String,
@@ -155,6 +153,15 @@ pub struct Rendered {
     pub included: usize,
     /// Older messages left out.
     pub omitted: u64,
+}
+
+impl Rendered {
+    /// Whether there was no history to show (no turn included and none
+    /// left out): then `text` is empty, not an empty frame, and a prompt
+    /// builder can leave its history section out.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
 }
 
 /// The parts of an A2A message a history needs, borrowed from its bytes
@@ -184,12 +191,13 @@ struct PartView<'a> {
 }
 
 /// Extracts a turn from a stored A2A message (JSON). Bytes that are not an
-/// A2A message become an `Unknown` turn of their text (invalid UTF-8 replaced).
+/// A2A message become a turn of role `Unspecified` holding their text (invalid UTF-8 replaced).
 pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
     let Ok(msg) = serde_json::from_slice::<MessageView>(raw) else {
         return Turn {
             position,
-            role: Role::Unknown,
+            role: Role::Unspecified,
+            artifact: false,
             task_id: None,
             task_cut: 0,
             text: String::from_utf8_lossy(raw).into_owned(),
@@ -199,7 +207,7 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
     let role = match msg.role.as_deref() {
         Some("ROLE_USER" | "user") => Role::User,
         Some("ROLE_AGENT" | "agent") => Role::Agent,
-        _ => Role::Unknown,
+        _ => Role::Unspecified,
     };
     let mut text = String::new();
     for (i, part) in msg.parts.iter().enumerate() {
@@ -211,6 +219,7 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
     Turn {
         position,
         role,
+        artifact: false,
         task_id: msg.task_id.map(Cow::into_owned),
         task_cut: 0,
         text,
@@ -372,19 +381,7 @@ pub(crate) fn turn_cost(nonce: &str, turn: &Turn) -> usize {
 
 /// A fresh nonce: 128 bits of the operating system's randomness, as hex.
 pub fn new_nonce() -> Result<String> {
-    random_bytes::<16>("draw a random nonce").map(hex::encode)
-}
-
-/// `N` bytes from the operating system's randomness; `op` names what they
-/// are for in the error.
-pub(crate) fn random_bytes<const N: usize>(op: &'static str) -> Result<[u8; N]> {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).map_err(|e| Error::Io {
-        op,
-        path: "getrandom".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    Ok(bytes)
+    crate::random::bytes::<16>("draw a random nonce").map(hex::encode)
 }
 
 /// Renders a chosen history inside the guard frame.
@@ -402,6 +399,14 @@ pub(crate) fn turn_text(nonce: &str, turn: &Turn) -> String {
 
 /// The frame around already rendered turns (oldest first).
 pub(crate) fn frame(turns: &[String], omitted: u64, nonce: &str) -> Rendered {
+    if turns.is_empty() && omitted == 0 {
+        return Rendered {
+            text: String::new(),
+            nonce: nonce.to_string(),
+            included: 0,
+            omitted: 0,
+        };
+    }
     let size: usize = turns.iter().map(String::len).sum();
     let mut out = String::with_capacity(size + frame_overhead(nonce));
     let _ = writeln!(out, "{BEGIN}{nonce}{MARK_TAIL}");
@@ -436,7 +441,12 @@ fn write_turn(out: &mut String, nonce: &str, turn: &Turn) {
 
 /// A turn's head line, with its newline.
 fn write_head(out: &mut String, nonce: &str, turn: &Turn) {
-    let _ = write!(out, "[{nonce} #{} {}", turn.position, turn.role.label());
+    let _ = write!(
+        out,
+        "[{nonce} #{} {}",
+        turn.position,
+        label(turn.role, turn.artifact)
+    );
     if let Some(task) = &turn.task_id {
         let _ = write!(out, " task={}", quote(task));
         if turn.task_cut > 0 {
@@ -638,8 +648,16 @@ pub struct Parsed {
 }
 
 /// Parses a rendered frame back into its turns; fails on anything the
-/// renderer could not have produced.
+/// renderer could not have produced. An empty text (what an empty history
+/// renders as) parses as no turns, with no nonce.
 pub fn parse(text: &str) -> std::result::Result<Parsed, String> {
+    if text.is_empty() {
+        return Ok(Parsed {
+            nonce: String::new(),
+            omitted: 0,
+            turns: Vec::new(),
+        });
+    }
     let body = text.strip_suffix('\n').ok_or("no final newline")?;
     let mut lines = body.split('\n').peekable();
     let first = lines.next().ok_or("empty")?;
@@ -716,7 +734,7 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
         Some((r, more)) => (r, Some(more)),
         None => (rest, None),
     };
-    let role = Role::from_label(role)?;
+    let (role, artifact) = from_label(role)?;
     let mut task_id = None;
     let mut task_cut = 0;
     let mut cut = 0;
@@ -739,6 +757,7 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
     Some(Turn {
         position,
         role,
+        artifact,
         task_id,
         task_cut,
         text: String::new(),

@@ -4,6 +4,9 @@
 //! artifact is a [`Stored`]: the JSON text exactly as it was stored, with its
 //! parsed form beside it.
 
+pub(crate) mod json;
+pub mod lifecycle;
+
 use std::fmt;
 use std::ops::Deref;
 
@@ -297,6 +300,13 @@ impl Message {
             extra: Object::new(),
         }
     }
+
+    /// The same message, naming its task and context.
+    pub fn in_task(mut self, task_id: impl Into<String>, context_id: impl Into<String>) -> Self {
+        self.task_id = Some(task_id.into());
+        self.context_id = Some(context_id.into());
+        self
+    }
 }
 
 /// A task's status.
@@ -314,6 +324,25 @@ pub struct TaskStatus {
     /// Fields this build does not know.
     #[serde(flatten)]
     pub extra: Object,
+}
+
+impl TaskStatus {
+    /// A status of `state`, with no message and no timestamp (the store
+    /// records the time it stored it).
+    pub fn new(state: TaskState) -> Self {
+        TaskStatus {
+            state,
+            message: None,
+            timestamp: None,
+            extra: Object::new(),
+        }
+    }
+
+    /// The same status, with a message (which joins the task's history).
+    pub fn with_message(mut self, message: Message) -> Self {
+        self.message = Some(message);
+        self
+    }
 }
 
 /// An output of a task.
@@ -339,6 +368,27 @@ pub struct Artifact {
     /// Fields this build does not know.
     #[serde(flatten)]
     pub extra: Object,
+}
+
+impl Artifact {
+    /// An artifact of id `artifact_id` (unique within its task) with `parts`.
+    pub fn new(artifact_id: impl Into<String>, parts: Vec<Part>) -> Self {
+        Artifact {
+            artifact_id: artifact_id.into(),
+            name: None,
+            description: None,
+            parts,
+            metadata: None,
+            extensions: Vec::new(),
+            extra: Object::new(),
+        }
+    }
+
+    /// The same artifact, with a human-readable name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
 }
 
 /// A task: one stateful job.
@@ -381,6 +431,22 @@ pub struct TaskStatusUpdateEvent {
     pub metadata: Option<Object>,
 }
 
+impl TaskStatusUpdateEvent {
+    /// Task `task_id` of context `context_id` has `status` now.
+    pub fn new(
+        task_id: impl Into<String>,
+        context_id: impl Into<String>,
+        status: TaskStatus,
+    ) -> Self {
+        TaskStatusUpdateEvent {
+            task_id: task_id.into(),
+            context_id: context_id.into(),
+            status: status.into(),
+            metadata: None,
+        }
+    }
+}
+
 /// The agent's news: an artifact chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -400,6 +466,38 @@ pub struct TaskArtifactUpdateEvent {
     /// Metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Object>,
+}
+
+impl TaskArtifactUpdateEvent {
+    /// The first (and, unless more follow with
+    /// [`appending`](Self::appending), only) chunk of `artifact`, for task
+    /// `task_id` of context `context_id`.
+    pub fn new(
+        task_id: impl Into<String>,
+        context_id: impl Into<String>,
+        artifact: Artifact,
+    ) -> Self {
+        TaskArtifactUpdateEvent {
+            task_id: task_id.into(),
+            context_id: context_id.into(),
+            artifact: artifact.into(),
+            append: false,
+            last_chunk: false,
+            metadata: None,
+        }
+    }
+
+    /// The same chunk, extending the artifact of its id.
+    pub fn appending(mut self) -> Self {
+        self.append = true;
+        self
+    }
+
+    /// The same chunk, as the artifact's last: nothing may follow it.
+    pub fn last(mut self) -> Self {
+        self.last_chunk = true;
+        self
+    }
 }
 
 /// One item of a stream: exactly one field is set.

@@ -80,11 +80,6 @@ impl Span {
         self.len as usize
     }
 
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Its bytes, for entries of `size` bytes.
     pub fn bytes(&self, size: usize) -> &[u8] {
         let start = self.first as usize * size;
@@ -157,11 +152,6 @@ impl<T: Fixed> Entries<T> {
             Entries::Owned(v) => v.len(),
             Entries::Mapped(m) => m.len(),
         }
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The entry at `pos`.

@@ -101,12 +101,38 @@ impl Store {
     /// segment without the records of deleted or expired contexts (each gone
     /// context keeps one tombstone that keeps its id refused), with each
     /// context's records contiguous, then switches to the new segments.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// store.append_message("acme", "old", b"bye")?;
+    /// store.append_message("acme", "kept", b"hello")?;
+    /// store.delete_context("acme", "old")?;
+    /// let report = store.compact()?;
+    /// assert!(report.records_dropped >= 1);
+    /// assert_eq!(store.last_messages("acme", "kept", 1)?[0].raw, b"hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn compact(&self) -> Result<CompactReport> {
         self.compact_with(CompactStep::Done, &mut |_, _| {})
     }
 
     /// [`compact`](Self::compact), reporting progress as (segments read,
     /// segments to read).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// let mut seen = (0, 0);
+    /// store.compact_with_progress(&mut |read, of| seen = (read, of))?;
+    /// assert_eq!(seen.0, seen.1); // every segment read
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn compact_with_progress(
         &self,
         progress: &mut dyn FnMut(usize, usize),

@@ -179,6 +179,20 @@ impl Store {
     /// [`Error::UnsupportedFormat`] for another format version, and with
     /// [`Error::Corrupt`] for damage before the torn tail (unless
     /// [`RecoveryMode::SkipCorrupt`](crate::RecoveryMode) is chosen).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Durability, Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default().durability(Durability::GroupCommit))?;
+    /// assert_eq!(store.open_report().records, 0); // a new store
+    /// store.close()?;
+    /// // Reopened, it reads its checkpoint instead of its log.
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// assert!(store.open_report().from_checkpoint);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         check_options(&options)?;
@@ -273,6 +287,19 @@ impl Store {
 
     /// Verifies every checksum of the store in `dir` without changing it
     /// (takes the store's lock: fails with `Locked` while it is open).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// store.close()?; // verify takes the store's lock
+    /// let report = Store::verify(dir.path(), &mut |_done, _total| {})?;
+    /// assert!(report.is_clean());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verify(
         dir: impl AsRef<Path>,
         progress: &mut dyn FnMut(usize, usize),
@@ -281,6 +308,21 @@ impl Store {
     }
 
     /// [`verify`](Self::verify) on the file system `fs` (see [`Options::fs`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxlog::fs::MemFs;
+    /// use ctxlog::{Options, Store};
+    ///
+    /// let fs = MemFs::new();
+    /// let store = Store::open("/store", Options::default().fs(Arc::new(fs.clone())))?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// store.close()?;
+    /// assert!(Store::verify_on(&fs, "/store", &mut |_, _| {})?.is_clean());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verify_on(
         fs: &dyn Fs,
         dir: impl AsRef<Path>,
@@ -299,6 +341,17 @@ impl Store {
     }
 
     /// Counts of what the store holds, its size on disk and in memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// let stats = store.stats();
+    /// assert_eq!((stats.contexts, stats.messages), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         let mut st = Stats {
             segments: self.segments.ids().len(),
@@ -326,11 +379,32 @@ impl Store {
     }
 
     /// What opening found: records, contexts, a torn tail, skipped damage.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// let report = store.open_report();
+    /// assert!(report.torn_tail.is_none() && report.skipped.is_empty() && report.lost.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_report(&self) -> &OpenReport {
         &self.report
     }
 
     /// The options the store was opened with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Durability, Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default().durability(Durability::Buffered))?;
+    /// assert_eq!(store.options().durability, Durability::Buffered);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn options(&self) -> &Options {
         &self.options
     }
@@ -340,6 +414,18 @@ impl Store {
     /// The bytes are stored unchanged and never rewritten; the call returns
     /// once they are as durable as the store's [`Durability`](crate::Durability) promises (on disk,
     /// for the default `Sync`). The first message of a context opens it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// let first = store.append_message("acme", "case-42", br#"{"messageId":"m1"}"#)?; // durable here
+    /// assert!(first.opened_context && first.seq == 0);
+    /// let next = store.append_message("acme", "case-42", b"any bytes at all")?;
+    /// assert_eq!(next.seq, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn append_message(&self, tenant: &str, context_id: &str, raw: &[u8]) -> Result<Appended> {
         let key = ContextKey::derive(tenant, context_id)?;
         let slot = self.index.get_or_insert(&key);
@@ -425,6 +511,24 @@ impl Store {
     ///
     /// Reads only those records. Another tenant's context answers exactly as
     /// a missing one: [`Error::ContextNotFound`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// for text in ["one", "two", "three"] {
+    ///     store.append_message("acme", "case-42", text.as_bytes())?;
+    /// }
+    /// let last = store.last_messages("acme", "case-42", 2)?;
+    /// assert_eq!((last[0].raw.as_slice(), last[1].raw.as_slice()), (&b"two"[..], &b"three"[..]));
+    /// // Another tenant's context answers as a missing one.
+    /// assert!(matches!(
+    ///     store.last_messages("other", "case-42", 2),
+    ///     Err(ctxlog::Error::ContextNotFound)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn last_messages(
         &self,
         tenant: &str,
@@ -496,6 +600,22 @@ impl Store {
     /// `budget` (bytes of text, and messages). The oldest whole messages are
     /// dropped first; the newest is kept even when it alone is too large, cut
     /// from its start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::render::{Budget, Role};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let m1 = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","contextId":"case-42","parts":[{"text":"Refund order 123"}]}"#)?;
+    /// # let m2 = store.receive_message("acme", br#"{"messageId":"m2","role":"ROLE_USER","contextId":"case-42","parts":[{"text":"Any news?"}]}"#)?;
+    /// // Two messages in context "case-42"; the turn processes the second (m2).
+    /// let history = store.history("acme", "case-42", Some(m2.seq), Budget::default())?;
+    /// assert_eq!(history.turns.len(), 1);
+    /// assert_eq!(history.turns[0].role, Role::User);
+    /// assert_eq!(history.turns[0].text, "Refund order 123");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn history(
         &self,
         tenant: &str,
@@ -522,6 +642,24 @@ impl Store {
 
     /// The same history rendered for a prompt inside an injection-guard
     /// frame (see DESIGN.md): at most `budget.max_bytes` bytes in all.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::render::{self, Budget};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let m1 = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","contextId":"case-42","parts":[{"text":"Refund order 123"}]}"#)?;
+    /// # let m2 = store.receive_message("acme", br#"{"messageId":"m2","role":"ROLE_USER","contextId":"case-42","parts":[{"text":"Any news?"}]}"#)?;
+    /// // Two messages in context "case-42"; the turn processes the second (m2).
+    /// let framed = store.render_history("acme", "case-42", Some(m2.seq), Budget::default())?;
+    /// assert!(framed.text.contains("| Refund order 123"));
+    /// // The frame parses back: stored text can neither close it nor forge a turn.
+    /// assert_eq!(render::parse(&framed.text)?.turns.len(), 1);
+    /// // Before the context's first message there is nothing to show.
+    /// assert!(store.render_history("acme", "case-42", Some(m1.seq), Budget::default())?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn render_history(
         &self,
         tenant: &str,
@@ -670,6 +808,17 @@ impl Store {
     }
 
     /// What the store knows of one context.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// let info = store.context_info("acme", "case-42")?;
+    /// assert_eq!((info.context_id.as_str(), info.messages), ("case-42", 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn context_info(&self, tenant: &str, context_id: &str) -> Result<ContextInfo> {
         let slot = self.visible_slot(tenant, context_id)?;
         info_of(&slot, self.options.retention).ok_or(Error::ContextNotFound)
@@ -679,6 +828,21 @@ impl Store {
     ///
     /// `page_size` is 1 to [`MAX_PAGE_SIZE`]; `page_token` is `None` for the
     /// first page, then the previous page's `next_page_token`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// for id in ["a", "b", "c"] {
+    ///     store.append_message("acme", id, b"hello")?;
+    /// }
+    /// let first = store.list_contexts("acme", 2, None)?;
+    /// assert_eq!(first.contexts.len(), 2);
+    /// let rest = store.list_contexts("acme", 2, first.next_page_token.as_deref())?;
+    /// assert_eq!((rest.contexts.len(), rest.next_page_token), (1, None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn list_contexts(
         &self,
         tenant: &str,
@@ -714,17 +878,50 @@ impl Store {
 
     /// Whether an earlier sync failed: the store then refuses every write
     /// ([`Error::Poisoned`]) until it is reopened, and serves reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// assert!(!store.is_poisoned()); // until a sync fails
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_poisoned(&self) -> bool {
         self.writer.is_poisoned()
     }
 
     /// Makes every append so far durable (for [`Durability::Buffered`](crate::Durability::Buffered)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Durability, Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default().durability(Durability::Buffered))?;
+    /// store.append_message("acme", "case-42", b"hello")?; // in the OS's cache only
+    /// store.sync()?; // on disk
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn sync(&self) -> Result<()> {
         self.writer.sync_all()
     }
 
     /// Syncs and closes the store, writing the index checkpoint so that the
     /// next open reads only what is appended after it; reports any failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// store.close()?;
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// assert_eq!(store.last_messages("acme", "case-42", 1)?[0].raw, b"hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
         self.writer.finish()?;
@@ -789,6 +986,22 @@ impl Store {
 
     /// Deletes a context with its tasks, messages and artifacts from every
     /// read and listing at once, durably. Its id stays refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// store.delete_context("acme", "case-42")?;
+    /// assert!(matches!(
+    ///     store.last_messages("acme", "case-42", 1),
+    ///     Err(ctxlog::Error::ContextNotFound)
+    /// ));
+    /// // Its id stays refused.
+    /// assert!(store.append_message("acme", "case-42", b"again").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn delete_context(&self, tenant: &str, context_id: &str) -> Result<()> {
         let slot = self.visible_slot(tenant, context_id)?;
         let _turn = slot.write.lock();
@@ -802,6 +1015,19 @@ impl Store {
     /// Marks every context idle past the retention policy with a durable
     /// tombstone; returns how many. (Reads treat them as expired already;
     /// this makes it permanent.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ctxlog::{Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let month = Duration::from_secs(30 * 86_400);
+    /// let store = Store::open(dir.path(), Options::default().retention(Some(month)))?;
+    /// store.append_message("acme", "case-42", b"hello")?;
+    /// assert_eq!(store.expire_idle()?, 0); // nothing has been idle for a month
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn expire_idle(&self) -> Result<usize> {
         let mut expired = 0;
         for slot in self.index.all_slots() {

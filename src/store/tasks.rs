@@ -109,6 +109,19 @@ impl Store {
     /// new for the tenant (or its context is gone). Checks the message as
     /// [`receive_message`](Self::receive_message) does, and answers
     /// `IdempotencyConflict` for a messageId received with other content.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    /// assert!(store.find_received("acme", raw)?.is_none()); // new: and nothing is stored
+    /// let receipt = store.receive_message("acme", raw)?;
+    /// let again = store.find_received("acme", raw)?.unwrap();
+    /// assert!(again.duplicate && again.task_id == receipt.task_id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn find_received(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
         check_tenant(tenant)?;
         let (msg, digest) = parse_message(raw)?;
@@ -124,6 +137,26 @@ impl Store {
     /// Receives an inbound A2A message (JSON, as it came from the client)
     /// under the A2A rules, and saves it exactly as received, durably, before
     /// returning. See DESIGN.md, "The task model", for the rules.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"Refund order 123"}]}"#;
+    /// let receipt = store.receive_message("acme", raw)?; // durable here
+    /// assert!(receipt.new_context && receipt.new_task);
+    /// // A resend is recognised: nothing is stored, the same task answers.
+    /// let again = store.receive_message("acme", raw)?;
+    /// assert!(again.duplicate && again.task_id == receipt.task_id);
+    /// // The same messageId with other content is refused.
+    /// let changed = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"Refund order 456"}]}"#;
+    /// assert!(matches!(
+    ///     store.receive_message("acme", changed),
+    ///     Err(ctxlog::Error::IdempotencyConflict { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn receive_message(&self, tenant: &str, raw: &[u8]) -> Result<Receipt> {
         check_tenant(tenant)?;
         let (msg, digest) = parse_message(raw)?;
@@ -267,6 +300,27 @@ impl Store {
     }
 
     /// Applies the agent's status update. A status message joins the history.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::{Message, Role, TaskState, TaskStatus};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// // r: the receipt of the client's message.
+    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
+    /// let reply = Message::new("a1", Role::Agent, &["Done."]);
+    /// let done = TaskStatus::new(TaskState::Completed).with_message(reply);
+    /// store.update_status("acme", &r.status_update(done))?;
+    /// let task = store.get_task("acme", &r.task_id, None, false)?;
+    /// assert_eq!(task.status.state, TaskState::Completed);
+    /// assert_eq!(task.history.len(), 2); // the client's message and the reply
+    /// // A terminal state is final.
+    /// let again = r.status_update(TaskStatus::new(TaskState::Working));
+    /// assert!(store.update_status("acme", &again).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn update_status(
         &self,
         tenant: &str,
@@ -303,6 +357,24 @@ impl Store {
 
     /// Applies an artifact chunk: `append: false` creates or replaces the
     /// artifact, `append: true` extends it; nothing may follow `lastChunk`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::{Artifact, Part};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// // r: the receipt of the client's message.
+    /// let first = Artifact::new("report", vec![Part::text("Refunded ")]);
+    /// store.add_artifact("acme", &r.artifact_update(first))?;
+    /// let rest = Artifact::new("report", vec![Part::text("$42.00")]);
+    /// store.add_artifact("acme", &r.artifact_update(rest).appending().last())?;
+    /// let task = store.get_task("acme", &r.task_id, Some(0), true)?;
+    /// let artifacts = task.artifacts.unwrap_or_default();
+    /// assert_eq!(artifacts[0].parts.len(), 2); // the chunks, joined
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn add_artifact(
         &self,
         tenant: &str,
@@ -334,6 +406,22 @@ impl Store {
     /// carries a `statusUpdate` or an `artifactUpdate`. The status or the
     /// artifact chunk is stored as its text came (checked as a received
     /// message is: strict JSON, no key twice in any object).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// // r: the receipt of the client's message.
+    /// let event = format!(
+    ///     r#"{{"statusUpdate":{{"taskId":"{}","contextId":"{}","status":{{"state":"TASK_STATE_WORKING"}}}}}}"#,
+    ///     r.task_id, r.context_id
+    /// );
+    /// let stored = store.apply_event("acme", event.as_bytes())?;
+    /// assert_eq!(stored.seq, 2); // the message was event 1
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn apply_event(&self, tenant: &str, raw: &[u8]) -> Result<EventRecord> {
         let invalid = |reason: String| Error::InvalidParams {
             field: "event",
@@ -353,6 +441,22 @@ impl Store {
     }
 
     /// Cancels a task that is not in a terminal state, and returns it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::TaskState;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// let task = store.cancel_task("acme", &r.task_id)?;
+    /// assert_eq!(task.status.state, TaskState::Canceled);
+    /// assert!(matches!(
+    ///     store.cancel_task("acme", &r.task_id),
+    ///     Err(ctxlog::Error::TaskNotCancelable { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn cancel_task(&self, tenant: &str, task_id: &str) -> Result<Task> {
         let slot = self.task_slot(tenant, task_id)?;
         {
@@ -371,6 +475,23 @@ impl Store {
 
     /// A task, with the last `history_length` messages of its history (unset:
     /// all; 0: none) and, if asked, its artifacts. Reads only what it returns.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// // The last 10 messages, no artifacts.
+    /// let task = store.get_task("acme", &r.task_id, Some(10), false)?;
+    /// assert_eq!((task.id.as_str(), task.history.len()), (r.task_id.as_str(), 1));
+    /// // Another tenant's task answers as a missing one.
+    /// assert!(matches!(
+    ///     store.get_task("other", &r.task_id, None, false),
+    ///     Err(ctxlog::Error::TaskNotFound)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn get_task(
         &self,
         tenant: &str,
@@ -386,6 +507,19 @@ impl Store {
     /// of its events so far, read together: the events after that number
     /// ([`events_since`](Self::events_since)) are exactly those the
     /// snapshot does not reflect (for a subscriber that starts from it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// let (task, events) = store.task_snapshot("acme", &r.task_id, Some(0), false)?;
+    /// assert_eq!(events, 1);
+    /// // A subscriber that starts from the snapshot goes on after `events`.
+    /// assert!(store.events_since("acme", &task.id, events)?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn task_snapshot(
         &self,
         tenant: &str,
@@ -413,6 +547,17 @@ impl Store {
     /// not an agent's status message), with its seq in its context: what a
     /// turn interrupted by a crash was processing, and where its history
     /// ends (`render_history(.., before: Some(seq), ..)`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// let (seq, message) = store.latest_received("acme", &r.task_id)?.unwrap();
+    /// assert_eq!((seq, message.message_id.as_str()), (r.seq, "m1"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn latest_received(
         &self,
         tenant: &str,
@@ -438,6 +583,19 @@ impl Store {
     /// Every live task, of every tenant, whose state is one of `states`
     /// (for a server that resolves, on start, the turns a crash left
     /// running).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::TaskState;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// // After a crash: the tasks whose turn was running.
+    /// let running = store.tasks_in(&[TaskState::Submitted, TaskState::Working]);
+    /// assert_eq!(running[0].task_id, r.task_id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn tasks_in(&self, states: &[TaskState]) -> Vec<TaskRef> {
         let now = now_ms();
         let mut found = Vec::new();
@@ -464,6 +622,30 @@ impl Store {
 
     /// The tenant's tasks, filtered, newest status first (ties by id), in
     /// pages with cursor tokens. See [`ListTasksQuery`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::TaskState;
+    /// use ctxlog::ListTasksQuery;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// for id in ["m1", "m2", "m3"] {
+    ///     let raw = format!(r#"{{"messageId":"{id}","role":"ROLE_USER","parts":[{{"text":"hi"}}]}}"#);
+    ///     store.receive_message("acme", raw.as_bytes())?;
+    /// }
+    /// let query = ListTasksQuery {
+    ///     status: Some(TaskState::Submitted),
+    ///     page_size: Some(2),
+    ///     ..Default::default()
+    /// };
+    /// let page = store.list_tasks("acme", &query)?;
+    /// assert_eq!((page.tasks.len(), page.total_size), (2, 3));
+    /// let next = ListTasksQuery { page_token: Some(page.next_page_token), ..query };
+    /// let last = store.list_tasks("acme", &next)?;
+    /// assert_eq!((last.tasks.len(), last.next_page_token.as_str()), (1, ""));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn list_tasks(&self, tenant: &str, query: &ListTasksQuery) -> Result<ListTasksResponse> {
         let page_size = query.page_size.unwrap_or(super::DEFAULT_PAGE_SIZE);
         check_page_size(page_size, "pageSize")?;
@@ -538,6 +720,21 @@ impl Store {
 
     /// The task's events after per-task sequence number `after` (0: all), in
     /// order, for a subscriber that reconnects.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::{TaskState, TaskStatus};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
+    /// let events = store.events_since("acme", &r.task_id, 1)?; // after the message
+    /// assert_eq!(events.len(), 1);
+    /// assert_eq!(events[0].0, 2);
+    /// assert!(events[0].1.status_update.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn events_since(
         &self,
         tenant: &str,
@@ -567,6 +764,26 @@ impl Store {
     /// on a timeout). A task with events past `after` already answers at
     /// once. For an async program, call it from a blocking thread
     /// (`tokio::task::spawn_blocking`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use ctxlog::a2a::{TaskState, TaskStatus};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// let store = Arc::new(store);
+    /// let waiter = {
+    ///     let (store, task) = (store.clone(), r.task_id.clone());
+    ///     std::thread::spawn(move || store.wait_for_events("acme", &task, 1, Duration::from_secs(10)))
+    /// };
+    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
+    /// let events = waiter.join().unwrap()?;
+    /// assert_eq!(events[0].0, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn wait_for_events(
         &self,
         tenant: &str,

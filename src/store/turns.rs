@@ -33,6 +33,21 @@ impl Drop for TurnGuard {
 
 impl Store {
     /// Who holds the context's turn and since when (ms), if anyone does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Options, Store, TurnPolicy};
+    /// # let dir = tempfile::tempdir()?;
+    /// let single = Options::default().turns(TurnPolicy::SingleActive { lease: None });
+    /// let store = Store::open(dir.path(), single)?;
+    /// let turn = store.begin_turn("acme", "case-42", "task-1")?;
+    /// let holder = store.turn_holder("acme", "case-42")?.map(|(task, _since)| task);
+    /// assert_eq!(holder.as_deref(), Some("task-1"));
+    /// drop(turn);
+    /// assert_eq!(store.turn_holder("acme", "case-42")?, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn turn_holder(&self, tenant: &str, context_id: &str) -> Result<Option<(String, u64)>> {
         let key = ContextKey::derive(tenant, context_id)?;
         Ok(self.index.get(&key).and_then(|slot| {
@@ -47,6 +62,21 @@ impl Store {
     /// [`TurnPolicy::SingleActive`], fails at once with
     /// [`Error::ContextBusy`] (naming the holder and since when) while another
     /// unexpired turn is held; never queues.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Options, Store, TurnPolicy};
+    /// # let dir = tempfile::tempdir()?;
+    /// let single = Options::default().turns(TurnPolicy::SingleActive { lease: None });
+    /// let store = Store::open(dir.path(), single)?;
+    /// let _turn = store.begin_turn("acme", "case-42", "task-1")?;
+    /// assert!(matches!(
+    ///     store.begin_turn("acme", "case-42", "task-2"),
+    ///     Err(ctxlog::Error::ContextBusy { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn begin_turn(&self, tenant: &str, context_id: &str, task_id: &str) -> Result<TurnGuard> {
         let key = ContextKey::derive(tenant, context_id)?;
         let TurnPolicy::SingleActive { lease } = self.options.turns else {

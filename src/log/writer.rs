@@ -573,7 +573,12 @@ impl Log {
     /// (it then fails). Takes the sync lock to make the wake-up impossible to
     /// miss, so it must not be called with that lock held.
     fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
+        if !self.poisoned.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                dir = %self.dir.display(),
+                "a write or sync of the log failed: the store refuses writes until it is reopened"
+            );
+        }
         drop(self.sync.lock());
         self.synced_cv.notify_all();
     }

@@ -153,6 +153,7 @@ impl Store {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<CompactReport> {
         let mut manifest = self.manifest.lock();
+        let _span = tracing::info_span!("compact", generation = manifest.generation + 1).entered();
         // The checkpoint describes the segments this replaces: drop it, and
         // write none until the index matches the new manifest again.
         self.no_checkpoint
@@ -180,6 +181,7 @@ impl Store {
             input_segments: inputs.len(),
             ..CompactReport::default()
         };
+        tracing::debug!(inputs = inputs.len(), tail_from, "compaction started");
         let plan = self.plan(&inputs, &mut report, progress)?;
         let mut out = Output {
             segments: Vec::new(),
@@ -227,6 +229,10 @@ impl Store {
             tail_from,
         };
         next.write(fs, &dir)?;
+        tracing::debug!(
+            segments = report.output_segments,
+            "manifest switched to the compacted segments"
+        );
         *manifest = next;
         if step == CompactStep::Switched {
             return Ok(report);
@@ -258,10 +264,19 @@ impl Store {
             .store(false, std::sync::atomic::Ordering::Release);
         self.since_checkpoint
             .store(0, std::sync::atomic::Ordering::Release);
-        if self.write_checkpoint_under(manifest.generation).is_err() {
+        if let Err(e) = self.write_checkpoint_under(manifest.generation) {
+            tracing::warn!(error = %e, "the checkpoint after compaction failed; the next is due at once");
             self.since_checkpoint
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
+        tracing::info!(
+            input_segments = report.input_segments,
+            input_bytes = report.input_bytes,
+            output_bytes = report.output_bytes,
+            records_kept = report.records_kept,
+            records_dropped = report.records_dropped,
+            "compaction done"
+        );
         Ok(report)
     }
 

@@ -251,6 +251,7 @@ impl Store {
                 (index, segments, recovered, report)
             }
         };
+        trace_open(&dir, &report);
         let writer = LogWriter::resume(
             dir,
             &options,
@@ -1041,6 +1042,9 @@ impl Store {
                 expired += 1;
             }
         }
+        if expired > 0 {
+            tracing::info!(expired, "idle contexts expired (tombstones written)");
+        }
         Ok(expired)
     }
 }
@@ -1391,13 +1395,52 @@ fn lock_dir(fs: &dyn Fs, dir: &Path, wait: std::time::Duration) -> Result<Box<dy
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 let now = std::time::Instant::now();
                 if now >= deadline {
+                    tracing::warn!(path = %path.display(), ?wait, "the store is locked by another opener");
                     return Err(Error::Locked { path });
+                }
+                if pause == std::time::Duration::from_millis(1) {
+                    tracing::debug!(path = %path.display(), ?wait, "the store's lock is held; waiting");
                 }
                 std::thread::sleep(pause.min(deadline - now));
                 pause = (pause * 2).min(std::time::Duration::from_millis(32));
             }
             Err(e) => return Err(Error::io("lock the store", &path, e)),
         }
+    }
+}
+
+/// Tells a tracing subscriber (if there is one) what an open found and
+/// decided: the same facts as the [`OpenReport`], as they happen.
+fn trace_open(dir: &Path, report: &OpenReport) {
+    let dir = dir.display();
+    tracing::debug!(
+        %dir,
+        records = report.records,
+        contexts = report.contexts,
+        from_checkpoint = report.from_checkpoint,
+        replayed = report.replayed,
+        "store opened"
+    );
+    if let Some(t) = &report.torn_tail {
+        tracing::info!(%dir, segment = t.segment, offset = t.offset, bytes = t.bytes, "cut a torn tail (bytes never acknowledged)");
+    }
+    if let Some(why) = &report.checkpoint_ignored {
+        tracing::warn!(%dir, reason = %why, "checkpoint not used; the whole log was read");
+    }
+    if report.identity_restored {
+        tracing::warn!(%dir, store = %report.store_id, "IDENTITY was missing or damaged; written again from the store's files");
+    }
+    for s in &report.skipped {
+        tracing::warn!(%dir, segment = s.segment, offset = s.offset, reason = %s.reason, "skipped damaged bytes");
+    }
+    for l in &report.lost {
+        tracing::warn!(%dir, segment = l.segment, expected = l.expected, actual = l.actual, reason = %l.reason, "acknowledged records are missing");
+    }
+    for f in &report.foreign {
+        tracing::warn!(%dir, path = %f.path.display(), reason = %f.reason, "left another store's file unread");
+    }
+    if !report.removed_segments.is_empty() {
+        tracing::info!(%dir, segments = ?report.removed_segments, "removed segments left by a crash or an interrupted compaction");
     }
 }
 

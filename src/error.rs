@@ -24,6 +24,16 @@ pub enum Error {
         /// The operating system's error.
         source: io::Error,
     },
+    /// There is no store at the path, and the open was not to create one
+    /// ([`Options::create`](crate::Options::create) is `false`, or the open
+    /// is read-only).
+    StoreNotFound {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A write to a store opened read-only
+    /// ([`Store::open_read_only`](crate::Store::open_read_only)).
+    ReadOnly,
     /// Another process (or another `Store` in this one) holds the store open.
     Locked {
         /// The lock file.
@@ -117,6 +127,8 @@ impl Error {
     pub fn kind_name(&self) -> &'static str {
         match self {
             Error::Io { .. } => "Io",
+            Error::StoreNotFound { .. } => "StoreNotFound",
+            Error::ReadOnly => "ReadOnly",
             Error::Locked { .. } => "Locked",
             Error::UnsupportedFormat { .. } => "UnsupportedFormat",
             Error::Corrupt { .. } => "Corrupt",
@@ -158,6 +170,16 @@ impl fmt::Display for Error {
                 f,
                 "could not {op} at {}; check the disk and permissions, then retry",
                 path.display()
+            ),
+            Error::StoreNotFound { path } => write!(
+                f,
+                "there is no store at {}; check the path (a store is created only by an open \
+                 that may create one)",
+                path.display()
+            ),
+            Error::ReadOnly => write!(
+                f,
+                "the store was opened read-only; open it with Store::open to write"
             ),
             Error::Locked { path } => write!(
                 f,

@@ -96,8 +96,8 @@ pub use log::verify::{Damage, VerifyReport};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
 pub use options::{Durability, Options, RecoveryMode, TurnPolicy};
 pub use store::{
-    Appended, CompactReport, ContextInfo, ContextPage, EventRecord, ListTasksQuery, Receipt, Stats,
-    Store, StoredMessage, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
+    Appended, CompactReport, ContextInfo, ContextPage, EventRecord, Item, ItemKind, ListTasksQuery,
+    Receipt, Stats, Store, StoredMessage, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
 };
 
 /// The README's Rust examples, compiled and run as doc-tests.

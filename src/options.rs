@@ -98,11 +98,20 @@ pub struct Options {
     /// CPU meanwhile (a server parsing requests on the same cores) loses
     /// by it and sets 0. Default: 64 (see `cargo bench --bench concurrency`).
     pub commit_yields: u32,
+    /// Whether [`Store::open`](crate::Store::open) may create the store:
+    /// `true` (the default) makes the directory and a new store in it when
+    /// there is none; `false` opens an existing store only and fails with
+    /// [`Error::StoreNotFound`](crate::Error::StoreNotFound) otherwise (a
+    /// mistyped path then never becomes a new, empty store).
+    pub create: bool,
     /// The file system the store reads and writes. Default: the operating
     /// system's ([`OsFs`](crate::fs::OsFs)); tests and fuzzers can pass an
     /// in-memory one that simulates crashes ([`MemFs`](crate::fs::MemFs)),
     /// or wrap either to fail any call ([`FaultyFs`](crate::fs::FaultyFs)).
     pub fs: std::sync::Arc<dyn crate::fs::Fs>,
+    /// Set only by [`Store::open_read_only`](crate::Store::open_read_only):
+    /// recovery then changes nothing on disk.
+    pub(crate) read_only: bool,
 }
 
 impl Default for Options {
@@ -118,7 +127,9 @@ impl Default for Options {
             checkpoint_interval: Some(64 << 20),
             lock_wait: std::time::Duration::from_millis(500),
             commit_yields: 64,
+            create: true,
             fs: std::sync::Arc::new(crate::fs::OsFs),
+            read_only: false,
         }
     }
 }
@@ -176,6 +187,12 @@ impl Options {
     /// [`Options::commit_yields`]).
     pub fn commit_yields(mut self, yields: u32) -> Self {
         self.commit_yields = yields;
+        self
+    }
+
+    /// Sets whether an open may create the store (see [`Options::create`]).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
         self
     }
 

@@ -96,7 +96,13 @@ impl Fs for OsFs {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
-            let meta = entry.metadata()?;
+            let meta = match entry.metadata() {
+                Ok(meta) => meta,
+                // Removed since the directory was read (by a writer's
+                // compaction, while a read-only open lists it): gone.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             if !meta.is_file() {
                 continue;
             }

@@ -119,7 +119,14 @@ pub fn recover(
 ) -> Result<Recovered> {
     let fs = options.fs.as_ref();
     let (mode, max_record) = (options.recovery, options.max_record_bytes);
-    remove_temporaries(fs, dir)?;
+    let read_only = options.read_only;
+    // A read-only open changes nothing: temporaries, leftovers and a lost
+    // IDENTITY stay as they are (the survey passes over the first two; a
+    // writer's open deals with them), and the newest segment is read, not
+    // cut.
+    if !read_only {
+        remove_temporaries(fs, dir)?;
+    }
     let layout = survey(fs, dir)?;
     if let Some(e) = layout.past_max() {
         return Err(e);
@@ -138,21 +145,22 @@ pub fn recover(
     if let Some(r) = resume {
         check_resume(dir, &r, &layout)?;
     }
-    if layout.identity != Identity::Found {
+    if layout.identity != Identity::Found && !read_only {
         identity::write(fs, dir, layout.store)?;
         report.identity_restored = layout.identity == Identity::FromSegments;
     }
-    for &id in &layout.leftovers {
+    for &id in layout.leftovers.iter().filter(|_| !read_only) {
         let path = segment_path(dir, id);
         fs.remove_file(&path)
             .map_err(|e| Error::io("remove a segment left over from compaction", &path, e))?;
         report.removed_segments.push(id);
     }
-    if !layout.leftovers.is_empty() {
+    if !layout.leftovers.is_empty() && !read_only {
         sync_dir(fs, dir)?;
     }
     let mut scan = Scan {
         mode,
+        read_only,
         max_record,
         report,
         on_record: &mut on_record,
@@ -187,6 +195,7 @@ pub fn recover(
     };
     let active = match tail.last() {
         Some(&newest) => scan.newest(fs, dir, newest, fresh)?,
+        None if read_only => unwritable(fresh),
         None => fresh_segment(fs, dir, fresh)?,
     };
     if !scan.reached {
@@ -272,6 +281,9 @@ pub struct Resume {
 
 struct Scan<'a, F> {
     mode: RecoveryMode,
+    /// Read the newest segment as it is: a tail that does not decode is
+    /// the writer's unfinished append, left alone and not reported.
+    read_only: bool,
     max_record: u32,
     report: &'a mut OpenReport,
     on_record: &'a mut F,
@@ -403,6 +415,9 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
     }
 
     fn newest(&mut self, fs: &dyn Fs, dir: &Path, id: u64, fresh: Fresh) -> Result<ActiveSegment> {
+        if self.read_only {
+            return self.newest_read_only(fs, dir, id, fresh);
+        }
         let path = segment_path(dir, id);
         let file = fs
             .open(&path)
@@ -449,6 +464,81 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             bytes,
             header_len,
         })
+    }
+}
+
+impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
+    /// [`newest`](Self::newest) for a read-only open: the segment's bytes
+    /// up to its last whole record, nothing written. A writer may be
+    /// appending to it: what follows the last record that decodes is its
+    /// unfinished work (or preallocated zeros), not damage.
+    fn newest_read_only(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &Path,
+        id: u64,
+        fresh: Fresh,
+    ) -> Result<ActiveSegment> {
+        let path = segment_path(dir, id);
+        let mut bytes = fs
+            .read(&path)
+            .map_err(|e| Error::io("read the newest segment", &path, e))?;
+        if decode_header(&bytes).is_err() && bytes.len() as u64 <= HEADER_LEN {
+            // A segment whose header is not written yet: nothing in it.
+            return Ok(unwritable(Fresh { id, ..fresh }));
+        }
+        let header_len = self.check_header(&path, id, &bytes)?.records_start();
+        let len = bytes.len() as u64;
+        let from = self.start_of(id, len, header_len)?.unwrap_or(len);
+        if let Some(cut) = self.frames(id, &bytes, true, from)? {
+            bytes.truncate(cut as usize);
+        }
+        self.report.segments += 1;
+        Ok(ActiveSegment {
+            id,
+            file: Arc::new(Unwritable),
+            bytes,
+            header_len,
+        })
+    }
+}
+
+/// The file of a read-only store's newest segment: every write fails.
+struct Unwritable;
+
+impl crate::fs::SegmentFile for Unwritable {
+    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(read_only())
+    }
+
+    fn set_len(&self, _: u64) -> std::io::Result<()> {
+        Err(read_only())
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        Err(read_only())
+    }
+
+    fn map(&self) -> std::io::Result<crate::fs::Mapped> {
+        Err(read_only())
+    }
+}
+
+fn read_only() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "the store was opened read-only",
+    )
+}
+
+/// A read-only open's stand-in for a segment it cannot create: its header,
+/// in memory only.
+fn unwritable(fresh: Fresh) -> ActiveSegment {
+    ActiveSegment {
+        id: fresh.id,
+        file: Arc::new(Unwritable),
+        bytes: encode_header(fresh.id, 0, fresh.store, fresh.prev).to_vec(),
+        header_len: HEADER_LEN,
     }
 }
 

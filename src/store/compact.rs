@@ -152,6 +152,9 @@ impl Store {
         step: CompactStep,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<CompactReport> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
+        }
         let mut manifest = self.manifest.lock();
         let _span = tracing::info_span!("compact", generation = manifest.generation + 1).entered();
         // The checkpoint describes the segments this replaces: drop it, and

@@ -18,6 +18,7 @@ use crate::log::writer::LogWriter;
 
 mod checkpoint;
 mod compact;
+mod portable;
 mod tasks;
 mod turns;
 mod wait;
@@ -29,6 +30,7 @@ use crate::options::{Options, RecoveryMode};
 use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
+pub use portable::{Item, ItemKind};
 pub use tasks::{EventRecord, ListTasksQuery, Receipt, TaskRef};
 pub use turns::TurnGuard;
 
@@ -197,8 +199,76 @@ impl Store {
         let dir = dir.as_ref().to_path_buf();
         check_options(&options)?;
         let fs = options.fs.clone();
-        create_dir(fs.as_ref(), &dir)?;
+        if options.create {
+            create_dir(fs.as_ref(), &dir)?;
+        } else if !holds_store(fs.as_ref(), &dir) {
+            return Err(Error::StoreNotFound { path: dir });
+        }
         let lock = lock_dir(fs.as_ref(), &dir, options.lock_wait)?;
+        Self::open_locked(dir, options, lock)
+    }
+
+    /// Opens the store in `dir` to read it, even while another process
+    /// writes it: no lock taken, nothing written (no cut tail, no
+    /// checkpoint, no file created or removed). The store answers as of the
+    /// open: every record whole in its files then, that is, a prefix of
+    /// the log, even when a writer was appending, rotating or compacting
+    /// meanwhile (bytes after the last whole record of the newest segment
+    /// are taken for the writer's unfinished append, and not reported as a
+    /// torn tail). A record a writer had written but not yet synced may be
+    /// included: a crash of that writer may still cut it. Reopen to see
+    /// what was written since. Every write answers [`Error::ReadOnly`]; a
+    /// directory without a store answers [`Error::StoreNotFound`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::{Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let writer = Store::open(dir.path(), Options::default())?;
+    /// writer.append_message("acme", "case-42", b"hello")?;
+    /// // Beside the writer, which holds the store's lock:
+    /// let reader = Store::open_read_only(dir.path(), Options::default())?;
+    /// assert_eq!(reader.last_messages("acme", "case-42", 1)?[0].raw, b"hello");
+    /// assert!(matches!(
+    ///     reader.append_message("acme", "case-42", b"no"),
+    ///     Err(ctxlog::Error::ReadOnly)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_read_only(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let mut options = options.durability(crate::Durability::Buffered);
+        options.read_only = true;
+        check_options(&options)?;
+        if !holds_store(options.fs.as_ref(), &dir) {
+            return Err(Error::StoreNotFound { path: dir });
+        }
+        // A writer may change the directory while this reads it: a
+        // compaction removes segments (a file listed is gone when read),
+        // renames new ones in and switches the manifest (which then names
+        // files the listing did not see), a checkpoint may reach past the
+        // listing. Each such view fails to open and a later look sees a
+        // consistent one: look again, a bounded number of times, with a
+        // short pause for the writer's step to finish. Damage that stays
+        // is reported as it is after the last look.
+        let mut tries = 0u64;
+        loop {
+            match Self::open_locked(dir.clone(), options.clone(), Box::new(())) {
+                Err(e) if tries < READ_ONLY_TRIES && moved_under(&e) => {
+                    tries += 1;
+                    tracing::debug!(dir = %dir.display(), tries, error = %e, "the store changed while opening read-only; again");
+                    std::thread::sleep(std::time::Duration::from_millis(tries.min(10)));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The rest of [`open`](Self::open) (and of a read-only open), once the
+    /// lock (or, read-only, nothing) is held.
+    fn open_locked(dir: PathBuf, options: Options, lock: Box<dyn Send + Sync>) -> Result<Self> {
+        let fs = options.fs.clone();
         // With a sound checkpoint, load the index and read only the log
         // after it; if the log does not match it, read everything instead.
         let first = Index::default();
@@ -279,6 +349,12 @@ impl Store {
             waits: wait::EventWaits::default(),
             _lock: lock,
         })
+    }
+
+    /// Whether the store was opened with
+    /// [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        self.options.read_only
     }
 
     /// Records served now (of the current namespace).
@@ -461,6 +537,9 @@ impl Store {
         blob: &[u8],
         timestamp_ms: u64,
     ) -> Result<u64> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
+        }
         let seq = slot.state.read().next_seq;
         if seq > MAX_SEQ {
             return Err(Error::InvalidParams {
@@ -905,6 +984,9 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
+        }
         self.writer.sync_all()
     }
 
@@ -925,6 +1007,9 @@ impl Store {
     /// ```
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
+        if self.options.read_only {
+            return Ok(());
+        }
         self.writer.finish()?;
         if !self.checkpoint_stale() {
             return Ok(());
@@ -1051,7 +1136,7 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if self.closed {
+        if self.closed || self.options.read_only {
             return;
         }
         // Best effort: `close` is the way to learn whether this worked.
@@ -1368,6 +1453,31 @@ fn check_options(o: &Options) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// How many times a read-only open looks again at a directory a writer
+/// changed under it.
+const READ_ONLY_TRIES: u64 = 40;
+
+/// Whether a read-only open's error may come from a writer's change in the
+/// middle of it (a file gone, files that do not match each other yet).
+fn moved_under(e: &Error) -> bool {
+    match e {
+        Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+        Error::MissingRecords { .. } | Error::Corrupt { .. } => true,
+        _ => false,
+    }
+}
+
+/// Whether `dir` holds a store: its identity file or a segment.
+fn holds_store(fs: &dyn Fs, dir: &Path) -> bool {
+    fs.exists(dir)
+        && fs.list(dir).is_ok_and(|names| {
+            names.iter().any(|(name, _)| {
+                name == crate::log::identity::IDENTITY
+                    || crate::log::segments::segment_id_of(name).is_some()
+            })
+        })
 }
 
 fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {

@@ -940,7 +940,7 @@ impl Store {
 
     /// The context of a task of this tenant, live or not: through the
     /// prefix of a store-made id, else through the task map.
-    fn find_task(&self, tenant: &str, task_id: &str) -> Option<Arc<ContextSlot>> {
+    pub(super) fn find_task(&self, tenant: &str, task_id: &str) -> Option<Arc<ContextSlot>> {
         if let IdKey::Made(bytes) = IdKey::of(task_id) {
             if let Some(slot) = self.index.prefix_context(&prefix_of_id(&bytes)) {
                 let state = slot.state.read();
@@ -1053,7 +1053,12 @@ impl Checked {
 }
 
 /// The record kind of a received message, joining or opening `task_id`.
-fn inbound(task_id: &str, opens_task: bool, msg: &Message, digest: [u8; 32]) -> RecordKind {
+pub(super) fn inbound(
+    task_id: &str,
+    opens_task: bool,
+    msg: &Message,
+    digest: [u8; 32],
+) -> RecordKind {
     RecordKind::Message {
         task: Some(TaskLink {
             task_id: task_id.to_string(),
@@ -1064,7 +1069,7 @@ fn inbound(task_id: &str, opens_task: bool, msg: &Message, digest: [u8; 32]) -> 
     }
 }
 
-fn context_of(state: &crate::index::ContextState) -> Result<&str> {
+pub(super) fn context_of(state: &crate::index::ContextState) -> Result<&str> {
     state
         .meta
         .as_ref()
@@ -1085,7 +1090,7 @@ fn mismatch() -> Error {
 /// they were spaced, and never alike when a value differs. A document with
 /// a key twice in any object is refused: it would read back otherwise than
 /// it was checked.
-fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
+pub(super) fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
     if std::str::from_utf8(raw).is_err() {
         let lossy = String::from_utf8_lossy(raw);
         if let Ok(m) = serde_json::from_str::<Message>(&lossy) {

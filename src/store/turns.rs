@@ -78,6 +78,9 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn begin_turn(&self, tenant: &str, context_id: &str, task_id: &str) -> Result<TurnGuard> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
+        }
         let key = ContextKey::derive(tenant, context_id)?;
         let TurnPolicy::SingleActive { lease } = self.options.turns else {
             return Ok(TurnGuard { held: None });

@@ -266,9 +266,15 @@ fn every_error_kind_has_its_line_and_status() {
     std::fs::write(other.path().join("0000000000000001.seg"), header).unwrap();
     fails(other.path(), &["check"], b"", "UnsupportedFormat", 1);
 
-    // A second opener, here another process, gets Locked.
+    // A second writer, here another process, gets Locked; a reader reads
+    // beside the holder, read-only, and says so on stderr.
     let holder = ctxlog::Store::open(d, ctxlog::Options::default()).unwrap();
-    fails(d, &["check"], b"", "Locked", 1);
+    fails(d, &["append", "c"], b"x", "Locked", 1);
+    let out = ctxlog(d, &["check"], b"");
+    assert!(out.status.success());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["readOnly"], true);
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("note: the store is in use"));
     {
         let _no_fork = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
         drop(holder);
@@ -476,18 +482,20 @@ fn bytes_that_are_not_utf8_are_usage_errors_or_paths_never_a_panic() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(dir.exists());
-    for args in [
-        vec![s("--dir"), d, s("key"), bad],
-        vec![s("--dir"), d, bad],
-        vec![s("--dir"), d, s("--tenant"), bad, s("stats")],
+    for (args, says) in [
+        (vec![s("--dir"), d, s("key"), bad], "UTF-8"),
+        // Not a command of the list, whatever its bytes.
+        (vec![s("--dir"), d, bad], "unrecognized subcommand"),
+        (vec![s("--dir"), d, s("--tenant"), bad, s("stats")], "UTF-8"),
     ] {
         let out = raw(&args, &[]);
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(
-            err.starts_with("error: Usage: ") && err.contains("UTF-8"),
+            err.starts_with("error: Usage: ") && err.contains(says),
             "{err}"
         );
+        assert_eq!(err.lines().count(), 1, "{err}");
     }
     let out = raw(
         &[s("--dir"), d, s("history"), s("c")],

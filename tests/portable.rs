@@ -17,9 +17,7 @@ fn export(store: &Store) -> Vec<String> {
     for tenant in store.tenants() {
         let mut token = None;
         loop {
-            let page = store
-                .list_contexts(&tenant, 100, token.as_deref())
-                .unwrap();
+            let page = store.list_contexts(&tenant, 100, token.as_deref()).unwrap();
             for c in &page.contexts {
                 for item in store.export_context(&tenant, &c.context_id).unwrap() {
                     lines.push(item.to_json_line());
@@ -37,7 +35,9 @@ fn export(store: &Store) -> Vec<String> {
 /// A store holding every kind of record.
 fn every_kind(store: &Store) -> String {
     store.append_message("acme", "raw", b"plain text").unwrap();
-    store.append_message("acme", "raw", b"\xff\x00 not utf-8").unwrap();
+    store
+        .append_message("acme", "raw", b"\xff\x00 not utf-8")
+        .unwrap();
     store
         .append_message("acme", "raw", b"{\n  \"pretty\": true\n}")
         .unwrap();
@@ -99,9 +99,8 @@ fn every_kind_of_record_round_trips_byte_for_byte() {
     }
     assert_eq!(export(&b), lines);
     // The task reads the same, history, artifacts and all.
-    let read = |s: &Store| {
-        serde_json::to_string(&s.get_task("acme", &task, None, true).unwrap()).unwrap()
-    };
+    let read =
+        |s: &Store| serde_json::to_string(&s.get_task("acme", &task, None, true).unwrap()).unwrap();
     assert_eq!(read(&b), read(&a));
     assert_eq!(
         b.get_task("acme", &task, None, false).unwrap().status.state,
@@ -124,7 +123,9 @@ fn every_kind_of_record_round_trips_byte_for_byte() {
 fn an_import_is_checked_as_live_writes_are() {
     let (_dir, store) = store();
     let line = |kind: &str| {
-        format!(r#"{{"tenant":"t","contextId":"c","seq":0,"timestamp":"2026-12-01T10:00:00.000Z",{kind}}}"#)
+        format!(
+            r#"{{"tenant":"t","contextId":"c","seq":0,"timestamp":"2026-12-01T10:00:00.000Z",{kind}}}"#
+        )
     };
     let item = |kind: &str| Item::from_json_line(&line(kind)).unwrap();
     // An event of a task that does not exist.
@@ -150,7 +151,10 @@ fn an_import_is_checked_as_live_writes_are() {
     store.import_item(&open("m1")).unwrap();
     assert!(matches!(
         store.import_item(&open("m2")),
-        Err(Error::InvalidParams { field: "taskId", .. })
+        Err(Error::InvalidParams {
+            field: "taskId",
+            ..
+        })
     ));
     // A status past a final one.
     for state in ["TASK_STATE_COMPLETED", "TASK_STATE_WORKING"] {

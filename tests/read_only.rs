@@ -1,7 +1,8 @@
 //! Read-only opens beside a live writer in another process: whatever the
 //! writer is doing (appending, rotating segments, writing checkpoints,
 //! compacting), every answer a reader gets is a prefix of what the writer
-//! wrote, and the reader changes nothing on disk.
+//! wrote, a checksum scan finds nothing wrong, and the reader changes
+//! nothing on disk.
 
 mod common;
 
@@ -101,11 +102,18 @@ fn readers_beside_a_live_writer_see_prefixes() {
     let mut reads = 0;
     let mut last = 0;
     let mut grew = 0;
+    let mut verified = 0;
     while child.try_wait().unwrap().is_none() && reads < 2000 {
         let store = Store::open_read_only(dir.path(), Options::default()).unwrap();
         assert!(store.is_read_only());
         assert!(store.open_report().torn_tail.is_none());
         let seen = check_prefixes(&store);
+        if reads % 25 == 0 {
+            // A full checksum scan beside the writer finds nothing wrong.
+            let report = Store::verify_read_only(dir.path(), &mut |_, _| {}).unwrap();
+            assert!(report.is_clean(), "{report:?}");
+            verified += 1;
+        }
         if seen > last {
             grew += 1;
         }
@@ -116,6 +124,7 @@ fn readers_beside_a_live_writer_see_prefixes() {
     // The reader followed the writer along the way.
     eprintln!("{reads} reads, grew {grew} times");
     assert!(reads >= 2 && grew >= 1, "{reads} reads, grew {grew} times");
+    assert!(verified >= 1);
     // And after it, sees everything.
     let store = Store::open_read_only(dir.path(), Options::default()).unwrap();
     assert_eq!(check_prefixes(&store), APPENDS);

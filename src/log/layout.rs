@@ -18,7 +18,8 @@ use crate::fs::Fs;
 
 /// Acknowledged records that are missing: a file of the store says the
 /// log reached further than the segment now does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Lost {
     /// The segment.
     pub segment: u64,
@@ -43,9 +44,11 @@ impl Lost {
 }
 
 /// A file of another store, found in this store's directory and left alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Foreign {
     /// The file.
+    #[serde(serialize_with = "path_text")]
     pub path: PathBuf,
     /// Why it is another store's.
     pub reason: String,
@@ -347,4 +350,9 @@ impl Layout {
             before = Some(id);
         }
     }
+}
+
+/// A path as its text (invalid UTF-8 replaced), for the JSON of reports.
+fn path_text<S: serde::Serializer>(path: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
 }

@@ -21,8 +21,9 @@ use crate::options::{Options, RecoveryMode};
 
 /// What opening found and did. Nothing in it is an error: an open that had
 /// to refuse returns an [`Error`] instead.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
+#[serde(rename_all = "camelCase")]
 pub struct OpenReport {
     /// The store's identity (32 hex digits).
     pub store_id: String,
@@ -64,7 +65,8 @@ pub struct OpenReport {
 }
 
 /// A torn tail that recovery cut off.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TornTail {
     /// The newest segment's id.
     pub segment: u64,
@@ -78,7 +80,8 @@ pub struct TornTail {
 }
 
 /// A damaged range skipped under [`RecoveryMode::SkipCorrupt`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Skipped {
     /// The segment id.
     pub segment: u64,

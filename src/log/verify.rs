@@ -16,7 +16,8 @@ use crate::log::record;
 use crate::MAX_RECORD_BYTES;
 
 /// One damaged place.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Damage {
     /// The segment id (0 for a damaged file that is not a segment).
     pub segment: u64,
@@ -50,14 +51,31 @@ impl VerifyReport {
     }
 }
 
-/// Scans every segment of the log in `dir` (the caller holds the store's
-/// lock, or knows nothing writes it), reporting progress as (segments done,
-/// segments in all). `checkpoint` is where the store's checkpoint says the
+/// `{"clean", "segments", "records", "bytes", "damage"}`.
+impl serde::Serialize for VerifyReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = s.serialize_struct("VerifyReport", 5)?;
+        out.serialize_field("clean", &self.is_clean())?;
+        out.serialize_field("segments", &self.segments)?;
+        out.serialize_field("records", &self.records)?;
+        out.serialize_field("bytes", &self.bytes)?;
+        out.serialize_field("damage", &self.damage)?;
+        out.end()
+    }
+}
+
+/// Scans every segment of the log in `dir`, reporting progress as (bytes
+/// read, bytes to read). The caller holds the store's lock, or knows
+/// nothing writes it, or (`live`) lets a writer append meanwhile: then
+/// bytes after the newest segment's last whole record are its unfinished
+/// append, not damage. `checkpoint` is where the store's checkpoint says the
 /// log reached, if it has a sound one.
 pub fn verify_dir(
     fs: &dyn Fs,
     dir: &Path,
     checkpoint: Option<Resume>,
+    live: bool,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<VerifyReport> {
     let layout = survey(fs, dir)?;
@@ -115,14 +133,18 @@ pub fn verify_dir(
     }
     // The segment an open would append to.
     let newest = layout.tail.last().copied();
-    let live: Vec<u64> = layout
+    let segments: Vec<u64> = layout
         .compacted
         .iter()
         .chain(&layout.tail)
         .copied()
         .collect();
-    for (i, &id) in live.iter().enumerate() {
-        progress(i, live.len());
+    let size = |id: &u64| usize::try_from(layout.lens.get(id).copied().unwrap_or(0)).unwrap_or(0);
+    let total: usize = segments.iter().map(size).sum();
+    let mut done = 0;
+    for &id in &segments {
+        progress(done.min(total), total);
+        done += size(&id);
         let path: PathBuf = segment_path(dir, id);
         let bytes = fs
             .read(&path)
@@ -145,19 +167,31 @@ pub fn verify_dir(
                 supported: FORMAT_VERSION,
             });
         }
+        let newest = newest == Some(id);
         scan_frames(
             id,
             &bytes,
             header.records_start(),
-            newest == Some(id),
+            newest,
+            live && newest,
             &mut report,
         );
     }
-    progress(live.len(), live.len());
+    progress(total, total);
     Ok(report)
 }
 
-fn scan_frames(id: u64, bytes: &[u8], from: u64, newest: bool, report: &mut VerifyReport) {
+/// Checks every frame of a segment from `from`. In the newest segment,
+/// preallocated zeros end the scan; with `unfinished` (a writer may be
+/// appending), so do bytes that no whole record follows.
+fn scan_frames(
+    id: u64,
+    bytes: &[u8],
+    from: u64,
+    newest: bool,
+    unfinished: bool,
+    report: &mut VerifyReport,
+) {
     let end = bytes.len() as u64;
     let mut at = from;
     while at < end {
@@ -170,6 +204,11 @@ fn scan_frames(id: u64, bytes: &[u8], from: u64, newest: bool, report: &mut Veri
                 at = frame.end();
             }
             Err(_) if newest && is_preallocated(bytes, at) => break,
+            Err(_)
+                if unfinished && find_next_frame(bytes, id, at + 1, MAX_RECORD_BYTES).is_none() =>
+            {
+                break
+            }
             Err(e) => {
                 report.damage.push(damage(id, at, &e.reason()));
                 at = find_next_frame(bytes, id, at + 1, MAX_RECORD_BYTES).unwrap_or(end);

@@ -21,8 +21,9 @@ use crate::namespace::{ContextKey, NAMESPACE_VERSION};
 use crate::MAX_RECORD_BYTES;
 
 /// What a compaction did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
+#[serde(rename_all = "camelCase")]
 pub struct CompactReport {
     /// Segments rewritten.
     pub input_segments: usize,
@@ -119,8 +120,8 @@ impl Store {
         self.compact_with(CompactStep::Done, &mut |_, _| {})
     }
 
-    /// [`compact`](Self::compact), reporting progress as (segments read,
-    /// segments to read).
+    /// [`compact`](Self::compact), reporting progress as (bytes read, bytes
+    /// to read) of the segments it rewrites.
     ///
     /// # Examples
     ///
@@ -130,7 +131,7 @@ impl Store {
     /// store.append_message("acme", "case-42", b"hello")?;
     /// let mut seen = (0, 0);
     /// store.compact_with_progress(&mut |read, of| seen = (read, of))?;
-    /// assert_eq!(seen.0, seen.1); // every segment read
+    /// assert_eq!(seen.0, seen.1); // every byte read
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn compact_with_progress(
@@ -293,8 +294,18 @@ impl Store {
     ) -> Result<Vec<Out>> {
         let mut order: Vec<ContextKey> = Vec::new();
         let mut groups: HashMap<ContextKey, Vec<RecordLoc>> = HashMap::new();
-        for (i, &id) in inputs.iter().enumerate() {
-            progress(i, inputs.len());
+        let sizes: Vec<usize> = inputs
+            .iter()
+            .map(|&id| match self.segments.get(id) {
+                Some(SegmentData::Sealed(map)) => map.bytes().len(),
+                _ => 0,
+            })
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let mut done = 0;
+        for (&id, size) in inputs.iter().zip(&sizes) {
+            progress(done, total);
+            done += size;
             let Some(SegmentData::Sealed(map)) = self.segments.get(id) else {
                 return Err(Error::corrupt(
                     id,
@@ -326,7 +337,7 @@ impl Store {
                 at = frame.end();
             }
         }
-        progress(inputs.len(), inputs.len());
+        progress(total, total);
         let mut plan = Vec::new();
         for key in order {
             let locs = groups.remove(&key).unwrap_or_default();

@@ -146,8 +146,9 @@ impl HistoryItem {
 }
 
 /// What [`Store::stats`] counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
+#[serde(rename_all = "camelCase")]
 pub struct Stats {
     /// Live contexts.
     pub contexts: u64,
@@ -201,7 +202,7 @@ impl Store {
         let fs = options.fs.clone();
         if options.create {
             create_dir(fs.as_ref(), &dir)?;
-        } else if !holds_store(fs.as_ref(), &dir) {
+        } else if !holds_store(fs.as_ref(), &dir)? {
             return Err(Error::StoreNotFound { path: dir });
         }
         let lock = lock_dir(fs.as_ref(), &dir, options.lock_wait)?;
@@ -241,7 +242,7 @@ impl Store {
         let mut options = options.durability(crate::Durability::Buffered);
         options.read_only = true;
         check_options(&options)?;
-        if !holds_store(options.fs.as_ref(), &dir) {
+        if !holds_store(options.fs.as_ref(), &dir)? {
             return Err(Error::StoreNotFound { path: dir });
         }
         // A writer may change the directory while this reads it: a
@@ -363,7 +364,9 @@ impl Store {
     }
 
     /// Verifies every checksum of the store in `dir` without changing it
-    /// (takes the store's lock: fails with `Locked` while it is open).
+    /// (takes the store's lock: fails with `Locked` while it is open; see
+    /// [`verify_read_only`](Self::verify_read_only)), reporting progress as
+    /// (bytes read, bytes to read).
     ///
     /// # Examples
     ///
@@ -414,7 +417,41 @@ impl Store {
             ));
         }
         let _lock = lock_dir(fs, dir, Options::default().lock_wait)?;
-        verify_dir(fs, dir, checkpoint::peek(fs, dir), progress)
+        verify_dir(fs, dir, checkpoint::peek(fs, dir), false, progress)
+    }
+
+    /// [`verify`](Self::verify) without the store's lock, beside a writer
+    /// that may be appending, rotating or compacting: bytes after the
+    /// newest segment's last whole record are its unfinished append, not
+    /// damage, and a scan the writer changed under (a segment gone, a
+    /// manifest switched) is done again, as a read-only open is (see
+    /// [`open_read_only`](Self::open_read_only)). Reports progress as (bytes
+    /// read, bytes to read).
+    pub fn verify_read_only(
+        dir: impl AsRef<Path>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<VerifyReport> {
+        let dir = dir.as_ref();
+        let fs = OsFs;
+        if !holds_store(&fs, dir)? {
+            return Err(Error::StoreNotFound {
+                path: dir.to_path_buf(),
+            });
+        }
+        let mut tries = 0u64;
+        loop {
+            let report = verify_dir(&fs, dir, checkpoint::peek(&fs, dir), true, progress);
+            let moved = match &report {
+                Err(e) => moved_under(e),
+                // Damage a writer's change can fake: records found missing.
+                Ok(r) => r.damage.iter().any(|d| d.reason.contains("missing")),
+            };
+            if !moved || tries >= READ_ONLY_TRIES {
+                return report;
+            }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(tries.min(10)));
+        }
     }
 
     /// Counts of what the store holds, its size on disk and in memory.
@@ -1470,14 +1507,21 @@ fn moved_under(e: &Error) -> bool {
 }
 
 /// Whether `dir` holds a store: its identity file or a segment.
-fn holds_store(fs: &dyn Fs, dir: &Path) -> bool {
-    fs.exists(dir)
-        && fs.list(dir).is_ok_and(|names| {
-            names.iter().any(|(name, _)| {
-                name == crate::log::identity::IDENTITY
-                    || crate::log::segments::segment_id_of(name).is_some()
-            })
-        })
+/// Whether `dir` holds a store (an identity file or a segment). A path that
+/// is missing is no store; one that cannot be listed (a file, a directory
+/// without permission) is an error with its cause.
+fn holds_store(fs: &dyn Fs, dir: &Path) -> Result<bool> {
+    if !fs.exists(dir) {
+        return Ok(false);
+    }
+    match fs.list(dir) {
+        Ok(names) => Ok(names.iter().any(|(name, _)| {
+            name == crate::log::identity::IDENTITY
+                || crate::log::segments::segment_id_of(name).is_some()
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("list the store directory", dir, e)),
+    }
 }
 
 fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {

@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The tenant is named by the caller: file names cannot prove whose a
     // journal is.
     let report = import_hermes(&store, "acme", &journals, &mut |done, of| {
-        eprintln!("imported {done} of {of} file(s)")
+        eprintln!("read {done} of {of} journal byte(s)")
     })?;
     println!(
         "{} file(s), {} context(s), {} message(s), {} line(s) skipped",

@@ -128,6 +128,7 @@ pub fn render(data: &[u8]) {
             artifact,
             task_id,
             task_cut: 0,
+            speaker: None,
             text: input.text(200),
             cut: 0,
         });

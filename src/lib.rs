@@ -89,7 +89,7 @@ mod store;
 pub mod time;
 
 pub use error::{Error, Result};
-pub use import::{import_hermes, ImportReport};
+pub use import::{import_hermes, import_hermes_with, HermesImport, ImportReport, SkippedLine};
 pub use log::layout::{Foreign, Lost};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};

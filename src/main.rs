@@ -223,6 +223,12 @@ enum Command {
         /// The journal directory (named apart from the global --dir, the store's).
         #[arg(value_name = "JOURNALS")]
         journals: PathBuf,
+        /// Import nothing if any line cannot be imported; the error names the first.
+        #[arg(long)]
+        strict: bool,
+        /// Report what would be imported, and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// The context's namespace key.
     Key { context: String },
@@ -477,7 +483,18 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
             print_json(&open_read(g)?.stats());
             Ok(())
         }
-        Command::ImportHermes { journals } => import_hermes(g, tenant_given, &journals),
+        Command::ImportHermes {
+            journals,
+            strict,
+            dry_run,
+        } => import_hermes(
+            g,
+            tenant_given,
+            &journals,
+            ctxlog::HermesImport::default()
+                .strict(strict)
+                .dry_run(dry_run),
+        ),
         Command::Key { context } => {
             println!("{}", ContextKey::derive(&g.tenant, &context)?);
             Ok(())
@@ -749,7 +766,12 @@ fn check(g: &Global, full: bool) -> Outcome {
     verified.as_ref().map_or(Ok(()), damage_error)
 }
 
-fn import_hermes(g: &Global, tenant_given: bool, from: &Path) -> Outcome {
+fn import_hermes(
+    g: &Global,
+    tenant_given: bool,
+    from: &Path,
+    how: ctxlog::HermesImport,
+) -> Outcome {
     if !tenant_given {
         return Err(Failure::Usage(
             "import-hermes needs an explicit --tenant (or CTXLOG_TENANT): the journals cannot \
@@ -757,18 +779,49 @@ fn import_hermes(g: &Global, tenant_given: bool, from: &Path) -> Outcome {
                 .into(),
         ));
     }
-    let store = open_write(g, true)?;
-    let r = ctxlog::import_hermes(&store, &g.tenant, from, &mut counter("import"))?;
-    let skipped: Vec<Value> = r
+    // A dry run writes nothing: it reads the store read-only (beside a
+    // writer, if one runs), and one that does not exist yet as an empty one
+    // (in memory).
+    let look = || match Store::open_read_only(&g.dir, options(g)) {
+        Err(Error::StoreNotFound { .. }) => Store::open(
+            &g.dir,
+            options(g).fs(std::sync::Arc::new(ctxlog::fs::MemFs::new())),
+        ),
+        other => other,
+    };
+    let store = match how.dry_run {
+        false => {
+            // A strict import refuses before the store is even created.
+            if how.strict {
+                ctxlog::import_hermes_with(
+                    &look()?,
+                    &g.tenant,
+                    from,
+                    how.dry_run(true),
+                    &mut |_, _| {},
+                )?;
+            }
+            open_write(g, true)?
+        }
+        true => look()?,
+    };
+    let r = ctxlog::import_hermes_with(&store, &g.tenant, from, how, &mut progress("import"))?;
+    let skipped_files: Vec<Value> = r
         .skipped_files
         .iter()
         .map(|(f, why)| json!({ "file": f.display().to_string(), "reason": why }))
         .collect();
     print_json(&json!({
+        "dryRun": r.dry_run,
         "files": r.files, "contexts": r.contexts, "messages": r.messages,
-        "skippedLines": r.skipped_lines, "skippedFiles": skipped,
+        "resumedFiles": r.resumed_files, "alreadyImported": r.already_imported,
+        "skippedLines": r.skipped_lines, "skipped": r.skipped,
+        "skippedFiles": skipped_files,
     }));
-    Ok(store.close()?)
+    if !how.dry_run {
+        store.close()?;
+    }
+    Ok(())
 }
 
 /// Where export lines go: a file, or stdout; and where the summary goes

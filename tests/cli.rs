@@ -381,11 +381,70 @@ fn hermes_journals_import_with_their_good_lines() {
     let d = dir.path();
     let jd = j.to_str().unwrap();
     fails(d, &["import-hermes", jd], b"", "Usage", 2);
+    // A dry run says what an import would do and writes nothing: there is
+    // still no store.
+    let dry = ok_json(
+        d,
+        &["import-hermes", jd, "--tenant", "hermes-users", "--dry-run"],
+        b"",
+    );
+    assert_eq!(
+        (dry["dryRun"].clone(), dry["messages"].clone()),
+        (json!(true), json!(4))
+    );
+    fails(
+        d,
+        &["--tenant", "hermes-users", "stats"],
+        b"",
+        "StoreNotFound",
+        1,
+    );
+    // --strict refuses the whole import, naming the first bad line.
+    let out = ctxlog(
+        d,
+        &["--tenant", "hermes-users", "import-hermes", jd, "--strict"],
+        b"",
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("line 2: not UTF-8") && err.contains("nothing was imported"),
+        "{err}"
+    );
+    fails(
+        d,
+        &["--tenant", "hermes-users", "stats"],
+        b"",
+        "StoreNotFound",
+        1,
+    );
+
     let report = ok_json(d, &["--tenant", "hermes-users", "import-hermes", jd], b"");
     assert_eq!(report["files"], 2);
     assert_eq!(report["contexts"], 2);
     assert_eq!(report["messages"], 4);
     assert_eq!(report["skippedLines"], 2);
+    // Each skipped line with its file, number and reason.
+    let skipped: Vec<(String, u64, String)> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let file = s["file"].as_str().unwrap();
+            let name = Path::new(file).file_name().unwrap().to_str().unwrap();
+            (
+                name.to_string(),
+                s["line"].as_u64().unwrap(),
+                s["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(skipped[0].0, "other.jsonl");
+    assert_eq!(skipped[0].1, 2);
+    assert!(skipped[0].2.starts_with("not UTF-8"), "{skipped:?}");
+    assert_eq!(skipped[1].0, "support_case-1.jsonl");
+    assert_eq!(skipped[1].1, 3);
+    assert!(skipped[1].2.starts_with("not JSON"), "{skipped:?}");
     let history = ok_json(
         d,
         &["--tenant", "hermes-users", "history", "support_case-1"],
@@ -400,14 +459,123 @@ fn hermes_journals_import_with_their_good_lines() {
     assert_eq!(texts, ["line 1", "line 2", "line 4"]);
     assert_eq!(history[1]["message"]["role"], "ROLE_AGENT");
     assert_eq!(
-        history[0]["message"]["metadata"]["importedFrom"]["file"],
-        "support_case-1.jsonl"
+        history[2]["message"]["metadata"]["importedFrom"],
+        json!({ "format": "hermes-jsonl", "file": "support_case-1.jsonl", "line": 4 })
     );
-    // Imported contexts are the tenant's own; running again imports nothing twice.
+    // The journal's ts (seconds) are the stored timestamps.
+    assert_eq!(history[1]["timestamp"], "1970-01-01T00:00:02.000Z");
+    // Imported contexts are the tenant's own; running again imports nothing
+    // twice, and resumes each file after its last imported line.
     fails(d, &["history", "support_case-1"], b"", "ContextNotFound", 1);
     let again = ok_json(d, &["--tenant", "hermes-users", "import-hermes", jd], b"");
     assert_eq!(again["messages"], 0);
-    assert_eq!(again["skippedFiles"].as_array().unwrap().len(), 2);
+    assert_eq!(again["resumedFiles"], 2);
+    assert_eq!(again["skippedFiles"], json!([]));
+}
+
+/// An import cut short, or a journal that grew since, goes on from the
+/// last line imported; other roles stay themselves; `content` is text; a
+/// clock that went backwards keeps the context's order.
+#[test]
+fn import_hermes_resumes_and_keeps_roles_and_times() {
+    let journals = common::tmp();
+    let j = journals.path().join("case.jsonl");
+    let lines = [
+        r#"{"ts": "2026-11-30T09:00:00Z", "role": "user", "content": "hello"}"#,
+        r#"{"ts": "2026-11-30T09:00:01Z", "role": "system", "content": [{"type": "text", "text": "be brief"}]}"#,
+        r#"{"ts": "2026-11-30T08:00:00Z", "role": "tool", "text": "42"}"#,
+        r#"{"ts": 1796029205000, "role": "assistant", "text": "done"}"#,
+        r#"{"role": "agent"}"#,
+        r#"{"text": "who said this?"}"#,
+    ];
+    let dir = common::tmp();
+    let d = dir.path();
+    let import = || {
+        ok_json(
+            d,
+            &[
+                "import-hermes",
+                "--tenant",
+                "h",
+                journals.path().to_str().unwrap(),
+            ],
+            b"",
+        )
+    };
+    std::fs::write(&j, format!("{}\n{}\n", lines[0], lines[1])).unwrap();
+    let first = import();
+    assert_eq!(
+        (first["contexts"].clone(), first["messages"].clone()),
+        (json!(1), json!(2))
+    );
+    std::fs::write(&j, lines.join("\n")).unwrap();
+    let second = import();
+    assert_eq!(second["resumedFiles"], 1);
+    assert_eq!(second["alreadyImported"], 2);
+    assert_eq!(second["messages"], 2);
+    let reasons: Vec<(u64, &str)> = second["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["line"].as_u64().unwrap(), s["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [(5, "neither \"text\" nor \"content\""), (6, "no \"role\"")]
+    );
+    let history = ok_json(d, &["--tenant", "h", "history", "case"], b"");
+    let got: Vec<(&str, &str, &str)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["message"]["role"].as_str().unwrap(),
+                m["message"]["parts"][0]["text"].as_str().unwrap(),
+                m["timestamp"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ROLE_USER", "hello", "2026-11-30T09:00:00.000Z"),
+            ("ROLE_UNSPECIFIED", "be brief", "2026-11-30T09:00:01.000Z"),
+            // Earlier than the line before: stored at the context's latest.
+            ("ROLE_UNSPECIFIED", "42", "2026-11-30T09:00:01.000Z"),
+            ("ROLE_AGENT", "done", "2026-11-30T09:00:05.000Z"),
+        ]
+    );
+    assert_eq!(history[2]["message"]["metadata"]["hermesRole"], "tool");
+    assert_eq!(
+        history[2]["message"]["metadata"]["ts"],
+        "2026-11-30T08:00:00Z"
+    );
+    // Rendered as who they were.
+    let text = ok(d, &["--tenant", "h", "render", "case"], b"");
+    let heads: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains(" #"))
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(heads, ["user]", "system]", "tool]", "agent]"]);
+    // A context of that name that is not this file's import is left alone.
+    ok(d, &["--tenant", "h2", "append", "case"], b"mine");
+    let other = ok_json(
+        d,
+        &[
+            "import-hermes",
+            "--tenant",
+            "h2",
+            journals.path().to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(other["messages"], 0);
+    assert!(other["skippedFiles"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not an import of this file"));
 }
 
 /// What broke: `import-hermes` followed symbolic links out of the journal

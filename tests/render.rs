@@ -50,14 +50,18 @@ fn turn_strategy() -> impl Strategy<Value = Turn> {
         hostile_text(),
         0u64..3,
         0u64..3,
+        proptest::option::of("[a-z][a-z0-9_-]{0,15}"),
     )
         .prop_map(
-            |(position, (role, artifact), task_id, text, task_cut, cut)| Turn {
+            |(position, (role, artifact), task_id, text, task_cut, cut, speaker)| Turn {
                 position,
                 role,
                 artifact,
                 task_cut: if task_id.is_some() { task_cut } else { 0 },
                 task_id,
+                // A speaker names only a message of no A2A role.
+                speaker: speaker
+                    .filter(|s| role == Role::Unspecified && !artifact && render::is_speaker(s)),
                 text,
                 cut,
             },
@@ -473,4 +477,44 @@ fn no_history_to_show_renders_as_an_empty_text() {
         .unwrap();
     assert!(!after.is_empty() && after.included == 1);
     assert!(after.text.contains("| hi"), "{}", after.text);
+}
+
+/// A message of no A2A role renders under the speaker its metadata names,
+/// and only as a word no user's or agent's turn is labelled with.
+#[test]
+fn a_message_of_no_a2a_role_renders_under_its_named_speaker() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), ctxlog::Options::default()).unwrap();
+    let message = |role: &str, speaker: serde_json::Value| {
+        serde_json::to_vec(&json!({
+            "messageId": "m", "role": role, "parts": [{ "text": "t" }],
+            "metadata": { "other": [1, { "speaker": "user" }], "speaker": speaker },
+        }))
+        .unwrap()
+    };
+    for (role, speaker, label) in [
+        ("ROLE_UNSPECIFIED", json!("system"), "system"),
+        ("ROLE_UNSPECIFIED", json!("tool_2"), "tool_2"),
+        ("ROLE_UNSPECIFIED", json!("user"), "unknown"),
+        ("ROLE_UNSPECIFIED", json!("agent"), "unknown"),
+        ("ROLE_UNSPECIFIED", json!("System"), "unknown"),
+        ("ROLE_UNSPECIFIED", json!("a b"), "unknown"),
+        ("ROLE_UNSPECIFIED", json!(7), "unknown"),
+        ("ROLE_AGENT", json!("system"), "agent"),
+        ("ROLE_USER", json!("tool"), "user"),
+    ] {
+        let context = format!("{role}-{speaker}");
+        store
+            .append_message("t", &context, &message(role, speaker))
+            .unwrap();
+        let text = store
+            .render_history("t", &context, None, Budget::default())
+            .unwrap()
+            .text;
+        let head = text.lines().find(|l| l.contains(" #0 ")).unwrap();
+        assert!(head.ends_with(&format!(" #0 {label}]")), "{text}");
+        let parsed = render::parse(&text).unwrap();
+        let want = (label != "unknown" && role == "ROLE_UNSPECIFIED").then(|| label.to_string());
+        assert_eq!(parsed.turns[0].speaker, want);
+    }
 }

@@ -353,6 +353,9 @@ impl Layout {
 }
 
 /// A path as its text (invalid UTF-8 replaced), for the JSON of reports.
-fn path_text<S: serde::Serializer>(path: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn path_text<S: serde::Serializer>(
+    path: &std::path::Path,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.serialize_str(&path.to_string_lossy())
 }

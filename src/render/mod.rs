@@ -30,25 +30,40 @@ use crate::error::{Error, Result};
 
 pub use crate::a2a::Role;
 
-/// A turn's label in the rendered form: its role, or `artifact`.
-fn label(role: Role, artifact: bool) -> &'static str {
-    match (artifact, role) {
-        (true, _) => "artifact",
-        (false, Role::User) => "user",
-        (false, Role::Agent) => "agent",
-        (false, Role::Unspecified) => "unknown",
+/// A turn's label in the rendered form: its role, `artifact`, or for a
+/// message of no A2A role, the speaker its metadata names.
+fn label(turn: &Turn) -> &str {
+    match (turn.artifact, turn.role, turn.speaker.as_deref()) {
+        (true, _, _) => "artifact",
+        (false, Role::User, _) => "user",
+        (false, Role::Agent, _) => "agent",
+        (false, Role::Unspecified, Some(s)) if is_speaker(s) => s,
+        (false, Role::Unspecified, _) => "unknown",
     }
 }
 
-/// The role and artifact flag a rendered label stands for.
-fn from_label(s: &str) -> Option<(Role, bool)> {
+/// The role, artifact flag and speaker a rendered label stands for.
+fn from_label(s: &str) -> Option<(Role, bool, Option<String>)> {
     match s {
-        "artifact" => Some((Role::Agent, true)),
-        "user" => Some((Role::User, false)),
-        "agent" => Some((Role::Agent, false)),
-        "unknown" => Some((Role::Unspecified, false)),
+        "artifact" => Some((Role::Agent, true, None)),
+        "user" => Some((Role::User, false, None)),
+        "agent" => Some((Role::Agent, false, None)),
+        "unknown" => Some((Role::Unspecified, false, None)),
+        s if is_speaker(s) => Some((Role::Unspecified, false, Some(s.to_string()))),
         _ => None,
     }
+}
+
+/// Whether `s` may stand as a turn's label in place of `unknown`: a short
+/// lowercase word (`system`, `tool`) that is none of the labels the frame
+/// gives itself, so stored text can never pass for a user's or the agent's
+/// turn.
+pub fn is_speaker(s: &str) -> bool {
+    (1..=16).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && !matches!(s, "user" | "agent" | "artifact" | "unknown")
 }
 
 /// One turn of a history, in the structured form.
@@ -67,6 +82,11 @@ pub struct Turn {
     /// Bytes cut from the end of `task_id` to fit the budget (0: whole;
     /// only a rendering cuts it, when the turn's head alone is too large).
     pub task_cut: u64,
+    /// For a message of no A2A role (`Unspecified`), who spoke as its
+    /// metadata's `speaker` names it (`system`, `tool`: see
+    /// [`is_speaker`]); the rendering labels the turn with it in place of
+    /// `unknown`. `None` otherwise.
+    pub speaker: Option<String>,
     /// The message's text: its text parts, and a short line per other part.
     pub text: String,
     /// Bytes cut from the start of `text` to fit the budget (0: whole).
@@ -174,6 +194,71 @@ struct MessageView<'a> {
     task_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     parts: Vec<PartView<'a>>,
+    #[serde(default)]
+    metadata: Speaker,
+}
+
+/// The `speaker` of a message's metadata, if it is a string; every other
+/// key, and metadata of any other shape, is skipped unread.
+#[derive(Default)]
+struct Speaker(Option<String>);
+
+impl<'de> Deserialize<'de> for Speaker {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Speaker;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("message metadata")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Speaker, A::Error> {
+                let mut speaker = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match (key.as_ref(), &speaker) {
+                        ("speaker", None) => {
+                            speaker = map.next_value::<Option<Value>>()?.and_then(|v| match v {
+                                Value::String(s) => Some(s),
+                                _ => None,
+                            })
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Speaker(speaker))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Speaker, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Speaker(None))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Speaker, E> {
+                Ok(Speaker(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Speaker, E> {
+                Ok(Speaker(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Speaker, E> {
+                Ok(Speaker(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Speaker, E> {
+                Ok(Speaker(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Speaker, E> {
+                Ok(Speaker(None))
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Speaker, E> {
+                Ok(Speaker(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -200,6 +285,7 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
             artifact: false,
             task_id: None,
             task_cut: 0,
+            speaker: None,
             text: String::from_utf8_lossy(raw).into_owned(),
             cut: 0,
         };
@@ -216,12 +302,19 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
         }
         part_text(&mut text, part);
     }
+    // A speaker names only a message of no A2A role, and only as a word
+    // the frame cannot mistake for one of its own labels.
+    let speaker = msg
+        .metadata
+        .0
+        .filter(|s| role == Role::Unspecified && is_speaker(s));
     Turn {
         position,
         role,
         artifact: false,
         task_id: msg.task_id.map(Cow::into_owned),
         task_cut: 0,
+        speaker,
         text,
         cut: 0,
     }
@@ -441,12 +534,7 @@ fn write_turn(out: &mut String, nonce: &str, turn: &Turn) {
 
 /// A turn's head line, with its newline.
 fn write_head(out: &mut String, nonce: &str, turn: &Turn) {
-    let _ = write!(
-        out,
-        "[{nonce} #{} {}",
-        turn.position,
-        label(turn.role, turn.artifact)
-    );
+    let _ = write!(out, "[{nonce} #{} {}", turn.position, label(turn));
     if let Some(task) = &turn.task_id {
         let _ = write!(out, " task={}", quote(task));
         if turn.task_cut > 0 {
@@ -734,7 +822,7 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
         Some((r, more)) => (r, Some(more)),
         None => (rest, None),
     };
-    let (role, artifact) = from_label(role)?;
+    let (role, artifact, speaker) = from_label(role)?;
     let mut task_id = None;
     let mut task_cut = 0;
     let mut cut = 0;
@@ -760,6 +848,7 @@ fn parse_turn_head(line: &str, nonce: &str) -> Option<Turn> {
         artifact,
         task_id,
         task_cut,
+        speaker,
         text: String::new(),
         cut,
     })

@@ -18,7 +18,7 @@ use crate::log::writer::LogWriter;
 
 mod checkpoint;
 mod compact;
-mod portable;
+pub(crate) mod portable;
 mod tasks;
 mod turns;
 mod wait;
@@ -856,6 +856,7 @@ impl Store {
                 artifact: true,
                 task_id: body.kind.task_id().map(str::to_string),
                 task_cut: 0,
+                speaker: None,
                 text: format!("{label}, {} chunk(s)", item.chunks),
                 cut: 0,
             }

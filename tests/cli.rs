@@ -697,3 +697,30 @@ fn an_error_line_is_one_line_whatever_its_text_holds() {
     assert!(err.ends_with('\n') && !err.trim_end_matches('\n').contains(['\n', '\u{2028}']));
     assert!(err.contains("a\\u{a}b\\u{2028}c"), "{err}");
 }
+
+/// What broke: a message in the form of A2A v0.3, which many clients still
+/// send, was refused as "unknown variant `user`" with no word of what to
+/// write instead.
+#[test]
+fn a_v03_message_or_event_is_refused_with_what_v1_expects() {
+    let dir = common::tmp();
+    let d = dir.path();
+    let message = br#"{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"hi"}]}"#;
+    let event = br#"{"kind":"status-update","taskId":"t","contextId":"c","status":{"state":"working"},"final":false}"#;
+    for (command, body) in [("send", &message[..]), ("event", &event[..])] {
+        let out = ctxlog(d, &[command], body);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.starts_with("error: InvalidParams: "), "{err}");
+        assert!(
+            err.contains("A2A v0.3")
+                && err.contains("\"ROLE_USER\"")
+                && err.contains("statusUpdate"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1);
+    }
+    // The same message in v1.0 form is taken.
+    let v1 = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    assert_eq!(ok_json(d, &["send"], v1)["duplicate"], false);
+}

@@ -428,14 +428,21 @@ impl Store {
             reason,
         };
         json::canonical(raw).map_err(|e| invalid(e.to_string()))?;
-        let event: StreamResponse = serde_json::from_slice(raw)
-            .map_err(|e| invalid(format!("not an A2A StreamResponse: {e}")))?;
+        let event: StreamResponse = serde_json::from_slice(raw).map_err(|e| {
+            invalid(format!(
+                "not an A2A StreamResponse: {e}{}",
+                v03_hint(raw).unwrap_or_default()
+            ))
+        })?;
         match (event.status_update, event.artifact_update) {
             (Some(status), None) => self.update_status(tenant, &status),
             (None, Some(artifact)) => self.add_artifact(tenant, &artifact),
             _ => Err(Error::InvalidParams {
                 field: "event",
-                reason: "give exactly one of statusUpdate and artifactUpdate".into(),
+                reason: format!(
+                    "give exactly one of statusUpdate and artifactUpdate{}",
+                    v03_hint(raw).unwrap_or_default()
+                ),
             }),
         }
     }
@@ -1090,6 +1097,39 @@ fn mismatch() -> Error {
 /// they were spaced, and never alike when a value differs. A document with
 /// a key twice in any object is refused: it would read back otherwise than
 /// it was checked.
+/// What to write instead, for JSON in the form of A2A v0.3 (lowercase roles
+/// and states, a `kind` on every part and object), which v1.0 refuses: the
+/// store takes the form of the version it implements, and says what that
+/// form is rather than only that a variant is unknown.
+fn v03_hint(raw: &[u8]) -> Option<&'static str> {
+    let value: serde_json::Value = serde_json::from_slice(raw).ok()?;
+    let mut found = false;
+    let mut stack = vec![&value];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Object(o) => {
+                found |= o.contains_key("kind")
+                    || o.get("role")
+                        .and_then(|r| r.as_str())
+                        .is_some_and(|r| matches!(r, "user" | "agent"))
+                    || o.get("state")
+                        .and_then(|r| r.as_str())
+                        .is_some_and(|s| !s.starts_with("TASK_STATE_"))
+                    || o.contains_key("final");
+                stack.extend(o.values());
+            }
+            serde_json::Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+    found.then_some(
+        "; this looks like A2A v0.3 JSON, and the store takes v1.0: a role is \"ROLE_USER\" or \
+         \"ROLE_AGENT\" (not \"user\"), a state is \"TASK_STATE_WORKING\" and the like (not \
+         \"working\"), and parts and objects carry no \"kind\" (a text part is {\"text\": \"...\"}); \
+         an event is {\"statusUpdate\": {...}} or {\"artifactUpdate\": {...}}, without \"final\"",
+    )
+}
+
 pub(super) fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
     if std::str::from_utf8(raw).is_err() {
         let lossy = String::from_utf8_lossy(raw);
@@ -1103,7 +1143,10 @@ pub(super) fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
     }
     let not_a_message = |e: serde_json::Error| Error::InvalidParams {
         field: "message",
-        reason: format!("not an A2A Message in JSON: {e}"),
+        reason: format!(
+            "not an A2A Message in JSON: {e}{}",
+            v03_hint(raw).unwrap_or_default()
+        ),
     };
     let digest = json::check_and_digest(raw).map_err(|e| Error::InvalidParams {
         field: "message",

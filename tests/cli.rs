@@ -190,6 +190,9 @@ fn the_a2a_commands_work_together() {
     assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED");
 
     assert_eq!(ok_json(d, &["delete", &context], b"")["deleted"], true);
+    // A retried delete finds what it asked for; a context never made is not found.
+    assert_eq!(ok_json(d, &["delete", &context], b"")["deleted"], true);
+    fails(d, &["delete", "never-made"], b"", "ContextNotFound", 1);
     let compacted = ok_json(d, &["compact"], b"");
     assert!(
         compacted["recordsDropped"].as_u64().unwrap() >= 4,

@@ -1109,7 +1109,10 @@ impl Store {
     }
 
     /// Deletes a context with its tasks, messages and artifacts from every
-    /// read and listing at once, durably. Its id stays refused.
+    /// read and listing at once, durably. Its id stays refused. Deleting a
+    /// context already deleted (or expired) succeeds and writes nothing, so
+    /// a retried delete is no error; one that never existed is
+    /// [`Error::ContextNotFound`].
     ///
     /// # Examples
     ///
@@ -1122,18 +1125,21 @@ impl Store {
     ///     store.last_messages("acme", "case-42", 1),
     ///     Err(ctxlog::Error::ContextNotFound)
     /// ));
-    /// // Its id stays refused.
+    /// // Its id stays refused; deleting again is no error.
     /// assert!(store.append_message("acme", "case-42", b"again").is_err());
+    /// store.delete_context("acme", "case-42")?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn delete_context(&self, tenant: &str, context_id: &str) -> Result<()> {
-        let slot = self.visible_slot(tenant, context_id)?;
+        let key = ContextKey::derive(tenant, context_id)?;
+        let slot = self.index.get(&key).ok_or(Error::ContextNotFound)?;
         let _turn = slot.write.lock();
-        if self.life(&slot) != Life::Live {
-            return Err(Error::ContextNotFound);
+        match self.life(&slot) {
+            Life::Live => self.append_tombstone(&slot, Gone::Deleted).map(drop),
+            // Deleting again (a retried request) finds what it asked for.
+            Life::Gone(_) => Ok(()),
+            Life::Missing => Err(Error::ContextNotFound),
         }
-        self.append_tombstone(&slot, Gone::Deleted)?;
-        Ok(())
     }
 
     /// Marks every context idle past the retention policy with a durable

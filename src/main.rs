@@ -43,7 +43,9 @@ struct Cli {
     command: Command,
 }
 
+/// Options of every command, accepted before or after it.
 #[derive(Args)]
+#[command(next_help_heading = "Global options")]
 struct Global {
     /// The store's directory.
     #[arg(
@@ -307,7 +309,12 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Store(e)) => {
-            eprintln!("error: {}: {}", e.kind_name(), one_line(&with_causes(&e)));
+            // The library names its Rust option; the command line's is a flag.
+            let text = with_causes(&e).replace(
+                "open with RecoveryMode::SkipCorrupt",
+                "run with --recovery skip-corrupt (or `ctxlog salvage`)",
+            );
+            eprintln!("error: {}: {}", e.kind_name(), one_line(&text));
             ExitCode::from(1)
         }
     }
@@ -893,13 +900,19 @@ fn export_contexts(
 ) -> Result<Value, Failure> {
     let mut records = 0u64;
     let mut skipped = Vec::new();
-    let mut shown = counter("export");
-    for (i, (tenant, context)) in chosen.iter().enumerate() {
-        shown(i, chosen.len());
+    // By bytes written, against the live bytes of the log (the lines'
+    // escapes and keys make them somewhat more: the bar grows to fit).
+    let mut shown = progress("export");
+    let estimate = usize::try_from(store.stats().live_bytes).unwrap_or(usize::MAX);
+    let mut written = 0usize;
+    for (tenant, context) in chosen {
+        shown(written, estimate.max(written + 1));
         match store.export_context(tenant, context) {
             Ok(items) => {
                 for item in &items {
-                    out.line(&item.to_json_line())?;
+                    let line = item.to_json_line();
+                    written += line.len() + 1;
+                    out.line(&line)?;
                 }
                 records += items.len() as u64;
             }
@@ -909,7 +922,7 @@ fn export_contexts(
             Err(e) => return Err(e.into()),
         }
     }
-    shown(chosen.len(), chosen.len());
+    shown(written, written);
     Ok(json!({
         "contexts": chosen.len() - skipped.len(),
         "records": records,
@@ -962,12 +975,9 @@ fn export(
 }
 
 fn salvage(g: &Global, output: Option<&Path>) -> Outcome {
-    let mut options = options(g).recovery(RecoveryMode::SkipCorrupt);
-    options.create = false;
-    let store = match Store::open(&g.dir, options.clone()) {
-        Err(Error::Locked { .. }) => Store::open_read_only(&g.dir, options)?,
-        other => other?,
-    };
+    // Read-only, so that saving what can be saved changes nothing of the
+    // damaged store (and works while a writer holds it).
+    let store = Store::open_read_only(&g.dir, options(g).recovery(RecoveryMode::SkipCorrupt))?;
     let report = store.open_report().clone();
     let chosen = all_contexts(&store, &store.tenants())?;
     let mut out = Output::to(output)?;
@@ -996,9 +1006,11 @@ fn import(g: &Global, file: Option<&Path>, resume: bool) -> Outcome {
         std::collections::HashMap::new();
     let (mut imported, mut skipped) = (0u64, 0u64);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let mut shown = counter("import");
+    let mut shown = progress("import");
+    let mut read = 0usize;
     for (n, line) in lines.iter().enumerate() {
-        shown(n, lines.len());
+        shown(read, text.len());
+        read += line.len() + 1;
         let at_line = |e: Error| match e {
             Error::InvalidParams { field, reason } => Error::InvalidParams {
                 field,
@@ -1025,7 +1037,7 @@ fn import(g: &Global, file: Option<&Path>, resume: bool) -> Outcome {
         store.import_item(&item).map_err(at_line)?;
         imported += 1;
     }
-    shown(lines.len(), lines.len());
+    shown(text.len(), text.len());
     print_json(&json!({ "records": imported, "skippedAsPresent": skipped }));
     Ok(store.close()?)
 }
@@ -1034,11 +1046,6 @@ fn import(g: &Global, file: Option<&Path>, resume: bool) -> Outcome {
 /// library reports its scans); nothing otherwise.
 fn progress(label: &'static str) -> impl FnMut(usize, usize) {
     bar(label, "{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
-}
-
-/// [`progress`], counting items (contexts, lines) instead of bytes.
-fn counter(label: &'static str) -> impl FnMut(usize, usize) {
-    bar(label, "{msg} [{bar:30}] {pos}/{len} ({eta})")
 }
 
 fn bar(label: &'static str, template: &'static str) -> impl FnMut(usize, usize) {

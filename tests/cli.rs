@@ -727,3 +727,372 @@ fn a_v03_message_or_event_is_refused_with_what_v1_expects() {
     let v1 = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
     assert_eq!(ok_json(d, &["send"], v1)["duplicate"], false);
 }
+
+/// Runs the binary with `args` alone (no --dir added).
+fn bare(args: &[&str]) -> Output {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    raw(&args, &[])
+}
+
+/// The command names `ctxlog --help` lists.
+fn commands() -> Vec<String> {
+    let help = bare(&["--help"]);
+    assert!(help.status.success());
+    let text = String::from_utf8(help.stdout).unwrap();
+    let list = text.split("Commands:\n").nth(1).unwrap();
+    list.lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter(|l| l.as_bytes().get(2).is_some_and(u8::is_ascii_lowercase))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_command_has_its_help_and_the_binary_its_version() {
+    let commands = commands();
+    for c in [
+        "send",
+        "export",
+        "import",
+        "salvage",
+        "import-hermes",
+        "completions",
+        "man",
+    ] {
+        assert!(commands.iter().any(|x| x == c), "{c} not in {commands:?}");
+    }
+    for command in commands.iter().filter(|c| *c != "help") {
+        for args in [[command, "--help"], ["help", command]] {
+            let out = bare(&args);
+            let text = String::from_utf8(out.stdout).unwrap();
+            assert!(out.status.success(), "{args:?}");
+            assert!(text.contains(&format!("Usage: ctxlog {command}")), "{text}");
+            if command != "help" {
+                assert!(
+                    text.contains("Global options:\n      --dir <DIR>"),
+                    "{text}"
+                );
+            }
+        }
+    }
+    let version = bare(&["--version"]);
+    assert_eq!(
+        String::from_utf8(version.stdout).unwrap(),
+        format!("ctxlog {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    // "Did you mean" for a typo, on the one error line.
+    let typo = bare(&["histroy", "c"]);
+    let err = String::from_utf8(typo.stderr).unwrap();
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(err.contains("history"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // Completions and the manual page, from the same definition.
+    let bash = bare(&["completions", "bash"]);
+    let bash = String::from_utf8(bash.stdout).unwrap();
+    assert!(bash.contains("import-hermes") && bash.contains("--read-only"));
+    let man = bare(&["man"]);
+    let man = String::from_utf8(man.stdout).unwrap();
+    assert!(
+        man.starts_with(".ie") || man.starts_with(".TH"),
+        "{}",
+        &man[..80]
+    );
+    assert!(man.contains("salvage"));
+}
+
+#[test]
+fn global_options_go_before_or_after_the_command_in_either_spelling() {
+    let dir = common::tmp();
+    let d = dir.path().to_str().unwrap();
+    for args in [
+        vec!["--tenant", "acme", "append", "c"],
+        vec!["append", "c", "--tenant", "acme"],
+        vec!["append", "--tenant=acme", "c"],
+    ] {
+        let mut all = vec!["--dir", d];
+        all.extend(args.iter());
+        assert!(bare(&all).status.success(), "{args:?}");
+    }
+    let dir_flag = format!("--dir={d}");
+    let tasks = bare(&["history", "c", &dir_flag, "--tenant", "acme"]);
+    let history: Value = serde_json::from_slice(&tasks.stdout).unwrap();
+    assert_eq!(history.as_array().unwrap().len(), 3);
+    // A state in the spec's spelling or the short one; a date alone.
+    for state in ["working", "TASK_STATE_WORKING", "input-required"] {
+        let out = ctxlog(
+            dir.path(),
+            &[
+                "tasks",
+                "--status",
+                state,
+                "--status-timestamp-after",
+                "2026-01-01",
+            ],
+            b"",
+        );
+        assert!(
+            out.status.success(),
+            "{state}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = ctxlog(dir.path(), &["tasks", "--status", "busy"], b"");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("possible values: submitted, working"), "{err}");
+}
+
+/// What broke: a mistyped `--dir` made a new, empty store and every read
+/// command answered from it with zeros and exit 0.
+#[test]
+fn only_commands_that_add_data_create_a_store() {
+    let base = common::tmp();
+    let typo = base.path().join("stroe");
+    for args in [
+        vec!["stats"],
+        vec!["contexts"],
+        vec!["tasks"],
+        vec!["task", "t"],
+        vec!["events", "t"],
+        vec!["history", "c"],
+        vec!["render", "c"],
+        vec!["verify"],
+        vec!["check"],
+        vec!["check", "--full"],
+        vec!["export"],
+        vec!["salvage"],
+        vec!["delete", "c"],
+        vec!["cancel", "t"],
+        vec!["compact"],
+        vec!["stats", "--read-only"],
+    ] {
+        fails(&typo, &args, b"", "StoreNotFound", 1);
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+    fails(&typo, &["event"], br#"{"statusUpdate":{"taskId":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}}"#, "StoreNotFound", 1);
+    assert!(!typo.exists());
+    ok(&typo, &["append", "c"], b"hello");
+    assert!(typo.exists());
+    // A writing command with --read-only is a usage error.
+    fails(&typo, &["append", "c", "--read-only"], b"x", "Usage", 2);
+}
+
+/// Every read command answers while another process holds the store and
+/// writes to it: from a snapshot of what was on disk when it opened, which
+/// is a prefix of what the writer wrote.
+#[test]
+fn read_commands_work_beside_a_live_writer() {
+    let dir = common::tmp();
+    let d = dir.path();
+    ok(d, &["send"], &msg("m0", json!({ "contextId": "c" })));
+    let task = ok_json(d, &["tasks"], b"")["tasks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let holder = std::sync::Arc::new(
+        ctxlog::Store::open(
+            d,
+            ctxlog::Options::default().durability(ctxlog::Durability::Buffered),
+        )
+        .unwrap(),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (holder, stop) = (holder.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            // Bounded: at most 20 000 appends, stopped when the readers are done.
+            while n < 20_000 && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                holder
+                    .append_message("default", "log", format!("{n:08}").as_bytes())
+                    .unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    for args in [
+        vec!["stats"],
+        vec!["contexts"],
+        vec!["tasks"],
+        vec!["task", task.as_str()],
+        vec!["events", task.as_str()],
+        vec!["history", "c"],
+        vec!["render", "c"],
+        vec!["verify"],
+        vec!["check"],
+        vec!["export"],
+    ] {
+        let out = ctxlog(d, &args, b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(
+            err.starts_with("note: the store is in use"),
+            "{args:?}: {err}"
+        );
+    }
+    for _ in 0..5 {
+        let history = ok_json(d, &["history", "log"], b"");
+        let got: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["text"].as_str().unwrap())
+            .collect();
+        // The appends in order from the first, none missing: a prefix.
+        for (i, body) in got.iter().enumerate() {
+            assert_eq!(*body, format!("{i:08}"));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(written > 0);
+    // Writes beside the holder are refused with Locked.
+    fails(d, &["append", "c"], b"x", "Locked", 1);
+    let _no_fork = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
+    drop(holder);
+}
+
+/// `export` then `import` into an empty store, then `export` again, gives
+/// the same bytes, for a store with every kind of record.
+#[test]
+fn export_then_import_round_trips_byte_for_byte() {
+    let dir = common::tmp();
+    let d = dir.path();
+    // The demo makes messages that open and join tasks, statuses with
+    // messages, artifacts in chunks and a follow-up task.
+    ok(d, &["demo"], b"");
+    ok(
+        d,
+        &["--tenant", "other", "append", "raw"],
+        b"{\"not\": \"a2a\"}\n\xff",
+    );
+    ok(d, &["--tenant", "other", "append", "gone"], b"x");
+    ok(d, &["--tenant", "other", "delete", "gone"], b"");
+    let file = d.join("all.jsonl");
+    let summary = ok_json(
+        d,
+        &[
+            "export",
+            "--all-tenants",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    );
+    let lines = std::fs::read_to_string(&file).unwrap();
+    for key in [
+        "\"raw\"",
+        "\"opensTask\":true",
+        "\"opensTask\":false",
+        "\"statusUpdate\"",
+        "\"artifactUpdate\"",
+    ] {
+        assert!(lines.contains(key), "no {key} in the export");
+    }
+    assert!(
+        !lines.contains("\"gone\""),
+        "a deleted context is not exported"
+    );
+    assert_eq!(
+        summary["records"].as_u64().unwrap(),
+        lines.lines().count() as u64
+    );
+
+    let copy = common::tmp();
+    let c = copy.path();
+    let imported = ok_json(c, &["import", file.to_str().unwrap()], b"");
+    assert_eq!(imported["records"], summary["records"]);
+    let again = ok(c, &["export", "--all-tenants"], b"");
+    assert_eq!(again, lines, "the export of the import differs");
+    // Importing the same file again would duplicate: refused; --resume skips.
+    let out = ctxlog(c, &["import", file.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let resumed = ok_json(c, &["import", "--resume", file.to_str().unwrap()], b"");
+    assert_eq!(resumed["records"], 0);
+    assert_eq!(resumed["skippedAsPresent"], summary["records"]);
+    // The tasks read the same.
+    let tasks = |d: &Path| {
+        ok(
+            d,
+            &["tasks", "--include-artifacts", "--history-length", "100"],
+            b"",
+        )
+    };
+    assert_eq!(tasks(c), tasks(d));
+}
+
+/// `salvage` saves every readable record of a store with a flipped byte,
+/// without changing the store, and lists what it could not read.
+#[test]
+fn salvage_saves_what_is_readable_of_a_damaged_store() {
+    let dir = common::tmp();
+    let d = dir.path();
+    for i in 0..4 {
+        for c in ["a", "b"] {
+            ok(d, &["append", c], format!("{c}{i}").as_bytes());
+        }
+    }
+    let seg = common::segment_files(d).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.windows(2).position(|w| w == b"a2").unwrap();
+    bytes[at] ^= 0x10;
+    std::fs::write(&seg, &bytes).unwrap();
+    let files = || {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name(), std::fs::read(e.path()).unwrap())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files();
+    // Strict: the damaged context cannot be read, and the error says how on.
+    let out = ctxlog(d, &["history", "a"], b"");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("error: Corrupt: ") && err.contains("--recovery skip-corrupt"),
+        "{err}"
+    );
+    assert!(!err.contains("RecoveryMode"), "{err}");
+    let saved = d.join("saved.jsonl");
+    let summary = ok_json(d, &["salvage", "--output", saved.to_str().unwrap()], b"");
+    assert_eq!(summary["records"], 7);
+    assert_eq!(
+        summary["open"]["skipped"].as_array().unwrap().len(),
+        1,
+        "{summary}"
+    );
+    std::fs::remove_file(&saved).ok();
+    assert_eq!(files(), before, "salvage changed the store");
+    let saved_text = ok(d, &["salvage"], b"");
+    let raws: Vec<String> = saved_text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["raw"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(raws, ["a0", "a1", "a3", "b0", "b1", "b2", "b3"]);
+    // And --recovery skip-corrupt reads past it on any read command.
+    let history = ok_json(
+        d,
+        &["history", "a", "--recovery", "skip-corrupt", "--read-only"],
+        b"",
+    );
+    assert_eq!(history.as_array().unwrap().len(), 3);
+    // check --full finds what check alone took from the checkpoint unread.
+    let check = ctxlog(d, &["check"], b"");
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert!(check.status.success());
+    assert_eq!(report["recordsFromCheckpointUnread"], 8);
+    assert!(report["note"].as_str().unwrap().contains("check --full"));
+    let out = ctxlog(d, &["check", "--full"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verify"]["clean"], false);
+}

@@ -630,3 +630,51 @@ fn tasks_whose_ids_the_store_did_not_make_here_are_found_after_every_kind_of_ope
         next.task_id
     );
 }
+
+/// What broke: a store closed with a checkpoint, then damaged, opened under
+/// `SkipCorrupt` from the checkpoint, which indexes records it never reads:
+/// every read of the damaged record's context failed with `Corrupt`, so the
+/// mode meant to get past damage did not.
+#[test]
+fn skip_corrupt_reads_past_damage_a_checkpoint_covers() {
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    for i in 0..4 {
+        for c in ["a", "b"] {
+            store
+                .append_message("t", c, format!("{c}{i}").as_bytes())
+                .unwrap();
+        }
+    }
+    store.close().unwrap();
+    let seg = segment_files(dir.path()).pop().unwrap();
+    let bytes = fs::read(&seg).unwrap();
+    let at = bytes.windows(2).position(|w| w == b"a2").unwrap();
+    flip(&seg, at);
+
+    // Strict trusts the checkpoint: the damage is found when read.
+    let strict = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(strict.open_report().from_checkpoint);
+    assert!(matches!(
+        strict.last_messages("t", "a", 10),
+        Err(Error::Corrupt { .. })
+    ));
+    drop(strict);
+    // SkipCorrupt reads every record, skips the damaged one, serves the rest.
+    let options = Options::default().recovery(RecoveryMode::SkipCorrupt);
+    let store = Store::open(dir.path(), options).unwrap();
+    let report = store.open_report();
+    assert!(!report.from_checkpoint);
+    assert!(report.checkpoint_ignored.is_some());
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    let raws = |c| {
+        store
+            .last_messages("t", c, 10)
+            .unwrap()
+            .into_iter()
+            .map(|m| String::from_utf8(m.raw).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(raws("a"), ["a0", "a1", "a3"]);
+    assert_eq!(raws("b"), ["b0", "b1", "b2", "b3"]);
+}

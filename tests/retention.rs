@@ -74,8 +74,11 @@ fn a_deleted_context_vanishes_everywhere_and_stays_deleted() {
     send(&store, "u", "m1", Some("case-1")).unwrap();
     store.delete_context("t", "case-1").unwrap();
     assert_gone(&store, "t", "case-1", &r.task_id, "deleted");
+    // Deleting again (a retried request) is no error, and changes nothing.
+    store.delete_context("t", "case-1").unwrap();
+    assert_gone(&store, "t", "case-1", &r.task_id, "deleted");
     assert!(matches!(
-        store.delete_context("t", "case-1"),
+        store.delete_context("t", "never-made"),
         Err(Error::ContextNotFound)
     ));
     // Other contexts, and the same id under another tenant, are untouched.

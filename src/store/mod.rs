@@ -281,7 +281,35 @@ impl Store {
             )
         });
         let (index, segments, recovered, report) = match attempt {
-            Some((Ok((recovered, report)), segments)) => (first, segments, recovered, report),
+            Some((Ok((recovered, report)), segments))
+                if options.recovery == RecoveryMode::Strict =>
+            {
+                (first, segments, recovered, report)
+            }
+            // Skipping damage needs every record read: a checkpoint indexes
+            // records it does not read, so a damaged one would fail each
+            // read of its context instead of being skipped. The checkpoint
+            // was still checked against the log (what it says was
+            // acknowledged and is gone is reported as lost, below).
+            Some((Ok((_, first_report)), _)) => {
+                let index = Index::default();
+                let segments = Arc::new(Segments::default());
+                let (recovered, mut report) = scan_log(&dir, &options, &index, &segments, None)?;
+                // What the first scan repaired, the second finds whole: keep
+                // its word for it.
+                report.identity_restored |= first_report.identity_restored;
+                report.torn_tail = report.torn_tail.or(first_report.torn_tail);
+                report
+                    .removed_segments
+                    .extend(first_report.removed_segments);
+                report.removed_segments.sort_unstable();
+                report.removed_segments.dedup();
+                report.checkpoint_ignored = Some(
+                    "recovery skip-corrupt reads every record rather than trust the checkpoint"
+                        .into(),
+                );
+                (index, segments, recovered, report)
+            }
             other => {
                 let mut lost = None;
                 let ignored = match other {

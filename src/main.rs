@@ -155,6 +155,9 @@ enum Command {
         include_artifacts: bool,
     },
     /// The tenant's tasks, newest status first (an A2A ListTasksResponse).
+    #[command(
+        after_help = "Examples:\n  ctxlog tasks --tenant acme --status working\n  ctxlog tasks --context case-7 --status-timestamp-after 2026-11-01 --page-size 10"
+    )]
     Tasks {
         /// Only this context's.
         #[arg(long, value_name = "CONTEXT")]
@@ -194,6 +197,9 @@ enum Command {
         page_token: Option<String>,
     },
     /// A context's messages, oldest first, each with its record number `seq` in the context (from 0).
+    #[command(
+        after_help = "Example:\n  ctxlog history case-7 --tenant acme --last 20\n\nA `seq` here counts every record of the context (status updates too), so it may skip numbers; `events` numbers a task's events from 1."
+    )]
     History {
         context: String,
         /// Only the last N.
@@ -201,6 +207,9 @@ enum Command {
         last: Option<usize>,
     },
     /// The context's history as a prompt would get it: inside the injection-guard frame (text).
+    #[command(
+        after_help = "Example:\n  ctxlog render case-7 --tenant acme --last 20 --max-bytes 8192"
+    )]
     Render {
         context: String,
         /// At most N messages.
@@ -221,6 +230,9 @@ enum Command {
     /// Contexts, tasks, messages, segments, bytes on disk, live bytes, index bytes.
     Stats,
     /// Import the Hermes A2A plugin's journals (<name>.jsonl) into an explicit --tenant.
+    #[command(
+        after_help = "Examples:\n  ctxlog import-hermes ~/.hermes/a2a_conversations --tenant acme --dry-run\n  ctxlog import-hermes ~/.hermes/a2a_conversations --tenant acme\n\nRun it again to resume an interrupted import, or to add what the journals gained since."
+    )]
     ImportHermes {
         /// The journal directory (named apart from the global --dir, the store's).
         #[arg(value_name = "JOURNALS")]
@@ -235,12 +247,18 @@ enum Command {
     /// The context's namespace key.
     Key { context: String },
     /// Open the store and print what recovery found, and what it took from the checkpoint unread.
+    #[command(
+        after_help = "Examples:\n  ctxlog check --dir /var/lib/agent/ctxlog\n  ctxlog check --full                 read every record too, as verify does"
+    )]
     Check {
         /// Also read every record of the log and check it (as verify does).
         #[arg(long)]
         full: bool,
     },
     /// Write contexts as JSON lines, one per stored record, byte for byte (a backup `import` reads back).
+    #[command(
+        after_help = "Examples:\n  ctxlog export --tenant acme --output acme.jsonl\n  ctxlog export --all-tenants > all.jsonl\n  ctxlog export --context case-7 --context case-8"
+    )]
     Export {
         /// Only these contexts (default: all of the tenant's).
         #[arg(long = "context", value_name = "CONTEXT")]
@@ -253,6 +271,9 @@ enum Command {
         output: Option<PathBuf>,
     },
     /// Read back what `export` wrote (a file, or stdin) into the store.
+    #[command(
+        after_help = "Examples:\n  ctxlog --dir restored import acme.jsonl\n  ctxlog --dir restored import --resume acme.jsonl    after an interrupted import"
+    )]
     Import {
         /// The export (default: stdin).
         file: Option<PathBuf>,
@@ -262,12 +283,18 @@ enum Command {
         resume: bool,
     },
     /// Export everything readable of a damaged store (--dir), skipping and listing what is not.
+    #[command(
+        after_help = "Example:\n  ctxlog --dir broken salvage --output saved.jsonl && ctxlog --dir fresh import saved.jsonl\n\nThe damaged store is opened read-only and left as it is."
+    )]
     Salvage {
         /// Write here instead of stdout (the summary then goes to stdout).
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
     /// A shell completion script.
+    #[command(
+        after_help = "Example:\n  ctxlog completions bash > ~/.local/share/bash-completion/completions/ctxlog"
+    )]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,

@@ -767,11 +767,25 @@ fn every_command_has_its_help_and_the_binary_its_version() {
             let text = String::from_utf8(out.stdout).unwrap();
             assert!(out.status.success(), "{args:?}");
             assert!(text.contains(&format!("Usage: ctxlog {command}")), "{text}");
-            if command != "help" {
-                assert!(
-                    text.contains("Global options:\n      --dir <DIR>"),
-                    "{text}"
-                );
+            assert!(
+                text.contains("Global options:\n      --dir <DIR>"),
+                "{text}"
+            );
+            let with_example = [
+                "send",
+                "event",
+                "tasks",
+                "history",
+                "render",
+                "check",
+                "export",
+                "import",
+                "salvage",
+                "import-hermes",
+                "completions",
+            ];
+            if with_example.contains(&command.as_str()) {
+                assert!(text.contains("\nExample"), "{command} has no example");
             }
         }
     }

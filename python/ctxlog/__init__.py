@@ -1,0 +1,287 @@
+"""ctxlog for Python: the conversation-history engine of A2A agents.
+
+A directory on disk is the store. ``Store(path)`` opens it (creating it if
+needed); one process writes it at a time, others may read it with
+``read_only=True``. Every call that touches the disk releases the GIL, and
+one ``Store`` is shared by all the threads of an agent.
+
+A2A objects go in as JSON (``bytes`` or ``str``) and come back as the
+parsed JSON of what was stored, in the A2A v1.0 form::
+
+    import ctxlog
+
+    with ctxlog.Store("agent-data") as store:
+        receipt = store.receive_message("acme", '{"messageId": "m1", '
+            '"role": "ROLE_USER", "parts": [{"text": "hello"}]}')
+        print(store.render_history("acme", receipt["contextId"]))
+
+Errors raise a subclass of :class:`ctxlog.Error` named after the engine's
+error kind (``TaskNotFound``, ``InvalidParams``, ``Locked``, ...).
+
+``ctxlog.a2a.CtxlogTaskStore`` is a drop-in ``TaskStore`` for a2a-sdk
+servers (install the ``a2a`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Literal
+
+from . import _native
+from ._native import (
+    ContextBusy,
+    ContextNotFound,
+    ContextRejected,
+    Corrupt,
+    Error,
+    ForeignFile,
+    IdempotencyConflict,
+    InvalidParams,
+    Io,
+    Locked,
+    MissingRecords,
+    Poisoned,
+    ReadOnly,
+    StoreNotFound,
+    TaskNotCancelable,
+    TaskNotFound,
+    UnsupportedFormat,
+    UnsupportedOperation,
+)
+
+__all__ = [
+    "Store",
+    "verify",
+    "Error",
+    "ContextBusy",
+    "ContextNotFound",
+    "ContextRejected",
+    "Corrupt",
+    "ForeignFile",
+    "IdempotencyConflict",
+    "InvalidParams",
+    "Io",
+    "Locked",
+    "MissingRecords",
+    "Poisoned",
+    "ReadOnly",
+    "StoreNotFound",
+    "TaskNotCancelable",
+    "TaskNotFound",
+    "UnsupportedFormat",
+    "UnsupportedOperation",
+]
+
+Json = dict[str, Any]
+Text = bytes | str
+
+
+class Store:
+    """A ctxlog store in the directory ``path``.
+
+    Args:
+        path: the store's directory.
+        durability: when a write returns: ``"sync"`` after its fdatasync
+            (the default), ``"group"`` sharing fdatasyncs with concurrent
+            writers, ``"buffered"`` once in the OS's cache.
+        create: create the store if the directory holds none (otherwise
+            :class:`StoreNotFound`).
+        read_only: read beside another process that writes the store: no
+            lock taken, nothing written; writes raise :class:`ReadOnly`.
+        recovery: ``"strict"`` refuses to open a damaged store;
+            ``"skip-corrupt"`` opens with what is readable and reports
+            what it skipped (:meth:`open_report`).
+        retention_seconds: contexts idle this long count as expired.
+
+    Raises :class:`Locked` if another process has it open for writing.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Literal["sync", "group", "buffered"] = "sync",
+        create: bool = True,
+        read_only: bool = False,
+        recovery: Literal["strict", "skip-corrupt"] = "strict",
+        retention_seconds: float | None = None,
+    ) -> None:
+        self._s = _native.Store(
+            os.fspath(path),
+            durability=durability,
+            create=create,
+            read_only=read_only,
+            recovery=recovery,
+            retention_seconds=retention_seconds,
+        )
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<ctxlog.Store {str(self.path)!r} {state}>"
+
+    @property
+    def path(self) -> str:
+        """The store's directory."""
+        return str(self._s.path)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._s.closed
+
+    def close(self) -> None:
+        """Writes a checkpoint, syncs and releases the store; calling it
+        again does nothing."""
+        self._s.close()
+
+    # The A2A task model.
+
+    def receive_message(self, tenant: str, message: Text) -> Json:
+        """Saves an inbound A2A Message (JSON) under the A2A rules, before
+        the agent works on it: no ids opens a new context and task, a
+        ``contextId`` alone a new task in it, a ``taskId`` joins that task.
+        A resent ``messageId`` stores nothing and returns the first receipt
+        with ``duplicate`` true.
+
+        Returns ``{"contextId", "taskId", "seq", "duplicate", "newContext",
+        "newTask", "event"}``.
+        """
+        return json.loads(self._s.receive_message(tenant, message))
+
+    def apply_event(self, tenant: str, event: Text) -> tuple[str, int]:
+        """Applies an A2A StreamResponse holding a ``statusUpdate`` or an
+        ``artifactUpdate``; returns (taskId, its event number)."""
+        return self._s.apply_event(tenant, event)
+
+    def update_status(self, tenant: str, status_update: Json | Text) -> tuple[str, int]:
+        """Applies a TaskStatusUpdateEvent (a dict, or its JSON)."""
+        return self.apply_event(tenant, _wrap("statusUpdate", status_update))
+
+    def add_artifact(self, tenant: str, artifact_update: Json | Text) -> tuple[str, int]:
+        """Applies a TaskArtifactUpdateEvent (a dict, or its JSON)."""
+        return self.apply_event(tenant, _wrap("artifactUpdate", artifact_update))
+
+    def cancel_task(self, tenant: str, task_id: str) -> Json:
+        """Cancels a task that is not finished; returns the Task."""
+        return json.loads(self._s.cancel_task(tenant, task_id))
+
+    def get_task(
+        self,
+        tenant: str,
+        task_id: str,
+        history_length: int | None = None,
+        include_artifacts: bool = True,
+    ) -> Json:
+        """The Task: its status, history (the last ``history_length``
+        messages, all by default) and artifacts."""
+        return json.loads(self._s.get_task(tenant, task_id, history_length, include_artifacts))
+
+    def list_tasks(
+        self,
+        tenant: str,
+        *,
+        context_id: str | None = None,
+        status: str | None = None,
+        status_timestamp_after_ms: int | None = None,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        history_length: int | None = None,
+        include_artifacts: bool = False,
+    ) -> Json:
+        """A page of the tenant's tasks, newest status first (an A2A
+        ListTasksResponse: ``tasks``, ``nextPageToken``, ``pageSize``,
+        ``totalSize``). ``status`` is a state name (``TASK_STATE_WORKING``)."""
+        return json.loads(
+            self._s.list_tasks(
+                tenant,
+                context_id,
+                status,
+                status_timestamp_after_ms,
+                page_size,
+                page_token,
+                history_length,
+                include_artifacts,
+            )
+        )
+
+    def events_since(self, tenant: str, task_id: str, after: int = 0) -> list[Json]:
+        """The task's events after event number ``after`` (StreamResponse
+        objects, each with its ``seq``, from 1)."""
+        return json.loads(self._s.events_since(tenant, task_id, after))
+
+    # Raw messages and histories.
+
+    def append_message(self, tenant: str, context_id: str, raw: Text) -> tuple[int, int]:
+        """Saves ``raw`` byte for byte as a message of the context (outside
+        the task model), durably; returns (seq, timestamp in ms)."""
+        return self._s.append_message(tenant, context_id, raw)
+
+    def history(self, tenant: str, context_id: str, n: int | None = None) -> list[tuple[int, int, bytes]]:
+        """The context's last ``n`` messages (all by default), oldest first,
+        as (seq, timestamp in ms, the bytes as stored)."""
+        return self._s.last_messages(tenant, context_id, n)
+
+    def render_history(
+        self,
+        tenant: str,
+        context_id: str,
+        before: int | None = None,
+        max_bytes: int = 16384,
+        max_messages: int = 50,
+        include_artifacts: bool = False,
+    ) -> str:
+        """The context's history for a prompt, inside the injection-guard
+        frame that no stored text can close or forge. ``before`` leaves out
+        the message being processed (its ``seq``) and what came after."""
+        return self._s.render_history(
+            tenant, context_id, before, max_bytes, max_messages, include_artifacts
+        )
+
+    def list_contexts(self, tenant: str, page_size: int = 50, page_token: str | None = None) -> Json:
+        """A page of the tenant's contexts, oldest first activity first:
+        ``{"contexts": [...], "nextPageToken"}`` (``None`` on the last)."""
+        return json.loads(self._s.list_contexts(tenant, page_size, page_token))
+
+    def delete_context(self, tenant: str, context_id: str) -> None:
+        """Deletes a context with its tasks and messages, durably; its id
+        stays refused. Deleting it again does nothing."""
+        self._s.delete_context(tenant, context_id)
+
+    # The store.
+
+    def stats(self) -> Json:
+        """Contexts, tasks, messages, segments, bytes on disk, live bytes."""
+        return json.loads(self._s.stats())
+
+    def open_report(self) -> Json:
+        """What the open found and did (a torn tail cut, damage skipped...)."""
+        return json.loads(self._s.open_report())
+
+    def compact(self) -> Json:
+        """Rewrites the log without deleted and expired contexts."""
+        return json.loads(self._s.compact())
+
+    def sync(self) -> None:
+        """Makes every write so far durable (for ``"buffered"``)."""
+        self._s.sync()
+
+
+def verify(path: str | os.PathLike[str], read_only: bool = False) -> Json:
+    """A full checksum scan of the store at ``path`` that changes nothing:
+    ``{"clean", "segments", "records", "bytes", "damage"}``. With
+    ``read_only``, it runs beside a process that writes the store."""
+    return json.loads(_native.verify(os.fspath(path), read_only))
+
+
+def _wrap(key: str, event: Json | Text) -> str:
+    if isinstance(event, (bytes, str)):
+        text = event.decode() if isinstance(event, bytes) else event
+        return '{"' + key + '":' + text + "}"
+    return json.dumps({key: event})

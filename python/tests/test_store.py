@@ -1,0 +1,137 @@
+"""ctxlog.Store from Python: the task model, raw messages, errors, the
+read-only open, and threads sharing one store."""
+
+import json
+import threading
+
+import pytest
+
+import ctxlog
+
+
+def message(mid, text="hello", **ids):
+    return json.dumps({"messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}], **ids})
+
+
+def test_the_task_model_round_trip(store_dir):
+    with ctxlog.Store(store_dir) as store:
+        r = store.receive_message("acme", message("m1"))
+        assert r["newTask"] and r["newContext"] and not r["duplicate"]
+        task_id, context_id = r["taskId"], r["contextId"]
+        # A resend stores nothing and answers with the first receipt.
+        again = store.receive_message("acme", message("m1").encode())
+        assert again["duplicate"] and again["taskId"] == task_id
+        seq = store.update_status(
+            "acme",
+            {"taskId": task_id, "contextId": context_id, "status": {"state": "TASK_STATE_WORKING"}},
+        )
+        assert seq == (task_id, 2)
+        store.add_artifact(
+            "acme",
+            {"taskId": task_id, "contextId": context_id,
+             "artifact": {"artifactId": "a1", "parts": [{"text": "report"}]}},
+        )
+        task = store.get_task("acme", task_id)
+        assert task["status"]["state"] == "TASK_STATE_WORKING"
+        assert task["artifacts"][0]["artifactId"] == "a1"
+        assert [m["messageId"] for m in task["history"]] == ["m1"]
+        listed = store.list_tasks("acme", status="TASK_STATE_WORKING")
+        assert [t["id"] for t in listed["tasks"]] == [task_id]
+        assert store.list_tasks("acme", status="TASK_STATE_COMPLETED")["tasks"] == []
+        events = store.events_since("acme", task_id)
+        assert [e["seq"] for e in events] == [1, 2, 3]
+        assert "statusUpdate" in events[1] and "artifactUpdate" in events[2]
+        assert store.cancel_task("acme", task_id)["status"]["state"] == "TASK_STATE_CANCELED"
+        # Another tenant sees none of it.
+        with pytest.raises(ctxlog.TaskNotFound):
+            store.get_task("other", task_id)
+        text = store.render_history("acme", context_id)
+        assert text.startswith("<<<ctxlog-history nonce=") and "| hello" in text
+        assert store.render_history("acme", context_id, before=0) == ""
+
+
+def test_stored_bytes_come_back_as_they_were(store_dir):
+    raw = b'{"messageId": "x",  "n": 123456789012345678901234567890, "s": "\\u00e9"}\n'
+    with ctxlog.Store(store_dir) as store:
+        seq, ts = store.append_message("t", "c", raw)
+        store.append_message("t", "c", "second")
+        assert seq == 0 and ts > 0
+        assert [m[2] for m in store.history("t", "c")] == [raw, b"second"]
+        assert [m[0] for m in store.history("t", "c", 1)] == [1]
+        page = store.list_contexts("t")
+        assert [c["contextId"] for c in page["contexts"]] == ["c"] and page["nextPageToken"] is None
+        stats = store.stats()
+        assert stats["contexts"] == 1 and stats["messages"] == 2
+        store.delete_context("t", "c")
+        store.delete_context("t", "c")  # again: no error
+        with pytest.raises(ctxlog.ContextNotFound):
+            store.history("t", "c")
+        with pytest.raises(ctxlog.ContextRejected):
+            store.append_message("t", "c", b"after")
+    report = ctxlog.verify(store_dir)
+    assert report["clean"] and report["records"] == 3
+
+
+def test_errors_are_classes_under_ctxlog_error(store_dir, tmp_path):
+    with pytest.raises(ctxlog.StoreNotFound):
+        ctxlog.Store(tmp_path / "missing", create=False)
+    assert not (tmp_path / "missing").exists()
+    with ctxlog.Store(store_dir) as store:
+        with pytest.raises(ctxlog.InvalidParams) as e:
+            store.receive_message("t", '{"messageId":"m","role":"user","parts":[{"kind":"text","text":"x"}]}')
+        assert "v0.3" in str(e.value) and isinstance(e.value, ctxlog.Error)
+        with pytest.raises(ctxlog.Locked):
+            ctxlog.Store(store_dir)
+        with pytest.raises(TypeError):
+            store.append_message("t", "c", 42)
+        with pytest.raises(ValueError):
+            store.list_tasks("t", status="busy")
+        with pytest.raises(ValueError):
+            ctxlog.Store(tmp_path / "x", durability="sometimes")
+    store.close()  # closing twice does nothing
+    assert store.closed
+    with pytest.raises(ctxlog.Error):
+        store.stats()
+
+
+def test_a_read_only_store_reads_beside_its_writer(store_dir):
+    with ctxlog.Store(store_dir) as writer:
+        writer.append_message("t", "c", b"one")
+        reader = ctxlog.Store(store_dir, read_only=True)
+        assert [m[2] for m in reader.history("t", "c")] == [b"one"]
+        with pytest.raises(ctxlog.ReadOnly):
+            reader.append_message("t", "c", b"two")
+        assert ctxlog.verify(store_dir, read_only=True)["clean"]
+        reader.close()
+
+
+def test_threads_share_one_store(store_dir):
+    """Eight threads append to contexts of their own and to one shared
+    context at once: nothing is lost, each thread's order is kept."""
+    per_thread = 150
+    errors = []
+    with ctxlog.Store(store_dir, durability="group") as store:
+
+        def work(n):
+            try:
+                for i in range(per_thread):
+                    store.append_message("t", f"own-{n}", f"{n}:{i}")
+                    store.append_message("t", "shared", f"{n}:{i}")
+            except Exception as e:  # reported below, not lost in the thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        for n in range(8):
+            own = [m[2].decode() for m in store.history("t", f"own-{n}")]
+            assert own == [f"{n}:{i}" for i in range(per_thread)]
+        shared = [m[2].decode() for m in store.history("t", "shared")]
+        assert len(shared) == 8 * per_thread
+        for n in range(8):
+            mine = [s for s in shared if s.startswith(f"{n}:")]
+            assert mine == [f"{n}:{i}" for i in range(per_thread)]
+        assert [m[0] for m in store.history("t", "shared")] == list(range(8 * per_thread))

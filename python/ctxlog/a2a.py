@@ -105,7 +105,21 @@ def _common_prefix(old: Any, new: Any) -> int:
     return n
 
 
-def _delta(old: Task | None, new: Task) -> dict[str, Any] | None:
+def _kept_history(old: Any, new: Any, check: bool) -> int:
+    """How many leading messages of the old history the new one keeps.
+
+    Unless ``check``, a history is taken to grow at its end only, as
+    a2a-sdk's task manager writes it: when the new one is at least as long
+    and ends the old part with the same message, the old part is taken as
+    kept without comparing every message (which would make a save cost the
+    task's length). Otherwise, and with ``check``, messages are compared
+    from the start."""
+    if not check and len(new) >= len(old) and (not old or new[len(old) - 1] == old[-1]):
+        return len(old)
+    return _common_prefix(old, new)
+
+
+def _delta(old: Task | None, new: Task, check_history: bool = True) -> dict[str, Any] | None:
     """The record that turns ``old`` (``None``: no task) into ``new``, or
     ``None`` when they are equal."""
     record: dict[str, Any] = {}
@@ -118,7 +132,7 @@ def _delta(old: Task | None, new: Task) -> dict[str, Any] | None:
     for field in ("status", "metadata"):
         if _differs(new, old, field):
             record[field] = _dump(getattr(new, field)) if new.HasField(field) else None
-    keep = _common_prefix(old.history, new.history)
+    keep = _kept_history(old.history, new.history, check_history)
     if keep != len(old.history) or keep != len(new.history):
         record["history"] = {"from": keep, "add": [_dump(m) for m in new.history[keep:]]}
     changed = {
@@ -170,10 +184,10 @@ def _apply(state: Task | None, record: dict[str, Any]) -> Task | None:
     return task
 
 
-def _update(old: Task, new: Task) -> None:
-    """Makes the cached ``old`` equal to ``new`` in the time of the change
-    (its history and unchanged artifacts are kept, not copied)."""
-    keep = _common_prefix(old.history, new.history)
+def _update(old: Task, new: Task, keep: int) -> None:
+    """Makes the cached ``old`` equal to ``new`` in the time of the change:
+    its first ``keep`` messages and its unchanged artifacts are kept, not
+    copied."""
     del old.history[keep:]
     old.history.extend(new.history[keep:])
     for i, artifact in enumerate(new.artifacts):
@@ -240,6 +254,12 @@ class CtxlogTaskStore(TaskStore):
             ``"buffered"``.
         cache_size: how many recently used tasks are kept in memory, so
             that a save finds the task it changes without reading it back.
+        check_history: compare every message of a task's history at each
+            save, for agents that edit earlier messages in place. Off by
+            default: a history is taken to grow at its end, as a2a-sdk
+            writes it (one that shrank, or whose last saved message
+            changed, is still compared from the start), so that a save
+            costs its change and not the task's length.
     """
 
     def __init__(
@@ -249,6 +269,7 @@ class CtxlogTaskStore(TaskStore):
         *,
         durability: str = "sync",
         cache_size: int = 1024,
+        check_history: bool = False,
     ) -> None:
         if isinstance(store, Store):
             self._store, self._owns_store = store, False
@@ -258,6 +279,7 @@ class CtxlogTaskStore(TaskStore):
             raise ValueError("cache_size must be at least 1")
         self._owner_resolver = owner_resolver
         self._cache_size = cache_size
+        self._check_history = check_history
         self._cache: OrderedDict[tuple[str, str], Task] = OrderedDict()
         self._lock = threading.Lock()  # the cache and the listings
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
@@ -307,16 +329,17 @@ class CtxlogTaskStore(TaskStore):
         key = (owner, task.id)
         with self._stripe(key):
             old = self._load(key)
-            delta = _delta(old, task)
+            delta = _delta(old, task, self._check_history)
             if delta is None:
                 return
             record = {FORMAT_KEY: FORMAT, **delta}
             self._append(key, record)
-            if old is None or record.get("new"):
+            if old is None:
                 cached = Task()
                 cached.CopyFrom(task)
             else:
-                _update(old, task)
+                history = record.get("history")
+                _update(old, task, len(old.history) if history is None else history["from"])
                 cached = old
             self._remember(key, cached)
             with self._lock:

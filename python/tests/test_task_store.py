@@ -50,6 +50,7 @@ mutation = st.one_of(
     st.tuples(st.just("metadata"), text, metadata_value),
     st.tuples(st.just("context"), st.sampled_from(CONTEXTS)),
     st.tuples(st.just("drop-artifacts")),
+    st.tuples(st.just("edit"), st.integers(0, 10), text),
     st.tuples(st.just("nothing")),
 )
 operation = st.one_of(
@@ -68,8 +69,9 @@ operation = st.one_of(
 )
 
 
-def mutate(task: Task, change, counter: list) -> None:
-    """Changes a task as an a2a-sdk server does between saves."""
+def mutate(task: Task, change, counter: list, edits: bool) -> None:
+    """Changes a task as an a2a-sdk server does between saves (and, with
+    ``edits``, as an agent that edits earlier messages in place)."""
     kind = change[0]
     counter[0] += 1
     if kind == "message":
@@ -102,11 +104,14 @@ def mutate(task: Task, change, counter: list) -> None:
         task.context_id = change[1]
     elif kind == "drop-artifacts":
         del task.artifacts[:]
+    elif kind == "edit" and edits and task.history:
+        _, at, body = change
+        task.history[at % len(task.history)].parts[0].text = body
 
 
-async def run(ops, directory):
+async def run(ops, directory, check):
     reference = InMemoryTaskStore()
-    store = CtxlogTaskStore(directory)
+    store = CtxlogTaskStore(directory, check_history=check)
     # What each owner's server would hold of each task: the snapshot it saves.
     current: dict[tuple[int, str], Task] = {}
     counter = [0]
@@ -121,7 +126,7 @@ async def run(ops, directory):
                                 status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
                     current[(owner, task_id)] = task
                 for change in changes:
-                    mutate(task, change, counter)
+                    mutate(task, change, counter, edits=check)
                 await reference.save(task, OWNERS[owner])
                 await store.save(task, OWNERS[owner])
             elif kind == "get":
@@ -148,7 +153,7 @@ async def run(ops, directory):
                 current.pop((owner, task_id), None)
             elif kind == "reopen":
                 store.close()
-                store = CtxlogTaskStore(directory)
+                store = CtxlogTaskStore(directory, check_history=check)
         # At the end, every task reads the same from a fresh open.
         store.close()
         store = CtxlogTaskStore(directory)
@@ -160,10 +165,12 @@ async def run(ops, directory):
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(operation, max_size=40))
-def test_every_answer_equals_the_in_memory_stores(ops):
+@given(st.lists(operation, max_size=40), st.booleans())
+def test_every_answer_equals_the_in_memory_stores(ops, check_history):
+    """Histories grow at their end (as a2a-sdk writes them); with
+    ``check_history``, earlier messages are also edited in place."""
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(run(ops, tmp + "/store"))
+        asyncio.run(run(ops, tmp + "/store", check_history))
 
 
 def records(store: CtxlogTaskStore, owner: str, task_id: str) -> list[bytes]:

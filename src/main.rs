@@ -303,10 +303,13 @@ enum Command {
     Man,
 }
 
-/// A failure of the command line: a usage error (exit 2) or the library's (exit 1).
+/// A failure of the command line: a usage error (exit 2), the library's
+/// (exit 1), or stdout closed by its reader (exit 141, as a writer killed
+/// by SIGPIPE, without a word).
 enum Failure {
     Usage(String),
     Store(Error),
+    Closed,
 }
 
 impl From<Error> for Failure {
@@ -334,6 +337,14 @@ fn main() -> ExitCode {
         Err(Failure::Usage(msg)) => {
             eprintln!("error: Usage: {}; see ctxlog --help", one_line(&msg));
             ExitCode::from(2)
+        }
+        Err(Failure::Closed) => ExitCode::from(141),
+        // Stdout closed by its reader under a write the library made (the
+        // demo's story, an export's lines): the same quiet end.
+        Err(Failure::Store(Error::Io { source, .. }))
+            if source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            ExitCode::from(141)
         }
         Err(Failure::Store(e)) => {
             // The library names its Rust option; the command line's is a flag.
@@ -425,11 +436,11 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
         Command::Event => {
             let raw = stdin_bytes()?;
             let e = open_write(g, false)?.apply_event(&g.tenant, &raw)?;
-            print_json(&json!({ "taskId": e.task_id, "seq": e.seq }));
+            print_json(&json!({ "taskId": e.task_id, "seq": e.seq }))?;
             Ok(())
         }
         Command::Cancel { task_id } => {
-            print_json(&open_write(g, false)?.cancel_task(&g.tenant, &task_id)?);
+            print_json(&open_write(g, false)?.cancel_task(&g.tenant, &task_id)?)?;
             Ok(())
         }
         Command::Task {
@@ -439,7 +450,7 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
         } => {
             let t =
                 open_read(g)?.get_task(&g.tenant, &task_id, history_length, include_artifacts)?;
-            print_json(&t);
+            print_json(&t)?;
             Ok(())
         }
         Command::Tasks {
@@ -460,7 +471,7 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
                 history_length,
                 include_artifacts,
             };
-            print_json(&open_read(g)?.list_tasks(&g.tenant, &query)?);
+            print_json(&open_read(g)?.list_tasks(&g.tenant, &query)?)?;
             Ok(())
         }
         Command::Events { task_id, after } => events(g, &task_id, after),
@@ -472,7 +483,7 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
             let msgs =
                 open_read(g)?.last_messages(&g.tenant, &context, last.unwrap_or(usize::MAX))?;
             let out: Vec<HistoryLine> = msgs.iter().map(HistoryLine::of).collect();
-            print_json(&out);
+            print_json(&out)?;
             Ok(())
         }
         Command::Render {
@@ -486,18 +497,18 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
                 last.unwrap_or(defaults.max_messages),
             );
             let rendered = open_read(g)?.render_history(&g.tenant, &context, None, budget)?;
-            print!("{}", rendered.text);
+            print_text(&rendered.text)?;
             Ok(())
         }
         Command::Delete { context } => {
             open_write(g, false)?.delete_context(&g.tenant, &context)?;
-            print_json(&json!({ "contextId": context, "deleted": true }));
+            print_json(&json!({ "contextId": context, "deleted": true }))?;
             Ok(())
         }
         Command::Compact => {
             let store = open_write(g, false)?;
             let report = store.compact_with_progress(&mut progress("compact"))?;
-            print_json(&report);
+            print_json(&report)?;
             Ok(store.close()?)
         }
         Command::Append { context } => {
@@ -509,12 +520,12 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
                 "seq": a.seq,
                 "timestamp": iso8601_ms(a.timestamp_ms),
                 "openedContext": a.opened_context,
-            }));
+            }))?;
             Ok(())
         }
         Command::Verify => verify(g),
         Command::Stats => {
-            print_json(&open_read(g)?.stats());
+            print_json(&open_read(g)?.stats())?;
             Ok(())
         }
         Command::ImportHermes {
@@ -530,7 +541,7 @@ fn run(args: impl IntoIterator<Item = OsString>) -> Outcome {
                 .dry_run(dry_run),
         ),
         Command::Key { context } => {
-            println!("{}", ContextKey::derive(&g.tenant, &context)?);
+            print_text(&format!("{}\n", ContextKey::derive(&g.tenant, &context)?))?;
             Ok(())
         }
         Command::Check { full } => check(g, full),
@@ -656,7 +667,7 @@ fn send(g: &Global) -> Outcome {
     let r = open_write(g, true)?.receive_message(&g.tenant, &raw)?;
     print_json(
         &json!({ "contextId": r.context_id, "taskId": r.task_id, "duplicate": r.duplicate }),
-    );
+    )?;
     Ok(())
 }
 
@@ -674,7 +685,7 @@ fn events(g: &Global, task: &str, after: u64) -> Outcome {
         .into_iter()
         .map(|(seq, event)| Numbered { seq, event })
         .collect();
-    print_json(&out);
+    print_json(&out)?;
     Ok(())
 }
 
@@ -697,7 +708,7 @@ fn contexts(g: &Global, size: usize, token: Option<&str>) -> Outcome {
         .collect();
     print_json(
         &json!({ "contexts": contexts, "nextPageToken": page.next_page_token.unwrap_or_default() }),
-    );
+    )?;
     Ok(())
 }
 
@@ -753,7 +764,7 @@ fn verify_report(g: &Global) -> Result<ctxlog::VerifyReport, Failure> {
 
 fn verify(g: &Global) -> Outcome {
     let report = verify_report(g)?;
-    print_json(&report);
+    print_json(&report)?;
     damage_error(&report)
 }
 
@@ -796,7 +807,7 @@ fn check(g: &Global, full: bool) -> Outcome {
     if let Some(v) = &verified {
         out["verify"] = json!(v);
     }
-    print_json(&out);
+    print_json(&out)?;
     verified.as_ref().map_or(Ok(()), damage_error)
 }
 
@@ -851,7 +862,7 @@ fn import_hermes(
         "resumedFiles": r.resumed_files, "alreadyImported": r.already_imported,
         "skippedLines": r.skipped_lines, "skipped": r.skipped,
         "skippedFiles": skipped_files,
-    }));
+    }))?;
     if !how.dry_run {
         store.close()?;
     }
@@ -904,7 +915,7 @@ impl Output {
                 f.flush()
                     .and_then(|()| f.get_ref().sync_all())
                     .map_err(|e| io_error("write the export", &path, e))?;
-                print_json(summary);
+                print_json(summary)?;
             }
             None => {
                 self.stdout
@@ -1065,7 +1076,7 @@ fn import(g: &Global, file: Option<&Path>, resume: bool) -> Outcome {
         imported += 1;
     }
     shown(text.len(), text.len());
-    print_json(&json!({ "records": imported, "skippedAsPresent": skipped }));
+    print_json(&json!({ "records": imported, "skippedAsPresent": skipped }))?;
     Ok(store.close()?)
 }
 
@@ -1096,9 +1107,22 @@ fn bar(label: &'static str, template: &'static str) -> impl FnMut(usize, usize) 
     }
 }
 
-fn print_json<T: serde::Serialize>(v: &T) {
+fn print_json<T: serde::Serialize>(v: &T) -> Outcome {
     match serde_json::to_string_pretty(v) {
-        Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("error: Io: could not print the answer as JSON: {e}"),
+        Ok(text) => print_text(&format!("{text}\n")),
+        Err(e) => Err(Failure::Store(Error::InvalidParams {
+            field: "answer",
+            reason: format!("could not print it as JSON: {e}"),
+        })),
+    }
+}
+
+/// Writes to stdout. A reader that stopped reading (`| head`) ends the
+/// command quietly, as a pipe's writer ends, rather than with a panic.
+fn print_text(text: &str) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Closed),
+        other => other.map_err(|e| io_error("write to standard output", "-", e)),
     }
 }

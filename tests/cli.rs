@@ -1110,3 +1110,33 @@ fn salvage_saves_what_is_readable_of_a_damaged_store() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["verify"]["clean"], false);
 }
+
+/// What broke: a reader that stopped early (`ctxlog history c | head`) made
+/// the command panic on the closed pipe. It now ends quietly, with the
+/// status of a writer killed by SIGPIPE.
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    use std::io::Read;
+    let dir = common::tmp();
+    let d = dir.path();
+    ok(d, &["append", "big"], &vec![b'x'; 1 << 20]);
+    for args in [&["history", "big"][..], &["export"][..]] {
+        let mut child = {
+            let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
+            Command::new(env!("CARGO_BIN_EXE_ctxlog"))
+                .arg("--dir")
+                .arg(d)
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let mut first = [0u8; 16];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // The pipe's read end is closed here, with most of the output unread.
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(141), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
+}

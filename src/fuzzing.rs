@@ -122,13 +122,18 @@ pub fn render(data: &[u8]) {
             (Role::Agent, true),
         ][usize::from(b % 4)];
         let task_id = (b & 4 != 0).then(|| input.text(20));
+        // A message of no role may name its speaker: a word of the input's,
+        // kept only where the rendering would show it.
+        let speaker = (b & 8 != 0 && role == Role::Unspecified && !artifact)
+            .then(|| input.text(16))
+            .filter(|s| render::is_speaker(s));
         turns.push(Turn {
             position: turns.len() as u64,
             role,
             artifact,
             task_id,
             task_cut: 0,
-            speaker: None,
+            speaker,
             text: input.text(200),
             cut: 0,
         });

@@ -238,3 +238,41 @@ def test_a_record_of_an_unknown_form_is_refused(store_dir):
         store = CtxlogTaskStore(shared)
         with pytest.raises(ctxlog.Error, match="form 99"):
             store.get_sync("alice", "t")
+
+
+messages = st.builds(
+    lambda mid, role, texts, meta, refs, ctx: _message(mid, role, texts, meta, refs, ctx),
+    text, st.sampled_from([0, 1, 2, 7]), st.lists(st.tuples(text, st.sampled_from(["", "text/plain"])), max_size=3),
+    st.dictionaries(text, st.one_of(metadata_value, st.lists(metadata_value, max_size=2)), max_size=3),
+    st.lists(text, max_size=2), st.one_of(st.none(), text),
+)
+
+
+def _message(mid, role, texts, meta, refs, ctx):
+    m = Message(message_id=mid, role=role, reference_task_ids=refs)
+    for body, media in texts:
+        m.parts.append(Part(text=body, media_type=media))
+    if meta:
+        m.metadata.update(meta)
+    if ctx is not None:
+        m.context_id = ctx
+    return m
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(messages, st.sampled_from(STATES + [0, 99]), st.sampled_from(TIMES))
+def test_the_json_encoding_is_protobufs(message, state, when):
+    """The encoder a save uses writes what protobuf's own printer writes,
+    also for what it leaves to the printer (an unknown enum number, a
+    timestamp, a Struct)."""
+    from google.protobuf import json_format
+
+    from ctxlog.a2a import _dump
+
+    status = TaskStatus(state=state, message=message)
+    if when is not None:
+        status.timestamp.FromSeconds(when)
+    artifact = Artifact(artifact_id="a", parts=list(message.parts), metadata=message.metadata)
+    task = Task(id="t", status=status, history=[message, message], artifacts=[artifact])
+    for value in (message, status, artifact, task):
+        assert _dump(value) == json_format.MessageToDict(value)

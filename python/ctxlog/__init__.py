@@ -93,8 +93,9 @@ class Store:
             ``"skip-corrupt"`` opens with what is readable and reports
             what it skipped (:meth:`open_report`).
         retention_seconds: contexts idle this long count as expired.
-
-    Raises :class:`Locked` if another process has it open for writing.
+        lock_wait_seconds: how long the open waits for another holder of
+            the store to let it go before it raises :class:`Locked` (the
+            GIL is released meanwhile).
     """
 
     def __init__(
@@ -106,6 +107,7 @@ class Store:
         read_only: bool = False,
         recovery: Literal["strict", "skip-corrupt"] = "strict",
         retention_seconds: float | None = None,
+        lock_wait_seconds: float = 0.5,
     ) -> None:
         self._s = _native.Store(
             os.fspath(path),
@@ -114,6 +116,7 @@ class Store:
             read_only=read_only,
             recovery=recovery,
             retention_seconds=retention_seconds,
+            lock_wait_seconds=lock_wait_seconds,
         )
 
     def __enter__(self) -> Store:

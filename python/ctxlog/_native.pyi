@@ -30,6 +30,7 @@ class Store:
         read_only: bool = False,
         recovery: str = "strict",
         retention_seconds: float | None = None,
+        lock_wait_seconds: float = 0.5,
     ) -> None: ...
     def close(self) -> None: ...
     @property

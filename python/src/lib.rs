@@ -112,7 +112,8 @@ impl Store {
 #[pymethods]
 impl Store {
     #[new]
-    #[pyo3(signature = (path, *, durability = "sync", create = true, read_only = false, recovery = "strict", retention_seconds = None))]
+    #[pyo3(signature = (path, *, durability = "sync", create = true, read_only = false, recovery = "strict", retention_seconds = None, lock_wait_seconds = 0.5))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -121,6 +122,7 @@ impl Store {
         read_only: bool,
         recovery: &str,
         retention_seconds: Option<f64>,
+        lock_wait_seconds: f64,
     ) -> PyResult<Self> {
         let durability = match durability {
             "sync" => Durability::Sync,
@@ -149,10 +151,16 @@ impl Store {
             }
             s => s.map(std::time::Duration::from_secs_f64),
         };
+        if !(lock_wait_seconds.is_finite() && lock_wait_seconds >= 0.0) {
+            return Err(PyValueError::new_err(
+                "lock_wait_seconds must be a number of seconds, 0 or more",
+            ));
+        }
         let options = Options::default()
             .durability(durability)
             .recovery(recovery)
             .retention(retention)
+            .lock_wait(std::time::Duration::from_secs_f64(lock_wait_seconds))
             .create(create);
         let dir = path.clone();
         let store = py

@@ -135,3 +135,31 @@ def test_threads_share_one_store(store_dir):
             mine = [s for s in shared if s.startswith(f"{n}:")]
             assert mine == [f"{n}:{i}" for i in range(per_thread)]
         assert [m[0] for m in store.history("t", "shared")] == list(range(8 * per_thread))
+
+
+def test_a_call_that_waits_lets_other_threads_run(store_dir):
+    """An open that waits for the store's lock releases the GIL: the thread
+    that holds the store can close it meanwhile, and the open then gets it.
+    Were the GIL held through the wait, the holder could not run until the
+    wait had run out, and the open would fail with Locked."""
+    holder = ctxlog.Store(store_dir)
+    holder.append_message("t", "c", b"kept")
+    waiting = threading.Event()
+    opened = []
+
+    def open_second():
+        waiting.set()
+        try:
+            opened.append(ctxlog.Store(store_dir, lock_wait_seconds=30))
+        except ctxlog.Error as e:
+            opened.append(e)
+
+    second = threading.Thread(target=open_second)
+    second.start()
+    waiting.wait()
+    holder.close()
+    second.join()
+    [store] = opened
+    assert isinstance(store, ctxlog.Store), store
+    assert [m[2] for m in store.history("t", "c")] == [b"kept"]
+    store.close()

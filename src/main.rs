@@ -752,12 +752,6 @@ fn verify_report(g: &Global) -> Result<ctxlog::VerifyReport, Failure> {
             eprintln!("note: the store is in use; verifying beside its writer");
             Ok(Store::verify_read_only(&g.dir, &mut progress("verify"))?)
         }
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            Err(Error::StoreNotFound {
-                path: g.dir.clone(),
-            }
-            .into())
-        }
         other => Ok(other?),
     }
 }

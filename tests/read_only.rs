@@ -139,12 +139,7 @@ fn a_read_only_open_changes_nothing_and_refuses_writes() {
     let copy = common::crash_copy(dir.path());
     drop(store);
     // A half-written frame at the end, which a writer's open would cut.
-    let seg = common::segment_files(copy.path()).pop().unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
-    bytes.truncate(end);
-    bytes.extend_from_slice(&[9, 0, 0, 0, 1]);
-    std::fs::write(&seg, &bytes).unwrap();
+    let (seg, bytes) = common::tear_newest_segment(copy.path(), &[9, 0, 0, 0, 1]);
     std::fs::remove_file(copy.path().join("IDENTITY")).unwrap();
     std::fs::write(copy.path().join("0000000000000009.seg.tmp"), b"half").unwrap();
     let before = listing(copy.path());

@@ -68,12 +68,7 @@ fn an_open_tells_what_it_cut_and_what_it_did_not_use() {
     // A crash: no close, no checkpoint; then a half-written frame at the end.
     let copy = common::crash_copy(dir.path());
     drop(store);
-    let seg = common::segment_files(copy.path()).pop().unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
-    bytes.truncate(end);
-    bytes.extend_from_slice(&[7, 0, 0, 0, 1, 2]);
-    std::fs::write(&seg, &bytes).unwrap();
+    common::tear_newest_segment(copy.path(), &[7, 0, 0, 0, 1, 2]);
     std::fs::write(copy.path().join("CHECKPOINT"), b"not a checkpoint").unwrap();
 
     let seen = Collect::default();

@@ -234,32 +234,32 @@ def _apply(state: Task | None, record: dict[str, Any]) -> Task | None:
     return task
 
 
-def _update(old: Task, new: Task, keep: int) -> None:
-    """Makes the cached ``old`` equal to ``new`` in the time of the change:
-    its first ``keep`` messages and its unchanged artifacts are kept, not
-    copied."""
-    del old.history[keep:]
-    old.history.extend(new.history[keep:])
-    for i, artifact in enumerate(new.artifacts):
-        if i >= len(old.artifacts):
-            old.artifacts.add().CopyFrom(artifact)
-        elif old.artifacts[i] != artifact:
-            old.artifacts[i].CopyFrom(artifact)
-    del old.artifacts[len(new.artifacts) :]
-    for field in Task.DESCRIPTOR.fields:
-        if field.name in ("history", "artifacts"):
-            continue
-        if field.message_type is not None and not field.is_repeated:
-            if new.HasField(field.name):
-                getattr(old, field.name).CopyFrom(getattr(new, field.name))
+def _update(old: Task, new: Task, record: dict[str, Any]) -> None:
+    """Makes the cached ``old`` equal to ``new`` by the parts ``record`` (its
+    delta) says changed: what the diff found is not compared again, and
+    the kept messages and artifacts are not copied."""
+    if "history" in record:
+        keep = record["history"]["from"]
+        del old.history[keep:]
+        old.history.extend(new.history[keep:])
+    if "artifacts" in record:
+        del old.artifacts[len(new.artifacts) :]
+        for i in sorted(int(i) for i in record["artifacts"]["set"]):
+            if i < len(old.artifacts):
+                old.artifacts[i].CopyFrom(new.artifacts[i])
             else:
+                old.artifacts.add().CopyFrom(new.artifacts[i])
+    for field in ("status", "metadata"):
+        if field in record:
+            if new.HasField(field):
+                getattr(old, field).CopyFrom(getattr(new, field))
+            else:
+                old.ClearField(field)
+    if "task" in record:
+        for field in Task.DESCRIPTOR.fields:
+            if field.name not in _APART:
                 old.ClearField(field.name)
-        else:
-            old.ClearField(field.name)
-            if field.is_repeated:
-                getattr(old, field.name).extend(getattr(new, field.name))
-            else:
-                setattr(old, field.name, getattr(new, field.name))
+        old.MergeFrom(_rest(new))
 
 
 def _sort_key(task: Task) -> tuple[bool, int, str]:
@@ -449,8 +449,7 @@ class CtxlogTaskStore(TaskStore):
                 cached = Task()
                 cached.CopyFrom(task)
             else:
-                history = record.get("history")
-                _update(old, task, len(old.history) if history is None else history["from"])
+                _update(old, task, delta)
                 cached = old
             self._remember(key, cached)
             with self._lock:

@@ -194,6 +194,13 @@ struct MessageView<'a> {
     task_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     parts: Vec<PartView<'a>>,
+}
+
+/// A message's `metadata.speaker`, read in a second pass only for a message
+/// of no A2A role (rare), so that the read of every other message skips its
+/// metadata unparsed as before.
+#[derive(Deserialize)]
+struct SpeakerView {
     #[serde(default)]
     metadata: Speaker,
 }
@@ -304,10 +311,11 @@ pub fn turn_from_message(position: u64, raw: &[u8]) -> Turn {
     }
     // A speaker names only a message of no A2A role, and only as a word
     // the frame cannot mistake for one of its own labels.
-    let speaker = msg
-        .metadata
-        .0
-        .filter(|s| role == Role::Unspecified && is_speaker(s));
+    let speaker = (role == Role::Unspecified)
+        .then(|| serde_json::from_slice::<SpeakerView>(raw).ok())
+        .flatten()
+        .and_then(|v| v.metadata.0)
+        .filter(|s| is_speaker(s));
     Turn {
         position,
         role,

@@ -437,12 +437,10 @@ impl Store {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<VerifyReport> {
         let dir = dir.as_ref();
-        if !fs.exists(dir) {
-            return Err(Error::io(
-                "find the store directory",
-                dir,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
+        if !holds_store(fs, dir)? {
+            return Err(Error::StoreNotFound {
+                path: dir.to_path_buf(),
+            });
         }
         let _lock = lock_dir(fs, dir, Options::default().lock_wait)?;
         verify_dir(fs, dir, checkpoint::peek(fs, dir), false, progress)

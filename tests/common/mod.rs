@@ -49,3 +49,17 @@ pub fn crash_copy(from: &Path) -> tempfile::TempDir {
     }
     to
 }
+
+/// Ends the newest segment of `dir` as a crash mid-append can: its
+/// preallocated zeros cut, then `junk` (the start of a frame never
+/// finished) after its last record. Returns the segment's path and the
+/// bytes it now holds.
+pub fn tear_newest_segment(dir: &Path, junk: &[u8]) -> (PathBuf, Vec<u8>) {
+    let seg = segment_files(dir).pop().expect("a segment");
+    let mut bytes = std::fs::read(&seg).expect("read the segment");
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    bytes.truncate(end);
+    bytes.extend_from_slice(junk);
+    std::fs::write(&seg, &bytes).expect("write the segment");
+    (seg, bytes)
+}

@@ -7,7 +7,7 @@ import json
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from a2a.server.tasks import InMemoryTaskStore
@@ -129,6 +129,8 @@ async def run(ops, directory, check):
                     mutate(task, change, counter, edits=check)
                 await reference.save(task, OWNERS[owner])
                 await store.save(task, OWNERS[owner])
+                # The task as saved, from the cache a save keeps up to date.
+                assert await store.get(task_id, OWNERS[owner]) == task
             elif kind == "get":
                 _, owner, task_id = op
                 assert await store.get(task_id, OWNERS[owner]) == await reference.get(task_id, OWNERS[owner])
@@ -166,6 +168,11 @@ async def run(ops, directory, check):
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(operation, max_size=40), st.booleans())
+# Two artifacts added by one save, then read back from the cache.
+@example(
+    ops=[("save", 0, "t1", []), ("save", 0, "t1", [("artifact", 0, "a"), ("artifact", 1, "b")])],
+    check_history=False,
+)
 def test_every_answer_equals_the_in_memory_stores(ops, check_history):
     """Histories grow at their end (as a2a-sdk writes them); with
     ``check_history``, earlier messages are also edited in place."""

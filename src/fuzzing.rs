@@ -14,7 +14,7 @@ use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN
 use crate::log::record;
 use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
-use crate::options::{Durability, Options, RecoveryMode};
+use crate::options::{Durability, Maintenance, Options, RecoveryMode};
 use crate::render::{self, History, Role, Turn};
 use crate::store::Store;
 use crate::Error;
@@ -25,9 +25,11 @@ fn scratch() -> (MemFs, PathBuf) {
     (fs, PathBuf::from("/fuzz/store"))
 }
 
-/// `options` on the in-memory file system `fs`.
+/// `options` on the in-memory file system `fs`, with maintenance only when
+/// a target calls it (a thread of its own would make runs differ).
 fn on(fs: &MemFs, options: Options) -> Options {
-    options.fs(Arc::new(fs.clone()))
+    let maintenance = options.maintenance.clone().map(|m| m.background(false));
+    options.fs(Arc::new(fs.clone())).maintenance(maintenance)
 }
 
 /// Reads bytes off the front of the fuzzer's input.
@@ -360,7 +362,7 @@ const STATES: [&str; 8] = [
 
 /// Target `ops`: a sequence of raw appends, received A2A messages (new tasks,
 /// follow-ups, resends), status updates, artifact chunks, deletes,
-/// compactions, reopens and crashes (a power loss at that instant, with the
+/// compactions, maintenance's merges, reopens and crashes (a power loss at that instant, with the
 /// unsynced bytes and names torn as the input says), checked after each
 /// step against a plain model. Every step that returned is durable (with
 /// `Sync`, or with `GroupCommit`, whose syncer thread writes and syncs the
@@ -376,7 +378,10 @@ pub fn ops(data: &[u8]) {
     let options = Options::default()
         .durability(durability)
         .segment_bytes(4096)
-        .checkpoint_interval(Some(2048));
+        .checkpoint_interval(Some(2048))
+        .maintenance(Some(
+            Maintenance::default().background(false).tail_segments(2),
+        ));
     let mut store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
     let mut model = Model::default();
     let mut input = Input(data);
@@ -406,6 +411,10 @@ pub fn ops(data: &[u8]) {
                     Some(None) => result.unwrap(),
                     None => assert!(matches!(result, Err(Error::ContextNotFound))),
                 }
+            }
+            3 if op / 50 % 2 == 1 => {
+                // Every merge maintenance picks now.
+                while s.maintain().unwrap().is_some() {}
             }
             3 => {
                 s.compact().unwrap();

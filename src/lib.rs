@@ -94,7 +94,7 @@ pub use log::layout::{Foreign, Lost};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
-pub use options::{Durability, Options, RecoveryMode, TurnPolicy};
+pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
 pub use store::{
     Appended, CompactReport, ContextInfo, ContextPage, EventRecord, Item, ItemKind, ListTasksQuery,
     Receipt, Stats, Store, StoredMessage, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,

@@ -109,9 +109,119 @@ pub struct Options {
     /// in-memory one that simulates crashes ([`MemFs`](crate::fs::MemFs)),
     /// or wrap either to fail any call ([`FaultyFs`](crate::fs::FaultyFs)).
     pub fs: std::sync::Arc<dyn crate::fs::Fs>,
+    /// How the store keeps its log's layout: merging sealed segments into
+    /// runs that hold each context's records together, so history reads
+    /// stay fast with no one calling [`compact`](crate::Store::compact)
+    /// (see [`Store::maintain`](crate::Store::maintain)). Default:
+    /// [`Maintenance::default`], on a background thread; `None`: never
+    /// (only `compact` rewrites the log).
+    pub maintenance: Option<Maintenance>,
     /// Set only by [`Store::open_read_only`](crate::Store::open_read_only):
     /// recovery then changes nothing on disk.
     pub(crate) read_only: bool,
+}
+
+/// The policy of the store's self-maintenance (see
+/// [`Store::maintain`](crate::Store::maintain)).
+///
+/// # Examples
+///
+/// ```
+/// use ctxlog::{Maintenance, Options};
+/// // Maintenance at most 16 MiB/s, and never on its own thread: the
+/// // program calls `Store::maintain` when it has time.
+/// let options = Options::default().maintenance(Some(
+///     Maintenance::default().background(false).bytes_per_second(16 << 20),
+/// ));
+/// assert!(!options.maintenance.unwrap().background);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Maintenance {
+    /// Run it on a thread of the store's own, from open to close. Default:
+    /// `true`; `false`: only when the program calls
+    /// [`Store::maintain`](crate::Store::maintain).
+    pub background: bool,
+    /// The most bytes a merge writes per second (it sleeps between chunks
+    /// of 1 MiB to keep to it), so that appends and reads keep their
+    /// latency. Default: 64 MiB/s.
+    pub bytes_per_second: u64,
+    /// Merge the sealed segments written since the last merge once there
+    /// are this many of them. Default: 4.
+    pub tail_segments: usize,
+    /// A store that has seen no append for this long is idle: the segments
+    /// written since the last merge are then merged however few they are
+    /// (a segment being written is sealed for it once it holds a quarter of
+    /// [`Options::segment_bytes`]). Default: 1 s.
+    pub idle_after: std::time::Duration,
+    /// A merge starts only if, with its output written beside its inputs,
+    /// the store's files stay within this many times the live records'
+    /// bytes (or it merges one segment's worth at most). Default: 1.3.
+    pub max_space: f64,
+    /// A run in which more than this share of the bytes belong to deleted
+    /// or expired contexts is rewritten without them. Default: 0.1.
+    pub max_garbage: f64,
+    /// How often the thread looks for work when it found none. Default:
+    /// 250 ms.
+    pub interval: std::time::Duration,
+}
+
+impl Maintenance {
+    /// Sets [`background`](Self::background).
+    pub fn background(mut self, on: bool) -> Self {
+        self.background = on;
+        self
+    }
+
+    /// Sets [`bytes_per_second`](Self::bytes_per_second).
+    pub fn bytes_per_second(mut self, bytes: u64) -> Self {
+        self.bytes_per_second = bytes;
+        self
+    }
+
+    /// Sets [`tail_segments`](Self::tail_segments).
+    pub fn tail_segments(mut self, segments: usize) -> Self {
+        self.tail_segments = segments;
+        self
+    }
+
+    /// Sets [`idle_after`](Self::idle_after).
+    pub fn idle_after(mut self, idle: std::time::Duration) -> Self {
+        self.idle_after = idle;
+        self
+    }
+
+    /// Sets [`max_space`](Self::max_space).
+    pub fn max_space(mut self, times_live: f64) -> Self {
+        self.max_space = times_live;
+        self
+    }
+
+    /// Sets [`max_garbage`](Self::max_garbage).
+    pub fn max_garbage(mut self, share: f64) -> Self {
+        self.max_garbage = share;
+        self
+    }
+
+    /// Sets [`interval`](Self::interval).
+    pub fn interval(mut self, every: std::time::Duration) -> Self {
+        self.interval = every;
+        self
+    }
+}
+
+impl Default for Maintenance {
+    fn default() -> Self {
+        Self {
+            background: true,
+            bytes_per_second: 64 << 20,
+            tail_segments: 4,
+            idle_after: std::time::Duration::from_secs(1),
+            max_space: 1.3,
+            max_garbage: 0.1,
+            interval: std::time::Duration::from_millis(250),
+        }
+    }
 }
 
 impl Default for Options {
@@ -128,6 +238,7 @@ impl Default for Options {
             lock_wait: std::time::Duration::from_millis(500),
             commit_yields: 64,
             create: true,
+            maintenance: Some(Maintenance::default()),
             fs: std::sync::Arc::new(crate::fs::OsFs),
             read_only: false,
         }
@@ -199,6 +310,12 @@ impl Options {
     /// Sets the turn policy.
     pub fn turns(mut self, turns: TurnPolicy) -> Self {
         self.turns = turns;
+        self
+    }
+
+    /// Sets the maintenance policy (see [`Options::maintenance`]).
+    pub fn maintenance(mut self, maintenance: Option<Maintenance>) -> Self {
+        self.maintenance = maintenance;
         self
     }
 

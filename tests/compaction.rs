@@ -1,6 +1,7 @@
-//! Compaction: every live record kept byte for byte, deleted contexts stay
-//! deleted, a crash at each step leaves a store that opens correctly, reads
-//! and writes go on meanwhile, and the space comes back.
+//! Compaction and maintenance's merges: every live record kept byte for
+//! byte, deleted contexts stay deleted, a crash at each step leaves a store
+//! that opens correctly, reads and writes go on meanwhile, and the space
+//! comes back.
 
 mod common;
 
@@ -11,14 +12,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ctxlog::internals::CompactStep;
-use ctxlog::{Durability, Error, Options, Store};
+use ctxlog::{Durability, Error, Maintenance, Options, Store};
 use proptest::prelude::*;
 use serde_json::json;
 
+/// Maintenance only when a test calls `maintain`, after two sealed
+/// segments: every merge is one the test chose.
 fn options() -> Options {
     Options::default()
         .durability(Durability::Buffered)
         .segment_bytes(4096)
+        .maintenance(Some(
+            Maintenance::default().background(false).tail_segments(2),
+        ))
 }
 
 /// What must be there: per context, its raw messages, or `None` if deleted.
@@ -64,6 +70,7 @@ enum Op {
     Append(u8, Vec<u8>),
     Delete(u8),
     Compact,
+    Maintain,
     Reopen,
 }
 
@@ -71,7 +78,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..6u8, proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(c, b)| Op::Append(c, b)),
         1 => (0..6u8).prop_map(Op::Delete),
-        2 => Just(Op::Compact),
+        1 => Just(Op::Compact),
+        2 => Just(Op::Maintain),
         1 => Just(Op::Reopen),
     ]
 }
@@ -80,7 +88,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 
     #[test]
-    fn compaction_keeps_every_live_record_byte_for_byte(ops in proptest::collection::vec(op(), 1..50)) {
+    fn compaction_and_merges_keep_every_live_record_byte_for_byte(ops in proptest::collection::vec(op(), 1..50)) {
         let dir = common::tmp();
         let mut store = Store::open(dir.path(), options()).unwrap();
         let mut model = Model::new();
@@ -112,6 +120,9 @@ proptest! {
                 }
                 Op::Compact => {
                     store.compact().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
+                Op::Maintain => {
+                    store.maintain().map_err(|e| TestCaseError::fail(e.to_string()))?;
                 }
                 Op::Reopen => {
                     store.close().unwrap();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ctxlog::fs::{Crash, Fault, FaultPlan, FaultyFs, FileOp, Fs, MemFs};
-use ctxlog::{Durability, Error, Options, Store};
+use ctxlog::{Durability, Error, Maintenance, Options, Store};
 
 /// What every context holds: its messages' raw bytes, or `None` once deleted.
 type Model = BTreeMap<String, Option<Vec<Vec<u8>>>>;
@@ -74,6 +74,9 @@ fn options(fs: Arc<dyn Fs>, durability: Durability) -> Options {
         .durability(durability)
         .segment_bytes(4096)
         .checkpoint_interval(Some(3000))
+        .maintenance(Some(
+            Maintenance::default().background(false).tail_segments(2),
+        ))
         .fs(fs)
 }
 
@@ -107,6 +110,12 @@ fn workload(plan: &Arc<CrashAt>) -> (Vec<Model>, Option<Error>) {
                 model.insert("c1".into(), None);
             }),
             20 | 45 => s.compact().map(drop),
+            // Every merge maintenance picks now: the sealed tail, then
+            // runs of similar size.
+            35 | 52 | 57 => (|| {
+                while s.maintain()?.is_some() {}
+                Ok(())
+            })(),
             27 => store.take().unwrap().close().and_then(|()| {
                 store = Some(Store::open(dir(), options(&fs))?);
                 Ok(())

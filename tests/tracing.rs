@@ -94,7 +94,7 @@ fn compaction_is_told_to_a_subscriber_and_only_to_it() {
     store.delete_context("t", "gone").unwrap();
     let seen = Collect::default();
     tracing::subscriber::with_default(seen.clone(), || store.compact().unwrap());
-    assert!(seen.has(Level::INFO, "compaction done"));
+    assert!(seen.has(Level::INFO, "merge done"));
     assert!(seen.has(Level::DEBUG, "manifest switched"));
     // Outside the subscriber's scope nothing reaches it, and nothing fails.
     let before = seen.0.lock().unwrap().len();

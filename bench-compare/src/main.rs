@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use ctxlog::{Durability, Options, Store};
+use ctxlog::{Durability, Maintenance, Options, Store};
 
 /// How big a run is.
 #[derive(Clone, Copy)]
@@ -756,6 +756,306 @@ fn w3_exchanges(scale: Scale, root: &Path) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Bytes of the files in `dir` (a store's directory: no subdirectories).
+fn store_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Samples the store's bytes on disk every 10 ms until told to stop;
+/// returns the largest.
+fn space_sampler(
+    dir: PathBuf,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut most = 0;
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            most = most.max(store_bytes(&dir));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        most
+    })
+}
+
+/// Waits until the store's maintenance has made no merge for three looks
+/// in a row, 500 ms apart, after its idle time (at most `limit`); returns
+/// how long that took.
+fn settle(store: &Store, limit: Duration) -> Duration {
+    let start = Instant::now();
+    let mut last = store.stats().merges;
+    let mut quiet = 0;
+    while start.elapsed() < limit && quiet < 3 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = store.stats().merges;
+        quiet = if now == last && start.elapsed() > Duration::from_secs(2) {
+            quiet + 1
+        } else {
+            0
+        };
+        last = now;
+    }
+    start.elapsed()
+}
+
+/// The store's self-maintenance (issue: a log that keeps its own layout),
+/// ctxlog against redb in one run:
+/// - W2 on the store as W1 writes it (round robin, bulk commits) with
+///   maintenance on from the first append and no `compact()`: reads right
+///   after the reopen while maintenance still works, and once it has
+///   settled (and how long that took); redb's on the same data;
+/// - W1a (one writer, durable per append) on a store with a backlog of
+///   sealed segments to merge, with maintenance running and with it off;
+/// - W1c, 16 threads, with maintenance on and off;
+/// - space: the most on disk while maintenance ran, and after, over the
+///   live records' bytes;
+/// - reopen of the maintained W2 store, after a clean close, against redb's.
+fn w_maintenance(scale: Scale, root: &Path) {
+    let reads = scale.reads;
+    let measure = |engine: &dyn Engine, pick: fn(&mut u64, u64) -> u64, n: usize| {
+        let mut state = 42u64;
+        let mut lat: Vec<Duration> = (0..n)
+            .map(|_| {
+                let ctx = pick(&mut state, scale.contexts);
+                let t = Instant::now();
+                let bytes = engine.last(ctx, 20);
+                let d = t.elapsed();
+                assert_eq!(bytes, BODY * scale.per_context.min(20) as usize);
+                d
+            })
+            .collect();
+        lat.sort();
+        lat
+    };
+    println!(
+        "\n### Self-maintenance (ctxlog, default `Maintenance`) against redb: {} contexts x {} messages of 1 KiB\n",
+        scale.contexts, scale.per_context
+    );
+    // redb, as W2 measures it.
+    let dir = root.join("m-redb");
+    std::fs::create_dir_all(&dir).unwrap();
+    {
+        let engine = open_bulk("redb", &dir);
+        fill(engine.as_ref(), scale.contexts, scale.per_context);
+    }
+    let t = Instant::now();
+    let redb = open("redb", &dir, 1);
+    let redb_reopen = t.elapsed();
+    let r_warm = measure(redb.as_ref(), uniform, reads);
+    let r_hot = measure(redb.as_ref(), zipf, reads);
+    drop(redb);
+    let t = Instant::now();
+    let redb = open("redb", &dir, 1);
+    let redb_reopen2 = t.elapsed();
+    drop(redb);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // ctxlog, maintenance on from the first append.
+    let dir = root.join("m-ctxlog");
+    let fill_start = Instant::now();
+    {
+        let store = Store::open(&dir, Options::default().durability(Durability::Buffered)).unwrap();
+        let bulk = CtxLogBatch(store);
+        fill(&bulk, scale.contexts, scale.per_context);
+    }
+    let filled = fill_start.elapsed();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = space_sampler(dir.clone(), stop.clone());
+    let store = Store::open(&dir, Options::default()).unwrap();
+    let before = store.stats().merges;
+    // Reads "during" start once a merge is writing (after the idle time).
+    let merging = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .map(|mut e| {
+                e.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().ends_with(".seg.tmp")))
+            })
+            .unwrap_or(false)
+    };
+    let waited = Instant::now();
+    while !merging(&dir) && waited.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let engine = CtxLog(store);
+    let d_warm = measure(&engine, uniform, reads);
+    let d_hot = measure(&engine, zipf, reads);
+    let during_merges = engine.0.stats().merges - before;
+    let settled = settle(&engine.0, Duration::from_secs(120));
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let most = sampler.join().unwrap();
+    let a_warm = measure(&engine, uniform, reads);
+    let a_hot = measure(&engine, zipf, reads);
+    let st = engine.0.stats();
+    let live = st.live_bytes as f64;
+    drop(engine);
+    let t = Instant::now();
+    let store = Store::open(&dir, Options::default()).unwrap();
+    let reopen = t.elapsed();
+    drop(store);
+    let t = Instant::now();
+    let store = Store::open(&dir, Options::default()).unwrap();
+    let reopen2 = t.elapsed();
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let ratio = |a: f64, b: f64| a / b;
+    let p = |l: &[Duration], q: f64| us(pct(l, q));
+    println!("| measure | ctxlog | redb | ctxlog / redb |");
+    println!("|---|---|---|---|");
+    for (name, c, r) in [
+        (
+            "W2 uniform warm p50, during maintenance (us)",
+            p(&d_warm, 0.5),
+            p(&r_warm, 0.5),
+        ),
+        (
+            "W2 uniform warm p99, during maintenance (us)",
+            p(&d_warm, 0.99),
+            p(&r_warm, 0.99),
+        ),
+        (
+            "W2 zipf warm p50, during maintenance (us)",
+            p(&d_hot, 0.5),
+            p(&r_hot, 0.5),
+        ),
+        (
+            "W2 uniform warm p50, maintained (us)",
+            p(&a_warm, 0.5),
+            p(&r_warm, 0.5),
+        ),
+        (
+            "W2 uniform warm p99, maintained (us)",
+            p(&a_warm, 0.99),
+            p(&r_warm, 0.99),
+        ),
+        (
+            "W2 zipf warm p50, maintained (us)",
+            p(&a_hot, 0.5),
+            p(&r_hot, 0.5),
+        ),
+        (
+            "reopen after clean close, maintained store (ms; best of two)",
+            reopen.min(reopen2).as_secs_f64() * 1e3,
+            redb_reopen.min(redb_reopen2).as_secs_f64() * 1e3,
+        ),
+    ] {
+        println!("| {name} | {c:.1} | {r:.1} | {:.2} |", ratio(c, r));
+    }
+    println!(
+        "\n- filled in {:.1} s with maintenance on; the reads \"during\" began once a merge was writing, after the reopen ({} merges ended while they ran); maintenance settled {:.1} s after the reopen ({} merges, {} MiB written since the open)",
+        filled.as_secs_f64(),
+        during_merges,
+        settled.as_secs_f64(),
+        st.merges,
+        st.merged_bytes >> 20
+    );
+    println!(
+        "- space: at most {:.2}x the live bytes on disk while maintenance ran, {:.2}x after (target <= 1.3x and <= 1.15x)",
+        most as f64 / live,
+        st.disk_bytes as f64 / live
+    );
+
+    // W1a with a backlog to merge: the same store twice, one with
+    // maintenance off, one with it on, appended to in turns.
+    let backlog = |name: &str| {
+        let dir = root.join(name);
+        let store = Store::open(
+            &dir,
+            Options::default()
+                .durability(Durability::Buffered)
+                .maintenance(None),
+        )
+        .unwrap();
+        fill(&CtxLogBatch(store), scale.contexts, scale.per_context);
+        dir
+    };
+    let (off_dir, on_dir) = (backlog("m-w1a-off"), backlog("m-w1a-on"));
+    let n = if scale.contexts > 1000 { 20_000 } else { 2_000 };
+    let w1a = |dir: &Path, maintenance: Option<Maintenance>| {
+        let store = Store::open(dir, Options::default().maintenance(maintenance)).unwrap();
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let ctx = i % scale.contexts;
+            let b = body(ctx, 1000 + i);
+            let t = Instant::now();
+            store
+                .append_message("bench", &format!("ctx-{ctx}"), &b)
+                .unwrap();
+            lat.push(t.elapsed());
+        }
+        let st = store.stats();
+        lat.sort();
+        (lat, st.merges, st.merged_bytes)
+    };
+    let (off, _, _) = w1a(&off_dir, None);
+    let (on, merges, merged) = w1a(&on_dir, Some(Maintenance::default()));
+    println!(
+        "- W1a ({n} durable appends) on a store with {} MiB of sealed segments to merge: p50 {:.1} us, p99 {:.1} us with maintenance running ({merges} merges, {} MiB written meanwhile) against p50 {:.1} us, p99 {:.1} us with it off: p99 {:.2}x (target <= 1.5x)",
+        (scale.contexts * scale.per_context * BODY as u64) >> 20,
+        p(&on, 0.5),
+        p(&on, 0.99),
+        merged >> 20,
+        p(&off, 0.5),
+        p(&off, 0.99),
+        p(&on, 0.99) / p(&off, 0.99)
+    );
+    std::fs::remove_dir_all(&off_dir).unwrap();
+    std::fs::remove_dir_all(&on_dir).unwrap();
+
+    // W1c, 16 threads, maintenance on and off, in turns.
+    let w1c16 = |maintenance: Option<Maintenance>, round: usize| {
+        let dir = root.join(format!("m-w1c-{round}"));
+        let options = Options::default()
+            .durability(Durability::GroupCommit)
+            .maintenance(maintenance);
+        let store = Arc::new(Store::open(&dir, options).unwrap());
+        let per = (if scale.contexts > 1000 { 4_000 } else { 800 }) / 16;
+        let barrier = Arc::new(Barrier::new(17));
+        let handles: Vec<_> = (0..16u64)
+            .map(|t| {
+                let (store, barrier) = (store.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for i in 0..per {
+                        let ctx = t * 1_000_000 + i % 50;
+                        store
+                            .append_message("bench", &format!("ctx-{ctx}"), &body(ctx, i))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let rate = (per * 16) as f64 / start.elapsed().as_secs_f64();
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+        rate
+    };
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for round in 0..3 {
+        off.push(w1c16(None, round * 2));
+        on.push(w1c16(Some(Maintenance::default()), round * 2 + 1));
+    }
+    on.sort_by(f64::total_cmp);
+    off.sort_by(f64::total_cmp);
+    println!(
+        "- W1c, 16 threads (median of 3 rounds, in turns): {:.0} appends/s with maintenance on, {:.0} with it off: {:.2}x (target within 10%)",
+        on[1],
+        off[1],
+        on[1] / off[1]
+    );
+}
+
 fn floors(scale: Scale, root: &Path) {
     let path: PathBuf = root.join("floor");
     let mut f = OpenOptions::new()
@@ -833,6 +1133,16 @@ fn main() {
         drop(store);
         return;
     }
+    if args.first().map(String::as_str) == Some("maintenance") {
+        // Only the self-maintenance rows: `maintenance [full]`.
+        let scale = if args.get(1).map(String::as_str) == Some("full") {
+            FULL
+        } else {
+            QUICK
+        };
+        w_maintenance(scale, scratch_root().path());
+        return;
+    }
     if args.first().map(String::as_str) == Some("exchanges") {
         // Only the ctxlog store of A2A exchanges: `exchanges [full]`.
         let scale = if args.get(1).map(String::as_str) == Some("full") {
@@ -876,4 +1186,5 @@ fn main() {
     table("Space and memory", "x or MiB", true, &space);
     table("W3: reopen", "ms or us", true, &w3(scale, root.path()));
     w3_exchanges(scale, root.path());
+    w_maintenance(scale, root.path());
 }

@@ -1,12 +1,15 @@
 //! The manifest: which segments make up the log, in replay order.
 //!
 //! ```text
-//! magic "CTXLMAN\0" | version:u32 = 2 | store id:[u8; 16] | generation:u64
-//! | tail_from:u64 | count:u32 | count × (segment id:u64, length:u64)
+//! magic "CTXLMAN\0" | version:u32 = 3 | store id:[u8; 16] | generation:u64
+//! | tail_from:u64 | count:u32 | count × (segment id:u64, length:u64, run:u64)
 //! | crc32 of everything before:u32
 //! ```
 //!
-//! (Version 1, still read, has neither the store id nor the lengths.)
+//! A segment's `run` is the generation of the merge that wrote it: adjacent
+//! segments of one run hold each context's records of that run together.
+//! (Version 2, still read, has no runs: its segments are one run, of its
+//! generation; version 1 has neither the store id nor the lengths.)
 //!
 //! The log replays the compacted segments the manifest lists, in its order,
 //! then every segment with id ≥ `tail_from` that the manifest does not list,
@@ -25,7 +28,10 @@ use crate::fs::Fs;
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";
 const MAGIC: [u8; 8] = *b"CTXLMAN\0";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// Without runs.
+const VERSION_2: u32 = 2;
+/// Without the store id and the lengths.
 const LEGACY_VERSION: u32 = 1;
 
 /// Which segments make up the log.
@@ -40,6 +46,9 @@ pub struct Manifest {
     /// Each compacted segment's length, in the same order (empty for a
     /// version 1 manifest, which did not record them).
     pub lens: Vec<u64>,
+    /// Which merge wrote each compacted segment (its generation), in the
+    /// same order: adjacent segments with the same run are one run.
+    pub runs: Vec<u64>,
     /// Segments with this id or above (and not listed) replay after them.
     pub tail_from: u64,
 }
@@ -76,6 +85,7 @@ impl Manifest {
         for (i, id) in self.compacted.iter().enumerate() {
             b.extend_from_slice(&id.to_le_bytes());
             b.extend_from_slice(&self.lens.get(i).copied().unwrap_or(0).to_le_bytes());
+            b.extend_from_slice(&self.runs.get(i).copied().unwrap_or(0).to_le_bytes());
         }
         let crc = crc32fast::hash(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -93,25 +103,32 @@ impl Manifest {
         }
         let version = r.u32()?;
         let store = match version {
-            VERSION => Some(StoreId(r.take(16)?.try_into().ok()?)),
+            VERSION | VERSION_2 => Some(StoreId(r.take(16)?.try_into().ok()?)),
             LEGACY_VERSION => None,
             _ => return None,
         };
         let generation = r.u64()?;
         let tail_from = r.u64()?;
         let count = r.u32()? as usize;
-        let (mut compacted, mut lens) = (Vec::new(), Vec::new());
+        let (mut compacted, mut lens, mut runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..count {
             compacted.push(r.u64()?);
             if store.is_some() {
                 lens.push(r.u64()?);
             }
+            // Before version 3, the compacted segments were one run.
+            runs.push(if version == VERSION {
+                r.u64()?
+            } else {
+                generation
+            });
         }
         r.0.is_empty().then_some(Manifest {
             store,
             generation,
             compacted,
             lens,
+            runs,
             tail_from,
         })
     }
@@ -166,6 +183,7 @@ mod tests {
             generation: 3,
             compacted: vec![9, 10],
             lens: vec![4096, 100],
+            runs: vec![2, 3],
             tail_from: 8,
         };
         let bytes = m.encode();
@@ -193,6 +211,28 @@ mod tests {
         b.extend_from_slice(&crc.to_le_bytes());
         let m = Manifest::decode(&b).unwrap();
         assert_eq!((m.store, m.generation, m.tail_from), (None, 3, 8));
-        assert_eq!((m.compacted, m.lens), (vec![9], vec![]));
+        assert_eq!((m.compacted, m.lens, m.runs), (vec![9], vec![], vec![3]));
+    }
+
+    #[test]
+    fn a_version_2_manifest_reads_as_one_run() {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&2u32.to_le_bytes());
+        b.extend_from_slice(&[5; 16]);
+        b.extend_from_slice(&4u64.to_le_bytes());
+        b.extend_from_slice(&8u64.to_le_bytes());
+        b.extend_from_slice(&2u32.to_le_bytes());
+        for (id, len) in [(9u64, 100u64), (10, 200)] {
+            b.extend_from_slice(&id.to_le_bytes());
+            b.extend_from_slice(&len.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let m = Manifest::decode(&b).unwrap();
+        assert_eq!(m.store, Some(StoreId([5; 16])));
+        assert_eq!(
+            (m.compacted, m.lens, m.runs),
+            (vec![9, 10], vec![100, 200], vec![4, 4])
+        );
     }
 }

@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::Store;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::index::context::RECORD_BYTES;
@@ -67,7 +66,7 @@ pub struct Loaded {
     pub records: u64,
 }
 
-impl Store {
+impl super::Shared {
     /// Writes the checkpoint of the whole index if enough was appended since
     /// the last one (see `Options::checkpoint_interval`); never while a
     /// compaction runs. Failures are left for the close to report.
@@ -416,6 +415,7 @@ mod tests {
     use super::*;
     use crate::fs::MemFs;
     use crate::options::{Durability, Options};
+    use crate::store::Store;
 
     /// Receives message `id` into context `c{id % 7}`.
     fn receive(store: &Store, id: usize) -> crate::Receipt {

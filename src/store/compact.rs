@@ -1,18 +1,22 @@
-//! Compaction: rewrite the sealed segments without the records of deleted or
-//! expired contexts, each context's records next to each other, while the
-//! store keeps serving reads and writes. DESIGN.md §4 walks its crash cases.
+//! Compaction and merges: rewrite sealed segments without the records of
+//! deleted or expired contexts, each context's records of the rewritten
+//! segments next to each other (a *run*), while the store keeps serving
+//! reads and writes. [`Store::compact`] rewrites every sealed segment into
+//! one run; maintenance (`maintain.rs`) merges a few at a time. The output
+//! is streamed to its files, never held whole in memory. DESIGN.md §4 walks
+//! the crash cases, §10 the choice of runs.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{apply, now_ms, Store};
+use super::{apply, now_ms, Shared, Store};
 use crate::error::{Error, Result};
-use crate::fs::Fs;
+use crate::fs::SegmentFile;
 use crate::index::{Gone, Life};
 use crate::log::frame::{
     decode_frame, decode_header, encode_frame, encode_header, FLAG_COMPACTED, FRAME_HEADER_LEN,
-    HEADER_LEN,
+    HEADER_LEN, LEGACY_HEADER_LEN,
 };
 use crate::log::manifest::Manifest;
 use crate::log::record::{self, ContextName, RecordBody, RecordKind};
@@ -20,7 +24,7 @@ use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentDa
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
 use crate::MAX_RECORD_BYTES;
 
-/// What a compaction did.
+/// What a compaction (or one merge) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 #[serde(rename_all = "camelCase")]
@@ -55,45 +59,165 @@ pub enum CompactStep {
     Done,
 }
 
-/// One record to copy, or a tombstone to write for a gone context.
-enum Out {
-    Copy(RecordLoc),
+/// Which segments a merge rewrites, in log order: the compacted segments
+/// `from..to` of the manifest's list and, if `through` is set, every tail
+/// segment up to that id (which then must follow the window: `to` is the
+/// list's end). The output takes their place in the list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Job {
+    pub from: usize,
+    pub to: usize,
+    pub through: Option<u64>,
+}
+
+/// What to do with one context's records of the inputs.
+enum Group {
+    /// Copy them, in order.
+    Copy(Vec<RecordLoc>),
+    /// The context is gone: write this tombstone instead.
     Tombstone(Vec<u8>),
 }
 
-/// Output segments being filled in memory.
-struct Output {
-    segments: Vec<(u64, Vec<u8>)>,
-    limit: u64,
+/// Bytes an output segment gathers in memory before they are written.
+const CHUNK: usize = 1 << 20;
+/// Bytes written to an output segment between two syncs of it, so that the
+/// disk never has much of a merge to write back at once (which an append's
+/// `fdatasync` would wait behind).
+const SYNC_EVERY: u64 = 8 << 20;
+
+/// The output segment being written.
+struct Current {
+    id: u64,
+    file: Arc<dyn SegmentFile>,
+    /// Bytes written to the file.
+    flushed: u64,
+    /// Bytes written since its last sync.
+    unsynced: u64,
+    /// Bytes after `flushed`, not yet written.
+    buf: Vec<u8>,
 }
 
-impl Output {
-    fn push(&mut self, store: &Store, payload: &[u8]) -> Result<RecordLoc> {
+/// Output segments, streamed to temporary files.
+struct Output<'a> {
+    shared: &'a Shared,
+    dir: &'a Path,
+    limit: u64,
+    /// Segments written in full and synced: (id, length).
+    done: Vec<(u64, u64)>,
+    current: Option<Current>,
+    /// Bytes written so far, for the pace.
+    written: u64,
+}
+
+impl Output<'_> {
+    fn tmp(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{}.tmp", segment_file_name(id)))
+    }
+
+    /// Appends a record; `false` when `pace` asked to stop.
+    fn push(
+        &mut self,
+        payload: &[u8],
+        pace: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<RecordLoc>> {
         let need = FRAME_HEADER_LEN + payload.len() as u64;
-        let full = self
-            .segments
-            .last()
-            .is_none_or(|(_, b)| b.len() as u64 > HEADER_LEN && b.len() as u64 + need > self.limit);
+        let full = self.current.as_ref().is_none_or(|c| {
+            let len = c.flushed + c.buf.len() as u64;
+            len > HEADER_LEN && len + need > self.limit
+        });
         if full {
-            let id = store.writer.allocate_segment_id()?;
-            let header = encode_header(id, FLAG_COMPACTED, store.writer.store(), None);
-            self.segments.push((id, header.to_vec()));
-        }
-        let Some((id, buf)) = self.segments.last_mut() else {
-            // Unreachable: a segment was pushed just above when there was none.
-            return Ok(RecordLoc {
-                segment: 0,
-                offset: 0,
-                len: 0,
+            self.finish()?;
+            let id = self.shared.writer.allocate_segment_id()?;
+            let tmp = self.tmp(id);
+            let file = self
+                .shared
+                .writer
+                .fs()
+                .create_new(&tmp)
+                .map_err(|e| Error::io("create a compacted segment", &tmp, e))?;
+            let mut buf = Vec::with_capacity(CHUNK + need as usize);
+            buf.extend_from_slice(&encode_header(
+                id,
+                FLAG_COMPACTED,
+                self.shared.writer.store(),
+                None,
+            ));
+            self.current = Some(Current {
+                id,
+                file,
+                flushed: 0,
+                unsynced: 0,
+                buf,
             });
+        }
+        let Some(c) = self.current.as_mut() else {
+            // Unreachable: a segment was started just above when there was none.
+            return Err(Error::corrupt(0, 0, "no output segment to write to"));
         };
-        let offset = buf.len() as u64;
-        encode_frame(*id, offset, offset as u32, payload, buf);
-        Ok(RecordLoc {
-            segment: *id,
+        let offset = c.flushed + c.buf.len() as u64;
+        encode_frame(c.id, offset, offset as u32, payload, &mut c.buf);
+        let loc = RecordLoc {
+            segment: c.id,
             offset: offset as u32,
             len: payload.len() as u32,
-        })
+        };
+        if c.buf.len() >= CHUNK {
+            self.flush(false)?;
+            if !pace(self.written) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(loc))
+    }
+
+    /// Writes what the current segment has gathered; syncs it if `sync`
+    /// or once enough is unsynced.
+    fn flush(&mut self, sync: bool) -> Result<()> {
+        let Some(c) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let tmp = self.dir.join(format!("{}.tmp", segment_file_name(c.id)));
+        if !c.buf.is_empty() {
+            c.file
+                .write_at(&c.buf, c.flushed)
+                .map_err(|e| Error::io("write a compacted segment", &tmp, e))?;
+            c.flushed += c.buf.len() as u64;
+            c.unsynced += c.buf.len() as u64;
+            self.written += c.buf.len() as u64;
+            c.buf.clear();
+        }
+        if sync || c.unsynced >= SYNC_EVERY {
+            c.file
+                .sync_data()
+                .map_err(|e| Error::io("write a compacted segment", &tmp, e))?;
+            c.unsynced = 0;
+        }
+        Ok(())
+    }
+
+    /// Writes out and syncs the current segment.
+    fn finish(&mut self) -> Result<()> {
+        self.flush(true)?;
+        if let Some(c) = self.current.take() {
+            self.done.push((c.id, c.flushed));
+        }
+        Ok(())
+    }
+
+    /// Removes every temporary file written (a merge that stops or fails).
+    fn discard(&mut self) {
+        let fs = self.shared.writer.fs();
+        let ids: Vec<u64> = self
+            .done
+            .iter()
+            .map(|(id, _)| *id)
+            .chain(self.current.take().map(|c| c.id))
+            .collect();
+        for id in ids {
+            // Best effort: an open removes whatever `.tmp` is left.
+            let _ = fs.remove_file(&self.tmp(id));
+        }
+        self.done.clear();
     }
 }
 
@@ -102,6 +226,10 @@ impl Store {
     /// segment without the records of deleted or expired contexts (each gone
     /// context keeps one tombstone that keeps its id refused), with each
     /// context's records contiguous, then switches to the new segments.
+    ///
+    /// The store's own maintenance (see [`Store::maintain`]) keeps the
+    /// layout without this; `compact` is for an operator who wants it all
+    /// done now.
     ///
     /// # Examples
     ///
@@ -156,92 +284,107 @@ impl Store {
         if self.options.read_only {
             return Err(Error::ReadOnly);
         }
-        let mut manifest = self.manifest.lock();
-        let _span = tracing::info_span!("compact", generation = manifest.generation + 1).entered();
-        // The checkpoint describes the segments this replaces: drop it, and
-        // write none until the index matches the new manifest again.
-        self.no_checkpoint
-            .store(true, std::sync::atomic::Ordering::Release);
-        let stale = self.writer.dir().join(super::checkpoint::CHECKPOINT);
-        let fs = self.writer.fs();
-        match fs.remove_file(&stale) {
-            Ok(()) => self.writer.sync_dir()?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("remove the old checkpoint", stale, e)),
+        let _merging = self.merging.lock();
+        let active = self.writer.rotate_now()?;
+        let job = Job {
+            from: 0,
+            to: self.manifest.lock().compacted.len(),
+            through: active.checked_sub(1),
+        };
+        let report = self.merge(&job, step, progress, &mut |_| true)?;
+        // Unreachable `None`: the pace above never stops it.
+        Ok(report.unwrap_or_default())
+    }
+}
+
+impl Shared {
+    /// Runs merge `job` (the caller holds `merging`), stopping after `step`
+    /// as if the process died there. `pace` is told the bytes written so
+    /// far after each chunk, and may sleep; when it returns `false` the
+    /// merge stops, removes what it wrote and returns `None`.
+    pub(crate) fn merge(
+        &self,
+        job: &Job,
+        step: CompactStep,
+        progress: &mut dyn FnMut(usize, usize),
+        pace: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<CompactReport>> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
         }
-        let tail_from = self.writer.rotate_now()?;
-        let inputs: Vec<u64> = manifest
-            .compacted
-            .iter()
-            .copied()
-            .chain(
-                self.segments
-                    .ids()
-                    .into_iter()
-                    .filter(|id| *id < tail_from && !manifest.compacted.contains(id)),
+        let (inputs, generation) = {
+            let manifest = self.manifest.lock();
+            (
+                inputs_of(&manifest, job, &self.segments.ids())?,
+                manifest.generation + 1,
             )
-            .collect();
+        };
+        let _span = tracing::info_span!("merge", generation).entered();
         let mut report = CompactReport {
             input_segments: inputs.len(),
             ..CompactReport::default()
         };
-        tracing::debug!(inputs = inputs.len(), tail_from, "compaction started");
+        tracing::debug!(inputs = inputs.len(), ?job, "merge started");
         let plan = self.plan(&inputs, &mut report, progress)?;
-        let mut out = Output {
-            segments: Vec::new(),
-            limit: self.options.segment_bytes,
-        };
-        let mut moved: HashMap<(u64, u32), RecordLoc> = HashMap::new();
-        for item in plan {
-            match item {
-                Out::Copy(loc) => {
-                    let new = self
-                        .segments
-                        .with_payload(loc, |payload| out.push(self, payload))??;
-                    report.live_payload_bytes += u64::from(loc.len);
-                    moved.insert((loc.segment, loc.offset), new);
-                    report.records_kept += 1;
-                }
-                Out::Tombstone(payload) => {
-                    out.push(self, &payload)?;
-                }
-            }
-        }
         let dir = self.writer.dir().to_path_buf();
-        report.output_segments = out.segments.len();
-        report.output_bytes = out.segments.iter().map(|(_, b)| b.len() as u64).sum();
-        for (id, bytes) in &out.segments {
-            write_temporary(fs, &dir, *id, bytes)?;
-        }
+        let mut out = Output {
+            shared: self,
+            dir: &dir,
+            limit: self.options.segment_bytes,
+            done: Vec::new(),
+            current: None,
+            written: 0,
+        };
+        let copied = match self.copy(&plan, &mut out, &mut report, pace) {
+            Ok(Some(copied)) => copied,
+            Ok(None) => {
+                out.discard();
+                tracing::debug!("merge stopped before its switch; nothing changed");
+                return Ok(None);
+            }
+            Err(e) => {
+                out.discard();
+                return Err(e);
+            }
+        };
+        let outputs = out.done;
+        report.output_segments = outputs.len();
+        report.output_bytes = outputs.iter().map(|(_, len)| len).sum();
         if step == CompactStep::Written {
-            return Ok(report);
+            return Ok(Some(report));
         }
-        for (id, _) in &out.segments {
+        let fs = self.writer.fs();
+        for (id, _) in &outputs {
             let tmp = dir.join(format!("{}.tmp", segment_file_name(*id)));
             fs.rename(&tmp, &segment_path(&dir, *id))
                 .map_err(|e| Error::io("name a compacted segment", &tmp, e))?;
         }
         self.writer.sync_dir()?;
         if step == CompactStep::Renamed {
-            return Ok(report);
+            return Ok(Some(report));
         }
-        let next = Manifest {
-            store: Some(self.writer.store()),
-            generation: manifest.generation + 1,
-            compacted: out.segments.iter().map(|(id, _)| *id).collect(),
-            lens: out.segments.iter().map(|(_, b)| b.len() as u64).collect(),
-            tail_from,
-        };
+        let mut manifest = self.manifest.lock();
+        // From here until the index points at the new segments, it does
+        // not match the manifest: no checkpoint may describe it.
+        self.no_checkpoint
+            .store(true, std::sync::atomic::Ordering::Release);
+        let next = switched(
+            &manifest,
+            job,
+            &outputs,
+            &self.segments.ids(),
+            self.writer.store(),
+        );
         next.write(fs, &dir)?;
         tracing::debug!(
             segments = report.output_segments,
-            "manifest switched to the compacted segments"
+            "manifest switched to the merged segments"
         );
         *manifest = next;
         if step == CompactStep::Switched {
-            return Ok(report);
+            return Ok(Some(report));
         }
-        for (id, _) in &out.segments {
+        for (id, _) in &outputs {
             let path = segment_path(&dir, *id);
             let map = fs
                 .map(&path)
@@ -249,7 +392,7 @@ impl Store {
             self.segments
                 .insert(*id, SegmentData::Sealed(Arc::new(map)));
         }
-        self.remap(&moved);
+        self.remap(&copied);
         // Every reader that copied old locations did so under a context read
         // lock, which the remap waited for: nothing reads the inputs any more.
         for id in &inputs {
@@ -260,16 +403,16 @@ impl Store {
         }
         self.writer.sync_dir()?;
         // The index now points into the new segments: a checkpoint may be
-        // written again, and one is written now, so that a reopen need not
-        // scan the compacted log and the removed checkpoint, which the index
-        // may still read messageIds from, is let go. If it fails, the next
-        // is due at once (at the latest at close).
+        // written again, and one is written now, so that a reopen after a
+        // crash need not read the whole log (the one on disk names the
+        // manifest before this merge, which an open ignores). If it fails,
+        // the next is due at once (at the latest at close).
         self.no_checkpoint
             .store(false, std::sync::atomic::Ordering::Release);
         self.since_checkpoint
             .store(0, std::sync::atomic::Ordering::Release);
         if let Err(e) = self.write_checkpoint_under(manifest.generation) {
-            tracing::warn!(error = %e, "the checkpoint after compaction failed; the next is due at once");
+            tracing::warn!(error = %e, "the checkpoint after a merge failed; the next is due at once");
             self.since_checkpoint
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
@@ -279,9 +422,46 @@ impl Store {
             output_bytes = report.output_bytes,
             records_kept = report.records_kept,
             records_dropped = report.records_dropped,
-            "compaction done"
+            "merge done"
         );
-        Ok(report)
+        Ok(Some(report))
+    }
+
+    /// Writes the plan's records and tombstones to `out`; returns, per
+    /// context copied, each record's old and new place (`None`: stopped).
+    fn copy(
+        &self,
+        plan: &[(ContextKey, Group)],
+        out: &mut Output<'_>,
+        report: &mut CompactReport,
+        pace: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<Copied>> {
+        let mut copied = Copied::default();
+        for (key, group) in plan {
+            match group {
+                Group::Copy(locs) => {
+                    copied.keys.push(*key);
+                    for &loc in locs {
+                        let new = self
+                            .segments
+                            .with_payload(loc, |payload| out.push(payload, pace))??;
+                        let Some(new) = new else {
+                            return Ok(None);
+                        };
+                        report.live_payload_bytes += u64::from(loc.len);
+                        copied.moved.insert((loc.segment, loc.offset), new);
+                        report.records_kept += 1;
+                    }
+                }
+                Group::Tombstone(payload) => {
+                    if out.push(payload, pace)?.is_none() {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        out.finish()?;
+        Ok(Some(copied))
     }
 
     /// Walks the inputs and decides, per context (in order of first
@@ -291,7 +471,7 @@ impl Store {
         inputs: &[u64],
         report: &mut CompactReport,
         progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<Vec<Out>> {
+    ) -> Result<Vec<(ContextKey, Group)>> {
         let mut order: Vec<ContextKey> = Vec::new();
         let mut groups: HashMap<ContextKey, Vec<RecordLoc>> = HashMap::new();
         let sizes: Vec<usize> = inputs
@@ -338,15 +518,15 @@ impl Store {
             }
         }
         progress(total, total);
-        let mut plan = Vec::new();
+        let mut plan = Vec::with_capacity(order.len());
         for key in order {
             let locs = groups.remove(&key).unwrap_or_default();
             match self.tombstone_for(&key, &locs)? {
                 Some(tombstone) => {
                     report.records_dropped += locs.len() as u64;
-                    plan.push(Out::Tombstone(tombstone));
+                    plan.push((key, Group::Tombstone(tombstone)));
                 }
-                None => plan.extend(locs.into_iter().map(Out::Copy)),
+                None => plan.push((key, Group::Copy(locs))),
             }
         }
         Ok(plan)
@@ -409,17 +589,21 @@ impl Store {
         Ok(Some(payload))
     }
 
-    /// Points every index entry at the records' new places.
-    fn remap(&self, moved: &HashMap<(u64, u32), RecordLoc>) {
-        if moved.is_empty() {
+    /// Points the copied contexts' index entries at their records' new
+    /// places (no other context has a record in a merge's inputs).
+    fn remap(&self, copied: &Copied) {
+        if copied.moved.is_empty() {
             return;
         }
         let to = |loc: &mut RecordLoc| {
-            if let Some(new) = moved.get(&(loc.segment, loc.offset)) {
+            if let Some(new) = copied.moved.get(&(loc.segment, loc.offset)) {
                 *loc = *new;
             }
         };
-        for slot in self.index.all_slots() {
+        for key in &copied.keys {
+            let Some(slot) = self.index.get(key) else {
+                continue;
+            };
             let _turn = slot.write.lock();
             let mut state = slot.state.write();
             state.remap(&to);
@@ -427,13 +611,80 @@ impl Store {
     }
 }
 
-/// Writes a compacted segment under a temporary name, synced.
-fn write_temporary(fs: &dyn Fs, dir: &Path, id: u64, bytes: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!("{}.tmp", segment_file_name(id)));
-    let file = fs
-        .create_new(&tmp)
-        .map_err(|e| Error::io("create a compacted segment", &tmp, e))?;
-    file.write_at(bytes, 0)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| Error::io("write a compacted segment", &tmp, e))
+/// The contexts a merge copied and where each record went.
+#[derive(Default)]
+struct Copied {
+    keys: Vec<ContextKey>,
+    moved: HashMap<(u64, u32), RecordLoc>,
+}
+
+/// The segments job `job` reads, in log order, of the segments `present`;
+/// an error if the job does not fit the manifest.
+fn inputs_of(manifest: &Manifest, job: &Job, present: &[u64]) -> Result<Vec<u64>> {
+    let bad = |reason: &str| Error::InvalidParams {
+        field: "merge",
+        reason: reason.to_string(),
+    };
+    let Some(window) = manifest.compacted.get(job.from..job.to) else {
+        return Err(bad("the window is not in the manifest"));
+    };
+    let mut inputs = window.to_vec();
+    if let Some(through) = job.through {
+        if job.to != manifest.compacted.len() {
+            return Err(bad("tail segments can only follow the last run"));
+        }
+        inputs.extend(present.iter().copied().filter(|id| {
+            (manifest.tail_from..=through).contains(id) && !manifest.compacted.contains(id)
+        }));
+    }
+    Ok(inputs)
+}
+
+/// The manifest after job `job` wrote `outputs` (id, length) as run
+/// `next.generation`, of the segments `present` (which do not include the
+/// outputs yet).
+fn switched(
+    manifest: &Manifest,
+    job: &Job,
+    outputs: &[(u64, u64)],
+    present: &[u64],
+    store: crate::log::frame::StoreId,
+) -> Manifest {
+    let generation = manifest.generation + 1;
+    let part = |v: &Vec<u64>, r: std::ops::Range<usize>| v.get(r).unwrap_or_default().to_vec();
+    // A version 1 manifest had no lengths: at least a header, as it is read.
+    let lens: Vec<u64> = (0..manifest.compacted.len())
+        .map(|i| manifest.lens.get(i).copied().unwrap_or(LEGACY_HEADER_LEN))
+        .collect();
+    let (before, after) = (0..job.from, job.to..manifest.compacted.len());
+    // The tail starts at the first tail segment after the inputs, which
+    // exists (the active segment is one) as an open expects.
+    let tail_from = match job.through {
+        None => manifest.tail_from,
+        Some(through) => present
+            .iter()
+            .copied()
+            .find(|id| {
+                *id > through && *id >= manifest.tail_from && !manifest.compacted.contains(id)
+            })
+            .unwrap_or(through + 1),
+    };
+    let mut next = Manifest {
+        store: Some(store),
+        generation,
+        compacted: part(&manifest.compacted, before.clone()),
+        lens: part(&lens, before.clone()),
+        runs: part(&manifest.runs, before),
+        tail_from,
+    };
+    for (id, len) in outputs {
+        next.compacted.push(*id);
+        next.lens.push(*len);
+        next.runs.push(generation);
+    }
+    next.compacted
+        .extend(part(&manifest.compacted, after.clone()));
+    next.lens.extend(part(&lens, after.clone()));
+    next.runs.extend(part(&manifest.runs, after));
+    next
 }

@@ -18,6 +18,7 @@ use crate::log::writer::LogWriter;
 
 mod checkpoint;
 mod compact;
+mod maintain;
 pub(crate) mod portable;
 mod tasks;
 mod turns;
@@ -44,8 +45,26 @@ pub const MAX_PAGE_SIZE: usize = 100;
 
 /// An embedded conversation-history store: one directory on disk.
 ///
-/// `Store` is `Send + Sync`; share it by reference or in an `Arc`.
+/// `Store` is `Send + Sync`; share it by reference or in an `Arc`. Unless
+/// [`Options::maintenance`](crate::Options::maintenance) says otherwise, an
+/// open store keeps its own log's layout on a background thread (see
+/// [`Store::maintain`]), stopped when the store is closed or dropped.
 pub struct Store {
+    shared: Arc<Shared>,
+    /// The background maintenance thread, if one runs.
+    maintainer: Option<maintain::Maintainer>,
+    /// `close` ran: nothing left for `drop` to do.
+    closed: bool,
+}
+
+/// What a [`Store`] and its maintenance thread share: everything but the
+/// thread itself. A `Store` dereferences to it, so the store's methods read
+/// its fields as their own.
+#[doc(hidden)]
+// Public only as `Store`'s `Deref` target, which must be; nothing outside
+// the crate can name it or reach a field or method of it.
+#[allow(unnameable_types)]
+pub struct Shared {
     options: Options,
     segments: Arc<Segments>,
     writer: LogWriter,
@@ -53,23 +72,33 @@ pub struct Store {
     report: OpenReport,
     /// Records served, for the checkpoint.
     records: std::sync::atomic::AtomicU64,
-    /// The manifest in force; held for a whole compaction, so compactions
-    /// run one at a time.
+    /// The manifest in force; held while a merge switches segments (and
+    /// by a checkpoint, which must describe one manifest).
     manifest: parking_lot::Mutex<Manifest>,
-    /// `close` ran: nothing left for `drop` to do.
-    closed: bool,
+    /// Held for a whole compaction or merge, so they run one at a time.
+    merging: parking_lot::Mutex<()>,
     /// Bytes appended since the last checkpoint.
     since_checkpoint: std::sync::atomic::AtomicU64,
     /// The last checkpoint's size.
     checkpoint_size: std::sync::atomic::AtomicU64,
     /// A checkpoint is being written (one at a time).
     checkpointing: std::sync::atomic::AtomicBool,
-    /// A compaction is running or stopped half-way: the index may not match
-    /// the manifest, so no checkpoint may be written.
+    /// A merge switched the manifest and has not yet pointed the index at
+    /// the new segments (or failed to): no checkpoint may be written.
     no_checkpoint: std::sync::atomic::AtomicBool,
     /// Callers of [`wait_for_events`](Store::wait_for_events) asleep.
     waits: wait::EventWaits,
+    /// What maintenance has done, for [`Store::stats`].
+    maintained: maintain::Counters,
     _lock: Box<dyn Send + Sync>,
+}
+
+impl std::ops::Deref for Store {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -164,6 +193,10 @@ pub struct Stats {
     pub live_bytes: u64,
     /// An estimate of the in-memory index's bytes (entries and their vectors).
     pub index_bytes: u64,
+    /// Merges maintenance made since the open (see [`Store::maintain`]).
+    pub merges: u64,
+    /// The bytes those merges wrote.
+    pub merged_bytes: u64,
 }
 
 /// One page of a listing.
@@ -360,7 +393,7 @@ impl Store {
             recovered.store,
         );
         let stale_at_open = u64::from(!report.from_checkpoint || report.replayed > 0);
-        Ok(Self {
+        let shared = Arc::new(Shared {
             options,
             segments,
             writer,
@@ -368,7 +401,7 @@ impl Store {
             records: std::sync::atomic::AtomicU64::new(report.records),
             report,
             manifest: parking_lot::Mutex::new(recovered.manifest),
-            closed: false,
+            merging: parking_lot::Mutex::new(()),
             // A checkpoint that holds everything read at open makes a new
             // one at close needless until something changes.
             since_checkpoint: std::sync::atomic::AtomicU64::new(stale_at_open),
@@ -376,7 +409,14 @@ impl Store {
             checkpointing: std::sync::atomic::AtomicBool::new(false),
             no_checkpoint: std::sync::atomic::AtomicBool::new(false),
             waits: wait::EventWaits::default(),
+            maintained: maintain::Counters::default(),
             _lock: lock,
+        });
+        let maintainer = maintain::Maintainer::start(&shared);
+        Ok(Self {
+            shared,
+            maintainer,
+            closed: false,
         })
     }
 
@@ -384,11 +424,6 @@ impl Store {
     /// [`open_read_only`](Self::open_read_only).
     pub fn is_read_only(&self) -> bool {
         self.options.read_only
-    }
-
-    /// Records served now (of the current namespace).
-    pub(crate) fn records(&self) -> u64 {
-        self.records.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Verifies every checksum of the store in `dir` without changing it
@@ -509,6 +544,14 @@ impl Store {
             st.live_bytes += state.record_locs().map(|l| u64::from(l.len)).sum::<u64>();
         }
         st.index_bytes += self.index.approx_map_bytes();
+        st.merges = self
+            .maintained
+            .merges
+            .load(std::sync::atomic::Ordering::Relaxed);
+        st.merged_bytes = self
+            .maintained
+            .bytes_written
+            .load(std::sync::atomic::Ordering::Relaxed);
         st.disk_bytes = self
             .writer
             .fs()
@@ -927,30 +970,6 @@ impl Store {
         .map_err(|reason| Error::corrupt(loc.segment, u64::from(loc.offset), reason))
     }
 
-    /// Hands the record at `loc` of the context keyed `key` to `f`,
-    /// straight from the segment's bytes. A record that names another
-    /// context is damage (the index, or a file, is not what it claims to
-    /// be), never served.
-    pub(crate) fn with_record<T>(
-        &self,
-        key: &ContextKey,
-        loc: RecordLoc,
-        f: impl FnOnce(&RecordBody, &[u8]) -> T,
-    ) -> Result<T> {
-        let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
-        self.segments
-            .with_payload(loc, |payload| match record::decode(payload) {
-                Ok(Decoded::Current { key: k, .. }) if k != *key => Err(bad(
-                    "the record belongs to another context than the one read",
-                )),
-                Ok(Decoded::Current { body, blob, .. }) => Ok(f(&body, blob)),
-                Ok(Decoded::ForeignNamespace(_)) => {
-                    Err(bad("the index points at a record of another namespace"))
-                }
-                Err(e) => Err(bad(&e.0)),
-            })?
-    }
-
     /// What the store knows of one context.
     ///
     /// # Examples
@@ -1071,6 +1090,7 @@ impl Store {
     /// ```
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
+        self.stop_maintenance();
         if self.options.read_only {
             return Ok(());
         }
@@ -1204,8 +1224,40 @@ impl Store {
     }
 }
 
+impl Shared {
+    /// Records served now (of the current namespace).
+    pub(crate) fn records(&self) -> u64 {
+        self.records.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Hands the record at `loc` of the context keyed `key` to `f`,
+    /// straight from the segment's bytes. A record that names another
+    /// context is damage (the index, or a file, is not what it claims to
+    /// be), never served.
+    pub(crate) fn with_record<T>(
+        &self,
+        key: &ContextKey,
+        loc: RecordLoc,
+        f: impl FnOnce(&RecordBody, &[u8]) -> T,
+    ) -> Result<T> {
+        let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
+        self.segments
+            .with_payload(loc, |payload| match record::decode(payload) {
+                Ok(Decoded::Current { key: k, .. }) if k != *key => Err(bad(
+                    "the record belongs to another context than the one read",
+                )),
+                Ok(Decoded::Current { body, blob, .. }) => Ok(f(&body, blob)),
+                Ok(Decoded::ForeignNamespace(_)) => {
+                    Err(bad("the index points at a record of another namespace"))
+                }
+                Err(e) => Err(bad(&e.0)),
+            })?
+    }
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
+        self.stop_maintenance();
         if self.closed || self.options.read_only {
             return;
         }

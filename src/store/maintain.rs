@@ -27,6 +27,10 @@ pub(crate) struct Counters {
     pub merges: AtomicU64,
     /// Bytes they wrote.
     pub bytes_written: AtomicU64,
+    /// The shape (manifest generation, sealed tail, idle) in which the last look
+    /// found work the budget did not allow: the same shape is not weighed
+    /// again (that walks the whole index) until it changes.
+    pub weighed: Mutex<Option<(u64, Vec<u64>, bool)>>,
 }
 
 impl Store {
@@ -133,7 +137,15 @@ impl Shared {
         }
         let manifest = self.manifest.lock().clone();
         let shape = self.shape(&manifest);
-        if !garbage && choose(&shape, None, u64::MAX, idle, policy).is_none() {
+        let seen = (
+            manifest.generation,
+            shape.tail.iter().map(|(id, _)| *id).collect::<Vec<u64>>(),
+            idle,
+        );
+        if !garbage
+            && (choose(&shape, None, u64::MAX, idle, policy).is_none()
+                || self.maintained.weighed.lock().as_ref() == Some(&seen))
+        {
             return Ok(None);
         }
         let usage = self.usage();
@@ -156,6 +168,7 @@ impl Shared {
             .max(self.options.segment_bytes);
         let usage = garbage.then_some(&usage);
         let Some(job) = choose(&shape, usage, budget, idle, policy) else {
+            *self.maintained.weighed.lock() = Some(seen);
             return Ok(None);
         };
         let report = self.merge(&job, CompactStep::Done, &mut |_, _| {}, pace)?;

@@ -304,10 +304,14 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// Bytes of the files under `dir`. A file removed while it is listed (a
+/// merge finishing) counts as nothing.
 fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let meta = entry.metadata().unwrap();
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
         total += if meta.is_dir() {
             dir_bytes(&entry.path())
         } else {
@@ -423,26 +427,11 @@ fn w1c(scale: Scale, root: &Path) -> Vec<Row> {
         for name in ENGINES {
             let dir = root.join(format!("w1c-{threads}-{name}"));
             std::fs::create_dir_all(&dir).unwrap();
-            let engine: Arc<dyn Engine> = Arc::from(open(name, &dir, threads));
-            let barrier = Arc::new(Barrier::new(threads + 1));
-            let handles: Vec<_> = (0..threads as u64)
-                .map(|t| {
-                    let (engine, barrier) = (engine.clone(), barrier.clone());
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        for i in 0..per {
-                            let ctx = t * 1_000_000 + i % 50;
-                            engine.append(ctx, i, &body(ctx, i));
-                        }
-                    })
-                })
-                .collect();
-            barrier.wait();
-            let start = Instant::now();
-            for h in handles {
-                h.join().unwrap();
-            }
-            rate.push((per * threads as u64) as f64 / start.elapsed().as_secs_f64());
+            rate.push(appenders(
+                Arc::from(open(name, &dir, threads)),
+                threads,
+                per,
+            ));
         }
         rows.push((
             format!("{threads} threads: appends per second, higher is better; ratio"),
@@ -450,6 +439,30 @@ fn w1c(scale: Scale, root: &Path) -> Vec<Row> {
         ));
     }
     rows
+}
+
+/// W1c's load: `threads` threads, each appending `per` messages durably
+/// to its own 50 contexts, started together; appends per second.
+fn appenders(engine: Arc<dyn Engine>, threads: usize, per: u64) -> f64 {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads as u64)
+        .map(|t| {
+            let (engine, barrier) = (engine.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for i in 0..per {
+                    let ctx = t * 1_000_000 + i % 50;
+                    engine.append(ctx, i, &body(ctx, i));
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().unwrap();
+    }
+    (per * threads as u64) as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Fills a store of `contexts` × `per_context` messages with large commits.
@@ -485,6 +498,29 @@ fn uniform(state: &mut u64, n: u64) -> u64 {
     (*state >> 33) % n
 }
 
+/// Latencies of `n` reads of a full history (the last 20 messages) of
+/// contexts picked by `pick`, sorted; each read's bytes checked.
+fn read_latencies(
+    engine: &dyn Engine,
+    scale: Scale,
+    pick: fn(&mut u64, u64) -> u64,
+    n: usize,
+) -> Vec<Duration> {
+    let mut state = 42u64;
+    let mut lat: Vec<Duration> = (0..n)
+        .map(|_| {
+            let ctx = pick(&mut state, scale.contexts);
+            let t = Instant::now();
+            let bytes = engine.last(ctx, 20);
+            let d = t.elapsed();
+            assert_eq!(bytes, BODY * scale.per_context.min(20) as usize);
+            d
+        })
+        .collect();
+    lat.sort();
+    lat
+}
+
 /// W2: reads of the full 20-message history, warm and right after reopening.
 fn w2(scale: Scale, root: &Path) -> (Vec<Row>, Vec<Row>) {
     let mut rows: Vec<Row> = [
@@ -510,21 +546,7 @@ fn w2(scale: Scale, root: &Path) -> (Vec<Row>, Vec<Row>) {
             let engine = open_bulk(name, &dir);
             fill(engine.as_ref(), scale.contexts, scale.per_context);
         }
-        let measure = |engine: &dyn Engine, pick: fn(&mut u64, u64) -> u64, reads: usize| {
-            let mut state = 42u64;
-            let mut lat: Vec<Duration> = (0..reads)
-                .map(|_| {
-                    let ctx = pick(&mut state, scale.contexts);
-                    let t = Instant::now();
-                    let bytes = engine.last(ctx, 20);
-                    let d = t.elapsed();
-                    assert_eq!(bytes, BODY * scale.per_context.min(20) as usize, "{name}");
-                    d
-                })
-                .collect();
-            lat.sort();
-            lat
-        };
+        let measure = |engine: &dyn Engine, pick, reads| read_latencies(engine, scale, pick, reads);
         // Right after reopening: the first reads after open.
         let engine = open(name, &dir, 1);
         let cold = measure(engine.as_ref(), uniform, scale.reads / 10);
@@ -756,18 +778,6 @@ fn w3_exchanges(scale: Scale, root: &Path) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Bytes of the files in `dir` (a store's directory: no subdirectories).
-fn store_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// Samples the store's bytes on disk every 10 ms until told to stop;
 /// returns the largest.
 fn space_sampler(
@@ -777,7 +787,7 @@ fn space_sampler(
     std::thread::spawn(move || {
         let mut most = 0;
         while !stop.load(std::sync::atomic::Ordering::Acquire) {
-            most = most.max(store_bytes(&dir));
+            most = most.max(dir_bytes(&dir));
             std::thread::sleep(Duration::from_millis(10));
         }
         most
@@ -818,21 +828,7 @@ fn settle(store: &Store, limit: Duration) -> Duration {
 /// - reopen of the maintained W2 store, after a clean close, against redb's.
 fn w_maintenance(scale: Scale, root: &Path) {
     let reads = scale.reads;
-    let measure = |engine: &dyn Engine, pick: fn(&mut u64, u64) -> u64, n: usize| {
-        let mut state = 42u64;
-        let mut lat: Vec<Duration> = (0..n)
-            .map(|_| {
-                let ctx = pick(&mut state, scale.contexts);
-                let t = Instant::now();
-                let bytes = engine.last(ctx, 20);
-                let d = t.elapsed();
-                assert_eq!(bytes, BODY * scale.per_context.min(20) as usize);
-                d
-            })
-            .collect();
-        lat.sort();
-        lat
-    };
+    let measure = |engine: &dyn Engine, pick, n| read_latencies(engine, scale, pick, n);
     println!(
         "\n### Self-maintenance (ctxlog, default `Maintenance`) against redb: {} contexts x {} messages of 1 KiB\n",
         scale.contexts, scale.per_context
@@ -1013,30 +1009,9 @@ fn w_maintenance(scale: Scale, root: &Path) {
         let options = Options::default()
             .durability(Durability::GroupCommit)
             .maintenance(maintenance);
-        let store = Arc::new(Store::open(&dir, options).unwrap());
+        let store = CtxLog(Store::open(&dir, options).unwrap());
         let per = (if scale.contexts > 1000 { 4_000 } else { 800 }) / 16;
-        let barrier = Arc::new(Barrier::new(17));
-        let handles: Vec<_> = (0..16u64)
-            .map(|t| {
-                let (store, barrier) = (store.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    for i in 0..per {
-                        let ctx = t * 1_000_000 + i % 50;
-                        store
-                            .append_message("bench", &format!("ctx-{ctx}"), &body(ctx, i))
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        for h in handles {
-            h.join().unwrap();
-        }
-        let rate = (per * 16) as f64 / start.elapsed().as_secs_f64();
-        drop(store);
+        let rate = appenders(Arc::new(store), 16, per);
         std::fs::remove_dir_all(&dir).unwrap();
         rate
     };

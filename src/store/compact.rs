@@ -109,11 +109,12 @@ struct Output<'a> {
     written: u64,
 }
 
-impl Output<'_> {
-    fn tmp(&self, id: u64) -> PathBuf {
-        self.dir.join(format!("{}.tmp", segment_file_name(id)))
-    }
+/// Where an output segment is written before it is renamed into place.
+fn tmp_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{}.tmp", segment_file_name(id)))
+}
 
+impl Output<'_> {
     /// Appends a record; `false` when `pace` asked to stop.
     fn push(
         &mut self,
@@ -128,7 +129,7 @@ impl Output<'_> {
         if full {
             self.finish()?;
             let id = self.shared.writer.allocate_segment_id()?;
-            let tmp = self.tmp(id);
+            let tmp = tmp_path(self.dir, id);
             let file = self
                 .shared
                 .writer
@@ -176,7 +177,7 @@ impl Output<'_> {
         let Some(c) = self.current.as_mut() else {
             return Ok(());
         };
-        let tmp = self.dir.join(format!("{}.tmp", segment_file_name(c.id)));
+        let tmp = tmp_path(self.dir, c.id);
         if !c.buf.is_empty() {
             c.file
                 .write_at(&c.buf, c.flushed)
@@ -215,7 +216,7 @@ impl Output<'_> {
             .collect();
         for id in ids {
             // Best effort: an open removes whatever `.tmp` is left.
-            let _ = fs.remove_file(&self.tmp(id));
+            let _ = fs.remove_file(&tmp_path(self.dir, id));
         }
         self.done.clear();
     }
@@ -355,7 +356,7 @@ impl Shared {
         }
         let fs = self.writer.fs();
         for (id, _) in &outputs {
-            let tmp = dir.join(format!("{}.tmp", segment_file_name(*id)));
+            let tmp = tmp_path(&dir, *id);
             fs.rename(&tmp, &segment_path(&dir, *id))
                 .map_err(|e| Error::io("name a compacted segment", &tmp, e))?;
         }

@@ -92,10 +92,8 @@ struct Run {
 struct Shape {
     /// The runs, in log order.
     runs: Vec<Run>,
-    /// The compacted segments, in log order.
+    /// The compacted segments, in log order (the tail follows them).
     compacted: Vec<u64>,
-    /// Where the tail starts in the compacted list (its length).
-    listed: usize,
     /// Sealed tail segments, ascending: (id, bytes).
     tail: Vec<(u64, u64)>,
 }
@@ -149,12 +147,7 @@ impl Shared {
             return Ok(None);
         }
         let usage = self.usage();
-        let disk: u64 = self
-            .writer
-            .fs()
-            .list(self.writer.dir())
-            .map(|files| files.iter().map(|(_, len)| len).sum())
-            .unwrap_or(0);
+        let disk = self.disk_bytes();
         // With the merge's output beside its inputs and a new checkpoint
         // beside the old, the store stays within `max_space` of the live
         // bytes; a store too small for that merges a segment's worth.
@@ -214,7 +207,6 @@ impl Shared {
         Shape {
             runs,
             compacted: manifest.compacted.clone(),
-            listed: manifest.compacted.len(),
             tail,
         }
     }
@@ -289,9 +281,10 @@ fn choose(
             out += more;
             through = Some(id);
         }
+        let end = shape.compacted.len();
         return Some(Job {
-            from: shape.listed,
-            to: shape.listed,
+            from: end,
+            to: end,
             through,
         });
     }
@@ -451,7 +444,6 @@ mod tests {
         Shape {
             runs,
             compacted: (100..100 + listed as u64).collect(),
-            listed,
             tail,
         }
     }

@@ -552,12 +552,7 @@ impl Store {
             .maintained
             .bytes_written
             .load(std::sync::atomic::Ordering::Relaxed);
-        st.disk_bytes = self
-            .writer
-            .fs()
-            .list(self.writer.dir())
-            .map(|files| files.iter().map(|(_, len)| len).sum())
-            .unwrap_or(0);
+        st.disk_bytes = self.disk_bytes();
         st
     }
 
@@ -1225,6 +1220,16 @@ impl Store {
 }
 
 impl Shared {
+    /// Bytes of every file in the store directory (0 if it cannot be
+    /// listed).
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        self.writer
+            .fs()
+            .list(self.writer.dir())
+            .map(|files| files.iter().map(|(_, len)| len).sum())
+            .unwrap_or(0)
+    }
+
     /// Records served now (of the current namespace).
     pub(crate) fn records(&self) -> u64 {
         self.records.load(std::sync::atomic::Ordering::Acquire)
@@ -1591,7 +1596,6 @@ fn moved_under(e: &Error) -> bool {
     }
 }
 
-/// Whether `dir` holds a store: its identity file or a segment.
 /// Whether `dir` holds a store (an identity file or a segment). A path that
 /// is missing is no store; one that cannot be listed (a file, a directory
 /// without permission) is an error with its cause.

@@ -1,14 +1,17 @@
-//! Read-only maps of sealed segments: the only module with `unsafe`.
+//! Read-only maps of segments and checkpoints: the only module with `unsafe`.
 //!
 //! # The contract that makes the map sound
 //!
 //! A mapped file must not change or shrink while the map lives, or a read
 //! could see torn bytes or fault. ctxlog guarantees this for the files it maps:
 //!
-//! - only sealed segments are mapped, and a sealed segment is never written,
-//!   truncated or reopened for writing again: the log writer only ever appends
-//!   to the single active segment, and recovery truncates a torn tail only
-//!   before anything of that segment is mapped;
+//! - a sealed segment is never written, truncated or reopened for writing
+//!   again: the log writer only ever appends to the single active segment;
+//! - the active segment is mapped only as far as an open found it written
+//!   (after cutting a torn tail, with no map of it left from before the
+//!   cut), and the writer only ever appends after that point: it zero-fills
+//!   and writes past it, and cuts back a failed append or the zero-filled
+//!   rest only to a length past it, so the mapped bytes never change;
 //! - the store holds an exclusive lock on the directory's `LOCK` file for as
 //!   long as it is open, so no other ctxlog process writes the directory;
 //! - removing a mapped file (after a compaction) does not invalidate the map
@@ -28,18 +31,20 @@
 use std::fs::File;
 use std::io;
 
-/// A read-only map of a whole sealed segment.
+/// A read-only map of a whole file (see the module contract).
 pub struct SealedMap {
     map: memmap2::Mmap,
 }
 
 impl SealedMap {
-    /// Maps `file`, which must be a sealed segment or a checkpoint (see the
-    /// module contract).
+    /// Maps `file`, which must be a sealed segment, a checkpoint, or the
+    /// active segment as an open found it (see the module contract).
     pub fn map(file: &File) -> io::Result<Self> {
-        // SAFETY: `file` is a sealed segment or a checkpoint: by the module
-        // contract nothing writes, truncates or extends it while this map
-        // lives, so the mapped bytes stay valid and unchanged for its life.
+        // SAFETY: `file` is a sealed segment, a checkpoint or the active
+        // segment as an open found it: by the module contract nothing
+        // writes or truncates the mapped range while this map lives (an
+        // active segment only grows past it), so the mapped bytes stay
+        // valid and unchanged for its life.
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(Self { map })
     }

@@ -49,8 +49,9 @@ pub trait Fs: Send + Sync + fmt::Debug {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// The first `len` bytes of a file (fewer if it is shorter).
     fn read_prefix(&self, path: &Path, len: usize) -> io::Result<Vec<u8>>;
-    /// A read-only view of a file that nothing changes any more (a sealed
-    /// segment or a checkpoint; see `mmap`).
+    /// A read-only view of a file whose bytes nothing changes any more (a
+    /// sealed segment, a checkpoint, or the active segment as an open found
+    /// it, which only grows; see `mmap`).
     fn map(&self, path: &Path) -> io::Result<Mapped>;
     /// Creates or truncates `path`, writes `bytes` and syncs them.
     fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;

@@ -174,7 +174,7 @@ impl Rec {
 /// The rarer parts of a context's entry, boxed so that a context without
 /// them pays 8 bytes.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Extra {
+pub struct Extra {
     /// (position, seq) wherever a record's seq is not its predecessor's plus
     /// one (or, at position 0, not 0): only where an open skipped damaged
     /// records. Ascending.
@@ -288,6 +288,10 @@ impl Fixed for TaskEntry {
     fn get(b: &[u8]) -> Option<Self> {
         b.try_into().ok().and_then(TaskEntry::from_bytes)
     }
+
+    fn check(b: &[u8]) -> bool {
+        TaskEntry::sound_bytes(b)
+    }
 }
 
 /// A vector of [`Fixed`] entries in the checkpoint as one byte string:
@@ -371,6 +375,45 @@ impl ContextState {
     /// Sets the prefix (after loading the state from a checkpoint).
     pub fn set_prefix(&mut self, prefix: [u8; 8]) {
         self.prefix = prefix;
+    }
+
+    /// Decodes the checkpoint's form of a state (its serde form in the
+    /// checkpoint's fixed-width little-endian bincode) from the front of
+    /// `bytes`, which it advances: the common fields by hand, as an open
+    /// decodes one per context, and the rare boxed ones through `rare`.
+    /// `None` if it does not decode.
+    pub fn decode_checkpoint(bytes: &mut &[u8], rare: Rare) -> Option<Self> {
+        let meta = match take_u8(bytes)? {
+            0 => None,
+            1 => {
+                let tenant = take_str(bytes)?;
+                let context_id = take_str(bytes)?;
+                Some(ContextMeta::new(tenant, context_id, take_u64(bytes)?))
+            }
+            _ => return None,
+        };
+        let last_ms = take_u64(bytes)?;
+        let next_seq = take_u64(bytes)?;
+        let history = take_u64(bytes)?;
+        let extra = match take_u8(bytes)? {
+            0 => None,
+            1 => Some(Box::new((rare.extra)(bytes)?)),
+            _ => return None,
+        };
+        let gone = match take_u8(bytes)? {
+            0 => None,
+            1 => Some((rare.gone)(bytes)?),
+            _ => return None,
+        };
+        Some(ContextState {
+            meta,
+            last_ms,
+            next_seq,
+            history,
+            extra,
+            gone,
+            ..ContextState::default()
+        })
     }
 
     /// The state of a context not yet opened, whose key begins with `prefix`.
@@ -729,16 +772,28 @@ impl ContextState {
             // id (so no position twice): a permutation in id order. Two
             // store-made ids of one context share their prefix, so their
             // random halves, read in one pass over the tasks, decide.
-            let tails: Vec<_> = self.tasks.iter().map(|t| t.tail()).collect();
-            let less = |a: usize, b: usize| match (tails.get(a), tails.get(b)) {
-                (Some(Some(x)), Some(Some(y))) => x < y,
-                _ => self.id_key(a) < self.id_key(b),
+            // Read where they lie while the tasks are (as a load finds
+            // them): no entry decoded, each once.
+            let raw = self
+                .tasks
+                .mapped_bytes()
+                .map(|b| b.as_chunks::<TASK_BYTES>().0);
+            let tail = |i: usize| match raw {
+                Some(chunks) => chunks.get(i).and_then(|c| TaskEntry::tail_in(c)),
+                None => self.tasks.get(i).and_then(|t| t.tail()),
             };
+            let mut before: Option<(usize, Option<[u8; 8]>)> = None;
             order.len() == n
-                && order.iter().all(|&t| (t as usize) < n)
-                && order.windows(2).all(|w| match *w {
-                    [a, b] => less(a as usize, b as usize),
-                    _ => true,
+                && order.iter().all(|&t| {
+                    let t = t as usize;
+                    let this = tail(t);
+                    let above = match (before, this) {
+                        (None, _) => true,
+                        (Some((_, Some(x))), Some(y)) => x < y,
+                        (Some((b, _)), _) => self.id_key(b) < self.id_key(t),
+                    };
+                    before = Some((t, this));
+                    t < n && above
                 })
         };
         if !sound {
@@ -891,6 +946,37 @@ impl<'a> TaskView<'a> {
         };
         check(&self.id(), self.entry.state, artifact, op)
     }
+}
+
+/// How [`ContextState::decode_checkpoint`] decodes the parts it does not
+/// decode by hand (each from the front of the bytes, which it advances).
+pub struct Rare {
+    /// The boxed extras.
+    pub extra: fn(&mut &[u8]) -> Option<Extra>,
+    /// Why a context is gone.
+    pub gone: fn(&mut &[u8]) -> Option<Gone>,
+}
+
+/// Takes `n` bytes from the front of `bytes`.
+pub fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (part, rest) = bytes.split_at_checked(n)?;
+    *bytes = rest;
+    Some(part)
+}
+
+fn take_u8(bytes: &mut &[u8]) -> Option<u8> {
+    take(bytes, 1)?.first().copied()
+}
+
+/// Takes a little-endian u64.
+pub fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(*take(bytes, 8)?.first_chunk()?))
+}
+
+/// Takes a string: its length as a u64, then its UTF-8 bytes.
+fn take_str<'a>(bytes: &mut &'a [u8]) -> Option<&'a str> {
+    let len = usize::try_from(take_u64(bytes)?).ok()?;
+    std::str::from_utf8(take(bytes, len)?).ok()
 }
 
 #[cfg(test)]

@@ -22,6 +22,11 @@ pub trait Fixed: Sized + Copy {
     fn put(&self, out: &mut Vec<u8>);
     /// The entry of `SIZE` bytes; `None` if they are not one.
     fn get(bytes: &[u8]) -> Option<Self>;
+    /// Whether `SIZE` bytes are an entry ([`get`](Self::get) would decode
+    /// them), which a type may tell without decoding them.
+    fn check(bytes: &[u8]) -> bool {
+        Self::get(bytes).is_some()
+    }
 }
 
 /// A section of a mapped checkpoint: `len` bytes at `start`, which the
@@ -184,6 +189,14 @@ impl<T: Fixed> Entries<T> {
     }
 
     /// Every entry.
+    /// The entries' bytes, while they are read in place.
+    pub fn mapped_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Entries::Owned(_) => None,
+            Entries::Mapped(m) => Some(m.bytes(T::SIZE)),
+        }
+    }
+
     pub fn iter(&self) -> Iter<'_, T> {
         self.range(0..self.len())
     }
@@ -234,7 +247,7 @@ impl<T: Fixed> Entries<T> {
 
 /// Whether every entry of `bytes` decodes as a `T`.
 pub fn all_decode<T: Fixed>(bytes: &[u8]) -> bool {
-    bytes.len().is_multiple_of(T::SIZE) && bytes.chunks_exact(T::SIZE).all(|c| T::get(c).is_some())
+    bytes.len().is_multiple_of(T::SIZE) && bytes.chunks_exact(T::SIZE).all(T::check)
 }
 
 /// `bytes` as a mapped file (in memory), for tests of what reads one.

@@ -77,13 +77,18 @@ fn place_and_seq(entry: &Entry) -> (u32, u32) {
 /// shard, each place below `places`.
 pub fn check_run(run: &[u8], places: usize, in_shard: impl Fn(&ShortKey) -> bool) -> bool {
     let (entries, rest) = run.as_chunks::<ENTRY_BYTES>();
+    // One pass; keys compared as big-endian numbers, which order as their
+    // bytes do.
+    let mut last = None;
     rest.is_empty()
-        && entries
-            .iter()
-            .all(|e| key_of(e).is_some_and(&in_shard) && (place_and_seq(e).0 as usize) < places)
-        && entries.windows(2).all(|w| match w {
-            [a, b] => key_of(a) < key_of(b),
-            _ => true,
+        && entries.iter().all(|e| {
+            let Some(key) = key_of(e) else {
+                return false;
+            };
+            let number = u128::from_be_bytes(*key);
+            let ascending = last.is_none_or(|l| l < number);
+            last = Some(number);
+            ascending && in_shard(key) && (place_and_seq(e).0 as usize) < places
         })
 }
 

@@ -152,7 +152,7 @@ impl KeyShard {
 /// first 8 bytes of its key's digest (big-endian, so they order as the
 /// key's bytes do), and its number (which only two contexts opened in the
 /// same millisecond with the same 8 bytes ever need).
-type Listed = (u64, u64, u32);
+pub type Listed = (u64, u64, u32);
 
 /// The first 8 bytes of a key's digest as a listing orders them.
 fn listing_head(key: &ContextKey) -> u64 {
@@ -160,7 +160,7 @@ fn listing_head(key: &ContextKey) -> u64 {
 }
 
 /// The listing entry of the context of `slot`, first active at `first_ms`.
-fn listed(first_ms: u64, slot: &ContextSlot) -> Listed {
+pub fn listed(first_ms: u64, slot: &ContextSlot) -> Listed {
     (first_ms, listing_head(&slot.key), slot.number)
 }
 
@@ -346,7 +346,7 @@ impl Default for Index {
 impl Index {
     /// Which shard of the key map holds `key`: by the first byte of its
     /// digest (and so of its prefix).
-    fn shard_of(key: &ContextKey) -> usize {
+    pub fn shard_of(key: &ContextKey) -> usize {
         usize::from(key.digest()[0]) % SHARDS
     }
 
@@ -431,6 +431,15 @@ impl Index {
                 self.task_shard(&short).write().remove(&short);
             }
         });
+    }
+
+    /// Whether [`enter_tasks`](Self::enter_tasks) has any task of `state`
+    /// (context number `context`) to enter: not when the context holds
+    /// the prefix of its id and every task's id was made in it.
+    pub fn has_mapped_tasks(&self, context: u32, state: &ContextState) -> bool {
+        state.task_count() > 0
+            && (self.prefix_owner(&state.prefix()) != Some(context)
+                || state.other_task_ids().next().is_some())
     }
 
     /// Calls `f` with the id of each task of `state` that may have a
@@ -553,6 +562,41 @@ impl Index {
         slot
     }
 
+    /// Installs a context read from a checkpoint, with its state, and
+    /// returns its slot (a key seen twice keeps the later state).
+    pub fn insert_loaded(&self, key: &ContextKey, state: ContextState) -> Arc<ContextSlot> {
+        let shard_no = Index::shard_of(key);
+        let mut shard = self.shard(key).write();
+        if let Some(slot) = shard.get(key) {
+            *slot.state.write() = state;
+            return slot.clone();
+        }
+        // Fits: as in `get_or_insert`.
+        let number = u32::try_from(shard.slots.len() * SHARDS + shard_no).unwrap_or(u32::MAX);
+        let slot = Arc::new(ContextSlot {
+            key: *key,
+            number,
+            write: Mutex::default(),
+            state: RwLock::new(state),
+        });
+        shard.push(slot.clone());
+        slot
+    }
+
+    /// Makes room in shard `shard` of the key map for `more` contexts.
+    pub fn reserve(&self, shard: usize, more: usize) {
+        if let Some(shard) = self.shards.get(shard) {
+            let mut shard = shard.write();
+            let KeyShard { table, slots } = &mut *shard;
+            slots.reserve(more);
+            table.reserve(more, |&p| {
+                slots
+                    .get(p as usize)
+                    .map_or(0, |s| prefix_hash(&task_prefix(&s.key)))
+            });
+        }
+    }
+
     /// Makes a context visible in its tenant's listing.
     pub fn list_in_tenant(&self, tenant: &str, first_ms: u64, slot: &ContextSlot) {
         let entry = listed(first_ms, slot);
@@ -563,6 +607,19 @@ impl Index {
             }
             None => {
                 tenants.insert(tenant.to_string(), BTreeSet::from([entry]));
+            }
+        }
+    }
+
+    /// Makes many contexts of one tenant visible at once (as an open loads
+    /// them): the listing is built from them sorted, in one pass, rather
+    /// than entry by entry.
+    pub fn list_many_in_tenant(&self, tenant: &str, entries: Vec<Listed>) {
+        let mut tenants = self.tenants.write();
+        match tenants.get_mut(tenant) {
+            Some(set) => set.extend(entries),
+            None => {
+                tenants.insert(tenant.to_string(), entries.into_iter().collect());
             }
         }
     }

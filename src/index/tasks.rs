@@ -204,6 +204,21 @@ impl TaskEntry {
         Some(entry)
     }
 
+    /// Whether `bytes` are an entry ([`from_bytes`](Self::from_bytes)
+    /// would take them), told from its two flag bytes.
+    pub fn sound_bytes(bytes: &[u8]) -> bool {
+        matches!(bytes, &[.., state, other] if bytes.len() == TASK_BYTES
+            && usize::from(state) < TaskState::ALL.len() && other <= 1)
+    }
+
+    /// [`tail`](Self::tail) of the entry in `bytes`, read where it lies.
+    pub fn tail_in(bytes: &[u8]) -> Option<[u8; 8]> {
+        match bytes {
+            &[.., 0] => bytes.first_chunk().copied(),
+            _ => None,
+        }
+    }
+
     /// The random half of a store-made id.
     pub fn tail(&self) -> Option<[u8; 8]> {
         (!self.other).then_some(self.tail)
@@ -352,6 +367,27 @@ mod tests {
         assert_eq!(TaskEntry::from_bytes(&bad), None, "the flag is 0 or 1");
         assert_eq!(entry.tail(), Some([7; 8]));
         assert!(TaskEntry::opened(None, 0).tail().is_none());
+    }
+
+    #[test]
+    fn entry_bytes_are_checked_and_their_tail_read_as_decoding_would() {
+        let made = TaskEntry::opened(Some([9; 8]), 5).to_bytes();
+        let other = TaskEntry::opened(None, 5).to_bytes();
+        for base in [made, other] {
+            for state in 0..=255u8 {
+                for flag in 0..=255u8 {
+                    let mut bytes = base;
+                    bytes[TASK_BYTES - 2] = state;
+                    bytes[TASK_BYTES - 1] = flag;
+                    let decoded = TaskEntry::from_bytes(&bytes);
+                    assert_eq!(TaskEntry::sound_bytes(&bytes), decoded.is_some());
+                    if let Some(entry) = decoded {
+                        assert_eq!(TaskEntry::tail_in(&bytes), entry.tail());
+                    }
+                }
+            }
+        }
+        assert!(!TaskEntry::sound_bytes(&made[1..]), "a short entry");
     }
 
     #[test]

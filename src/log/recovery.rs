@@ -417,6 +417,11 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         }
     }
 
+    /// Continues the newest segment, `id`: cuts a torn tail, makes what is
+    /// left durable, and hands it to the writer. It is mapped, not read: a
+    /// clean close left nothing after the checkpoint's point to scan, so an
+    /// open reads none of it, and the writer's mirror reads what is there
+    /// through the map.
     fn newest(&mut self, fs: &dyn Fs, dir: &Path, id: u64, fresh: Fresh) -> Result<ActiveSegment> {
         if self.read_only {
             return self.newest_read_only(fs, dir, id, fresh);
@@ -425,46 +430,62 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         let file = fs
             .open(&path)
             .map_err(|e| Error::io("open the newest segment", &path, e))?;
-        let mut bytes = fs
-            .read(&path)
-            .map_err(|e| Error::io("read the newest segment", &path, e))?;
-        if bytes.len() as u64 <= HEADER_LEN && decode_header(&bytes).is_err() {
+        let map = fs
+            .map(&path)
+            .map_err(|e| Error::io("map the newest segment", &path, e))?;
+        let bytes = map.bytes();
+        if bytes.len() as u64 <= HEADER_LEN && decode_header(bytes).is_err() {
             // A rotation crashed before the new header was durable.
-            drop(file);
+            drop((map, file));
             fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
             sync_dir(fs, dir)?;
             self.report.removed_segments.push(id);
             return fresh_segment(fs, dir, fresh);
         }
-        let header_len = self.check_header(&path, id, &bytes)?.records_start();
+        let header_len = self.check_header(&path, id, bytes)?.records_start();
         let len = bytes.len() as u64;
         let from = self.start_of(id, len, header_len)?.unwrap_or(len);
-        if let Some(cut) = self.frames(id, &bytes, true, from)? {
-            file.set_len(cut)
-                .and_then(|()| file.sync_data())
-                .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
-            // Only zeros: preallocated space, where no record had started
-            // (or none left a byte).
-            if !is_preallocated(&bytes, cut) {
-                self.report.torn_tail = Some(TornTail {
+        let cut = self.frames(id, bytes, true, from)?;
+        // The map is let go before a cut: nothing maps a file that shrinks.
+        let map = match cut {
+            None => Some(map),
+            Some(cut) => {
+                // Only zeros: preallocated space, where no record had started
+                // (or none left a byte).
+                let torn = (!is_preallocated(bytes, cut)).then(|| TornTail {
                     segment: id,
                     offset: cut,
                     bytes: len - cut,
-                    records: count_started_frames(&bytes, cut, self.max_record),
+                    records: count_started_frames(bytes, cut, self.max_record),
                 });
+                drop(map);
+                file.set_len(cut)
+                    .and_then(|()| file.sync_data())
+                    .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
+                self.report.torn_tail = torn;
+                None
             }
-            bytes.truncate(cut as usize);
-        }
+        };
         // Whatever a crashed process left in the page cache is made durable
         // now, so the writer may start with the whole segment as its watermark.
         file.sync_data()
             .map_err(|e| Error::io("sync the newest segment", &path, e))?;
         self.report.segments += 1;
+        let map = match map {
+            Some(map) => map,
+            None => fs
+                .map(&path)
+                .map_err(|e| Error::io("map the newest segment", &path, e))?,
+        };
+        // Not copied: the writer's mirror reads these bytes through the map
+        // (nothing cuts or writes the file below its length now again) and
+        // keeps only what it appends after them.
         Ok(ActiveSegment {
             id,
             file,
-            bytes,
+            found: Some(map),
+            bytes: Vec::new(),
             header_len,
         })
     }
@@ -500,6 +521,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         Ok(ActiveSegment {
             id,
             file: Arc::new(Unwritable),
+            found: None,
             bytes,
             header_len,
         })
@@ -540,6 +562,7 @@ fn unwritable(fresh: Fresh) -> ActiveSegment {
     ActiveSegment {
         id: fresh.id,
         file: Arc::new(Unwritable),
+        found: None,
         bytes: encode_header(fresh.id, 0, fresh.store, fresh.prev).to_vec(),
         header_len: HEADER_LEN,
     }
@@ -559,6 +582,7 @@ fn fresh_segment(fs: &dyn Fs, dir: &Path, fresh: Fresh) -> Result<ActiveSegment>
     Ok(ActiveSegment {
         id: fresh.id,
         file: create_segment(fs, dir, fresh.id, &header)?,
+        found: None,
         bytes: header.to_vec(),
         header_len: HEADER_LEN,
     })

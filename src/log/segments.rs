@@ -1,9 +1,10 @@
 //! The set of segment files, and reading records from them.
 //!
 //! Sealed segments are read through a read-only map. The active segment,
-//! which is still growing, is read from its mirror: a copy of its bytes that
-//! the writer keeps in memory as it writes them, read under a lock with no
-//! `unsafe` and no system call.
+//! which is still growing, is read from its mirror: the bytes an open found
+//! already written, through a map of them, then a copy of the bytes the
+//! writer appended since, kept in memory as it writes them, read under a
+//! lock with no `unsafe` and no system call.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -99,7 +100,58 @@ pub fn segment_id_of(name: &str) -> Option<u64> {
 }
 
 /// The active segment's bytes, from offset 0, as far as they are written.
-pub type Mirror = Arc<RwLock<Vec<u8>>>;
+pub type Mirror = Arc<RwLock<MirrorBytes>>;
+
+/// The bytes of a [`Mirror`]: those an open found already written, read
+/// where they lie (the writer only ever appends after them, so they never
+/// change), then those appended since, in memory.
+pub struct MirrorBytes {
+    found: Option<Arc<Mapped>>,
+    /// `found`'s length (0 without it).
+    found_len: usize,
+    appended: Vec<u8>,
+}
+
+impl MirrorBytes {
+    /// The bytes `found` (the segment as an open found it, if it continues
+    /// one), then `appended`.
+    pub fn new(found: Option<Arc<Mapped>>, appended: Vec<u8>) -> Self {
+        let found_len = found.as_ref().map_or(0, |m| m.bytes().len());
+        Self {
+            found,
+            found_len,
+            appended,
+        }
+    }
+
+    /// How many bytes it holds.
+    pub fn len(&self) -> usize {
+        self.found_len + self.appended.len()
+    }
+
+    /// Bytes `range` (offsets in the segment), if it holds them all on one
+    /// side of where the open found the segment ending (a frame, or bytes
+    /// appended since, always are).
+    pub fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        if range.start >= self.found_len {
+            let n = self.found_len;
+            self.appended
+                .get(range.start - n..range.end.checked_sub(n)?)
+        } else {
+            self.found.as_ref()?.bytes().get(range)
+        }
+    }
+
+    /// Where the writer appends (after every byte held).
+    pub fn appended(&mut self) -> &mut Vec<u8> {
+        &mut self.appended
+    }
+
+    /// Drops every byte from `len` on (never below what the open found).
+    pub fn truncate(&mut self, len: usize) {
+        self.appended.truncate(len.saturating_sub(self.found_len));
+    }
+}
 
 /// A segment as readers see it.
 #[derive(Clone)]
@@ -150,10 +202,12 @@ impl Segments {
             )
         })?;
         match data {
-            SegmentData::Sealed(map) => Self::payload_in(loc, map.bytes(), f),
+            SegmentData::Sealed(map) => Self::payload_in(loc, map.bytes().get(Self::frame(loc)), f),
             // Checked too: after an open from a checkpoint, the mirror holds
-            // bytes read from disk that no scan has verified.
-            SegmentData::Active(mirror) => Self::payload_in(loc, &mirror.read(), f),
+            // bytes on disk that no scan has verified.
+            SegmentData::Active(mirror) => {
+                Self::payload_in(loc, mirror.read().get(Self::frame(loc)), f)
+            }
         }
     }
 
@@ -188,10 +242,20 @@ impl Segments {
         std::hint::black_box(acc);
     }
 
-    fn payload_in<T>(loc: RecordLoc, segment: &[u8], f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+    /// Where the frame of the record at `loc` lies in its segment.
+    fn frame(loc: RecordLoc) -> std::ops::Range<usize> {
         let start = loc.offset as usize;
-        let end = start + FRAME_HEADER_LEN as usize + loc.len as usize;
-        let frame = segment.get(start..end).ok_or_else(|| {
+        start..start + FRAME_HEADER_LEN as usize + loc.len as usize
+    }
+
+    /// Checks the frame of the record at `loc` (`None` if its segment ends
+    /// before it) and hands its payload to `f`.
+    fn payload_in<T>(
+        loc: RecordLoc,
+        frame: Option<&[u8]>,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T> {
+        let frame = frame.ok_or_else(|| {
             Error::corrupt(
                 loc.segment,
                 u64::from(loc.offset),
@@ -214,4 +278,37 @@ impl Segments {
 pub fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
     fs.sync_dir(dir)
         .map_err(|e| Error::io("sync the store directory", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{Fs, MemFs};
+
+    #[test]
+    fn a_mirror_reads_what_the_open_found_then_what_was_appended() {
+        let fs = MemFs::new();
+        let dir = Path::new("/d");
+        fs.create_dir_all(dir).unwrap();
+        fs.write_file(&dir.join("f"), b"found").unwrap();
+        let found = Arc::new(fs.map(&dir.join("f")).unwrap());
+        let mut mirror = MirrorBytes::new(Some(found), b"-".to_vec());
+        mirror.appended().extend_from_slice(b"more");
+        assert_eq!(mirror.len(), 10);
+        assert_eq!(mirror.get(0..5), Some(&b"found"[..]));
+        assert_eq!(mirror.get(1..3), Some(&b"ou"[..]));
+        assert_eq!(mirror.get(5..10), Some(&b"-more"[..]));
+        assert_eq!(mirror.get(6..8), Some(&b"mo"[..]));
+        // Nothing across the two parts (no frame is), or past the end.
+        assert_eq!(mirror.get(4..6), None);
+        assert_eq!(mirror.get(8..11), None);
+        assert_eq!(mirror.get(0..11), None);
+        // A cut keeps what the open found.
+        mirror.truncate(7);
+        assert_eq!((mirror.len(), mirror.get(5..7)), (7, Some(&b"-m"[..])));
+        mirror.truncate(2);
+        assert_eq!((mirror.len(), mirror.get(0..5)), (5, Some(&b"found"[..])));
+        let fresh = MirrorBytes::new(None, b"header".to_vec());
+        assert_eq!((fresh.len(), fresh.get(0..6)), (6, Some(&b"header"[..])));
+    }
 }

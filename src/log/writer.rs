@@ -20,7 +20,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::frame::{encode_frame, encode_header, Link, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
 use super::segments::{
-    segment_path, sync_dir, Mirror, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID,
+    segment_path, sync_dir, Mirror, MirrorBytes, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID,
 };
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
@@ -32,7 +32,10 @@ pub struct ActiveSegment {
     pub id: u64,
     /// The file, open for writing.
     pub file: Arc<dyn SegmentFile>,
-    /// Its valid bytes, from offset 0 (the writer mirrors them in memory).
+    /// Its valid bytes as the open found them, mapped (`None` for a new
+    /// segment).
+    pub found: Option<crate::fs::Mapped>,
+    /// Its valid bytes after those (from offset 0 without them).
     pub bytes: Vec<u8>,
     /// Where its first record starts (its header's length).
     pub header_len: u64,
@@ -147,12 +150,13 @@ impl LogWriter {
         let ActiveSegment {
             id,
             file,
+            found,
             bytes,
             header_len,
         } = active;
-        let len = bytes.len() as u64;
         let (segment_bytes, durability) = (options.segment_bytes, options.durability);
-        let mirror = new_mirror(segment_bytes, bytes);
+        let mirror = new_mirror(segment_bytes, found.map(Arc::new), bytes);
+        let len = mirror.read().len() as u64;
         segments.insert(id, SegmentData::Active(mirror.clone()));
         let log = Arc::new(Log {
             fs: options.fs.clone(),
@@ -258,7 +262,7 @@ impl Log {
             active.len,
             durable,
             payload,
-            &mut active.mirror.write(),
+            active.mirror.write().appended(),
         );
         // With `GroupCommit` the next flush writes it, before the sync that
         // acknowledges it; otherwise it is written now.
@@ -323,7 +327,7 @@ impl Log {
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
         self.segments
             .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
-        let mirror = new_mirror(self.segment_bytes, header.to_vec());
+        let mirror = new_mirror(self.segment_bytes, None, header.to_vec());
         self.segments
             .insert(id, SegmentData::Active(mirror.clone()));
         active.id = id;
@@ -608,15 +612,21 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// A mirror holding `bytes`, with room reserved for a whole segment so that
-/// appends do not reallocate (pages are only touched as they fill).
-fn new_mirror(segment_bytes: u64, mut bytes: Vec<u8>) -> Mirror {
+/// A mirror holding `found` (the bytes an open found), then `bytes`, with
+/// room reserved for a whole segment so that appends do not reallocate
+/// (pages are only touched as they fill).
+fn new_mirror(
+    segment_bytes: u64,
+    found: Option<Arc<crate::fs::Mapped>>,
+    mut bytes: Vec<u8>,
+) -> Mirror {
+    let found_len = found.as_ref().map_or(0, |m| m.bytes().len());
     bytes.reserve(
         usize::try_from(segment_bytes)
             .unwrap_or(0)
-            .saturating_sub(bytes.len()),
+            .saturating_sub(found_len + bytes.len()),
     );
-    Arc::new(RwLock::new(bytes))
+    Arc::new(RwLock::new(MirrorBytes::new(found, bytes)))
 }
 
 /// Creates segment `id` in `dir` with its `header`, synced, and syncs the

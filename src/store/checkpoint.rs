@@ -16,6 +16,7 @@
 //! that has not changed since, where they lie (see `idem_run` and
 //! `entries`).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -24,16 +25,17 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::index::context::RECORD_BYTES;
+use crate::index::context::{take, take_u64, Rare};
 use crate::index::entries::{all_decode, Section, Span};
 use crate::index::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::tasks::{TaskEntry, TASK_BYTES};
-use crate::index::{task_prefix, ContextState, Index, SHARDS};
+use crate::index::{listed, task_prefix, ContextSlot, ContextState, Index, Listed, SHARDS};
 use crate::log::recovery::Resume;
 use crate::namespace::ContextKey;
 
 pub use crate::log::recovery::CHECKPOINT;
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 9;
+const VERSION: u32 = 10;
 /// The bytes before the body: magic, version, checksum.
 const PREAMBLE: usize = 16;
 
@@ -43,7 +45,16 @@ struct Header {
     store: [u8; 16],
     resume: (u64, u64, u64),
     records: u64,
+    /// For each shard of the key map: its contexts' entries (bytes,
+    /// count), and their records' and tasks' bytes. Each section lies shard
+    /// after shard, so an open loads shards on several threads, each
+    /// checksumming and decoding a shard's bytes in turn.
+    shards: Vec<ShardSizes>,
 }
+
+/// One shard's part of a checkpoint: its entries' bytes, its contexts, its
+/// records' bytes, its tasks' bytes.
+type ShardSizes = (u64, u64, u64, u64);
 
 /// One context: its key (version, digest), its index entry, and where its
 /// records and its tasks are in their sections (byte offset, count). The messageId
@@ -114,11 +125,7 @@ impl super::Shared {
         if self.options.durability == crate::Durability::Buffered {
             self.writer.sync_all()?;
         }
-        let header = Header {
-            store: self.writer.store().0,
-            resume: (generation, segment, offset),
-            records: self.records(),
-        };
+        // Shard by shard of the key map, in each in the order it holds them.
         let slots = self.index.all_slots();
         // A context's place among the entries, by its number.
         let numbers: Vec<u32> = slots.iter().map(|s| s.number).collect();
@@ -134,7 +141,9 @@ impl super::Shared {
         // where in them each context's are.
         let (mut recs, mut tasks, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         let mut spans = Vec::with_capacity(slots.len());
+        let mut shards: Vec<ShardSizes> = vec![(0, 0, 0, 0); SHARDS];
         for (i, slot) in slots.iter().enumerate() {
+            let before = (entries.len(), recs.len(), tasks.len());
             let key = &slot.key;
             let state = slot.state.read();
             let span = (
@@ -144,11 +153,23 @@ impl super::Shared {
             state.put_entries(&mut recs, &mut tasks);
             encode(&(key.version(), *key.digest(), &*state, span), &mut entries)?;
             spans.push(span);
+            if let Some(shard) = shards.get_mut(slot.number as usize % SHARDS) {
+                shard.0 += (entries.len() - before.0) as u64;
+                shard.1 += 1;
+                shard.2 += (recs.len() - before.1) as u64;
+                shard.3 += (tasks.len() - before.2) as u64;
+            }
             if let Some(p) = place.get_mut(slot.number as usize) {
                 // Fits: the index numbers its contexts in a u32.
                 *p = i as u32;
             }
         }
+        let header = Header {
+            store: self.writer.store().0,
+            resume: (generation, segment, offset),
+            records: self.records(),
+            shards,
+        };
         let mut file = MAGIC.to_vec();
         file.extend_from_slice(&VERSION.to_le_bytes());
         file.extend_from_slice(&[0; 4]);
@@ -223,20 +244,17 @@ impl super::Shared {
     }
 }
 
-/// Reads a checkpoint's body front to back, checksumming each part as it
-/// is taken (so each is read once, while it is in the cache).
+/// Reads a checkpoint's body front to back.
 struct Reader<'a> {
     rest: &'a [u8],
     /// The whole file's length: where the rest starts is its offset.
     file_len: usize,
-    sum: crc32fast::Hasher,
 }
 
 impl<'a> Reader<'a> {
     /// Takes `n` bytes.
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let (part, rest) = self.rest.split_at_checked(n)?;
-        self.sum.update(part);
         self.rest = rest;
         Some(part)
     }
@@ -252,9 +270,7 @@ impl<'a> Reader<'a> {
 
     /// Decodes one value.
     fn decode<T: serde::de::DeserializeOwned>(&mut self) -> Option<T> {
-        let (value, used) = bincode::serde::decode_from_slice(self.rest, config()).ok()?;
-        self.take(used)?;
-        Some(value)
+        decode_from(&mut self.rest)
     }
 
     /// Takes a section (a u64 length, then that many bytes): where it
@@ -265,6 +281,36 @@ impl<'a> Reader<'a> {
         Some((at, self.take(len)?))
     }
 }
+
+/// Decodes one value from the front of `bytes`, which it advances.
+fn decode_from<T: serde::de::DeserializeOwned>(bytes: &mut &[u8]) -> Option<T> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config()).ok()?;
+    take(bytes, used)?;
+    Some(value)
+}
+
+/// Decodes one context's [`Entry`] from the front of `bytes`, which it
+/// advances: the same bytes `bincode` reads, by hand, as an open decodes
+/// one per context and the generic decoder takes a digest byte by byte.
+fn decode_entry(bytes: &mut &[u8]) -> Option<Entry> {
+    let version = *take(bytes, 1)?.first()?;
+    let digest = *take(bytes, 32)?.first_chunk()?;
+    let rare = Rare {
+        extra: decode_from,
+        gone: decode_from,
+    };
+    let state = ContextState::decode_checkpoint(bytes, rare)?;
+    let mut n = || take_u64(bytes);
+    let spans = ((n()?, n()?), (n()?, n()?));
+    Some((version, digest, state, spans))
+}
+
+/// A body shorter than this is loaded on one thread: more are not worth
+/// starting.
+const PARALLEL_FROM: usize = 1 << 20;
+
+/// At most this many threads load a checkpoint.
+const MAX_LOAD_THREADS: usize = 4;
 
 /// The `count` entries of `size` bytes at byte `offset` of `section`;
 /// `None` unless they lie inside it, starting at an entry's first byte.
@@ -279,7 +325,21 @@ fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> 
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one.
 /// `None` when there is none or it is damaged; `index` may then hold part
 /// of it, and must be dropped for a fresh one.
+///
+/// A large checkpoint is loaded on several threads (up to the machine's
+/// cores, at most [`MAX_LOAD_THREADS`]), each taking a contiguous range of
+/// the key map's shards. Shard by shard, a thread checksums the shard's
+/// part of every section and then decodes it while its bytes are in the
+/// cache: its contexts (in the order the shard held them, so that each gets
+/// the same place in its shard), their tasks, its messageId run. What needs
+/// every context in place (the tenants' listings, the task map) is done
+/// after, on one thread, and the parts' checksums are joined in file order.
 pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
+    load_on(fs, dir, index, None)
+}
+
+/// [`load`] on `threads` threads (`None`: as many as it picks).
+fn load_on(fs: &dyn Fs, dir: &Path, index: &Index, threads: Option<usize>) -> Option<Loaded> {
     // Mapped, not read: a large checkpoint then costs no fresh memory. The
     // file is only ever replaced by a rename, never changed in place, which
     // is the map's contract (see `mmap`).
@@ -291,78 +351,328 @@ pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
     if version != VERSION.to_le_bytes() {
         return None;
     }
-    // The body is read once: each part is checksummed right after it is
-    // decoded, while its bytes are still in the cache, and its context
-    // installed and its task order checked in the same pass. The checksum
-    // is compared at the end; until then nothing decoded is trusted beyond
-    // the decoder's own bounds. A failure anywhere leaves a half-filled
-    // index, which the open drops for a fresh one and a full scan.
-    let mut r = Reader {
-        rest: body,
-        file_len: bytes.len(),
-        sum: crc32fast::Hasher::new(),
-    };
-    let header: Header = r.decode()?;
-    // Every context's records and tasks, left where they lie: each context
-    // reads its own spans of them in place until it next changes. Every
-    // task must decode (records always do).
-    let (recs_at, recs) = r.section()?;
-    let (tasks_at, tasks) = r.section()?;
-    if !all_decode::<TaskEntry>(tasks) {
+    // Until the checksum is compared, at the end, nothing decoded is
+    // trusted beyond the decoder's own bounds. A failure anywhere leaves a
+    // half-filled index, which the open drops for a fresh one and a full
+    // scan.
+    let plan = Plan::read(body, bytes.len(), &map)?;
+    let threads = threads.unwrap_or(if body.len() < PARALLEL_FROM {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, MAX_LOAD_THREADS)
+    });
+    let shares = plan.shares(threads);
+    let done: Vec<Option<Done>> = std::thread::scope(|s| {
+        let mut shares = shares.into_iter();
+        let first = shares.next();
+        let others: Vec<_> = shares
+            .map(|share| s.spawn(|| share.load(&plan, index)))
+            .collect();
+        let mut done = vec![first.and_then(|share| share.load(&plan, index))];
+        // A thread that panicked (nothing in a load is expected to) fails
+        // the load.
+        done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
+        done
+    });
+    let mut sums = Vec::with_capacity(SHARDS);
+    let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
+    let mut with_tasks = Vec::new();
+    for done in done {
+        let done = done?;
+        sums.extend(done.sums);
+        for (tenant, mut entries) in done.lists {
+            lists.entry(tenant).or_default().append(&mut entries);
+        }
+        with_tasks.extend(done.with_tasks);
+    }
+    if sums.len() != SHARDS || crc != plan.checksum(&sums).to_le_bytes() {
         return None;
     }
-    let rec_section = Section::new(map.clone(), recs_at, recs.len())?;
-    let task_section = Section::new(map.clone(), tasks_at, tasks.len())?;
-    let count = r.u64()?;
-    let mut numbers = Vec::with_capacity(usize::try_from(count).ok()?.min(1 << 20));
-    for _ in 0..count {
-        let (version, digest, mut state, (rec_span, task_span)): Entry = r.decode()?;
-        state.map_entries(
-            span_in(&rec_section, rec_span, RECORD_BYTES)?,
-            span_in(&task_section, task_span, TASK_BYTES)?,
-        );
-        let key = ContextKey::from_parts(version, digest);
-        state.set_prefix(task_prefix(&key));
-        state.check_order();
-        // The slot first: the task map refers to it by its number.
-        let slot = index.get_or_insert(&key);
-        numbers.push(slot.number);
+    for (tenant, entries) in lists {
+        index.list_many_in_tenant(&tenant, entries);
+    }
+    // The task map, once every context is in: whether a task's id leads to
+    // its context by its prefix depends on which context holds that prefix
+    // first.
+    for slot in with_tasks {
+        let state = slot.state.read();
         if let Some(meta) = &state.meta {
-            if state.gone.is_none() {
-                index.list_in_tenant(meta.tenant(), meta.first_ms, &slot);
-                index.enter_tasks(meta.tenant(), slot.number, &state);
-            }
+            index.enter_tasks(meta.tenant(), slot.number, &state);
         }
-        *slot.state.write() = state;
     }
-    // The messageId map, shard by shard, read in place: each run is checked
-    // (see `check_run`) and left where it lies.
-    let numbers: Numbers = numbers.into();
-    let mut runs = Vec::with_capacity(SHARDS);
-    for shard in 0..SHARDS {
-        let n = usize::try_from(r.u64()?).ok()?;
-        let start = r.offset();
-        let run = r.take(n.checked_mul(ENTRY_BYTES)?)?;
-        let in_shard = |key: &_| Index::idem_shard_of(key) == shard;
-        if !check_run(run, numbers.len(), in_shard) {
-            return None;
-        }
-        runs.push(IdemRun::in_map(&map, start, n, numbers.clone())?);
-    }
-    if !r.rest.is_empty() || crc != r.sum.finalize().to_le_bytes() {
-        return None;
-    }
+    let numbers: Numbers = plan.numbers.into_inner().into();
+    let runs = plan
+        .shards
+        .iter()
+        .map(|p| IdemRun::in_map(&map, p.run_at, p.run_len, numbers.clone()))
+        .collect::<Option<Vec<_>>>()?;
     index.idem_rebase(runs);
-    let (generation, segment, offset) = header.resume;
+    let (generation, segment, offset) = plan.header.resume;
     Some(Loaded {
         resume: Resume {
-            store: crate::log::frame::StoreId(header.store),
+            store: crate::log::frame::StoreId(plan.header.store),
             generation,
             segment,
             offset,
         },
-        records: header.records,
+        records: plan.header.records,
     })
+}
+
+/// A checkpoint's body cut into its parts, before any context is decoded.
+struct Plan<'a> {
+    header: Header,
+    map: Arc<crate::fs::Mapped>,
+    /// Where the records and the tasks lie in the file: start, length.
+    records: (usize, usize),
+    tasks: (usize, usize),
+    /// Each shard's parts.
+    shards: Vec<ShardParts<'a>>,
+    /// The bytes around the parts, in file order: before the records (the
+    /// header, the records' length), before the tasks (their length),
+    /// before the entries (their count).
+    glue: [&'a [u8]; 3],
+    /// Each context's number in the index, by its place among the entries;
+    /// each share fills its own places.
+    numbers: parking_lot::Mutex<Vec<u32>>,
+    /// How many contexts the entries hold.
+    contexts: usize,
+}
+
+/// One shard's part of each section of a checkpoint.
+struct ShardParts<'a> {
+    records: &'a [u8],
+    tasks: &'a [u8],
+    entries: &'a [u8],
+    /// How many contexts its entries hold.
+    contexts: usize,
+    /// Its messageId run, after its count (8 bytes), both here.
+    run: &'a [u8],
+    /// Where the run starts in the file, and its entries.
+    run_at: usize,
+    run_len: usize,
+}
+
+/// The checksums of one shard's parts: records, tasks, entries, run.
+type ShardSums = [crc32fast::Hasher; 4];
+
+impl<'a> Plan<'a> {
+    fn read(body: &'a [u8], file_len: usize, map: &Arc<crate::fs::Mapped>) -> Option<Self> {
+        let mut r = Reader {
+            rest: body,
+            file_len,
+        };
+        let header: Header = r.decode()?;
+        if header.shards.len() != SHARDS {
+            return None;
+        }
+        // Every context's records and tasks, left where they lie: each
+        // context reads its own spans of them in place until it next
+        // changes. Every task must decode (records always do).
+        let glue0 = body.get(..body.len() - r.rest.len() + 8)?;
+        let (recs_at, recs) = r.section()?;
+        let glue1 = r.rest.get(..8)?;
+        let (tasks_at, tasks) = r.section()?;
+        let glue2 = r.rest.get(..8)?;
+        let contexts = usize::try_from(r.u64()?).ok()?;
+        let (mut recs_rest, mut tasks_rest) = (recs, tasks);
+        let mut shards = Vec::with_capacity(SHARDS);
+        for &(entries, count, rec_bytes, task_bytes) in &header.shards {
+            let (records, rest) = recs_rest.split_at_checked(usize::try_from(rec_bytes).ok()?)?;
+            recs_rest = rest;
+            let (task_part, rest) =
+                tasks_rest.split_at_checked(usize::try_from(task_bytes).ok()?)?;
+            tasks_rest = rest;
+            shards.push(ShardParts {
+                records,
+                tasks: task_part,
+                entries: r.take(usize::try_from(entries).ok()?)?,
+                contexts: usize::try_from(count).ok()?,
+                run: &[],
+                run_at: 0,
+                run_len: 0,
+            });
+        }
+        let total = shards
+            .iter()
+            .try_fold(0usize, |n, s| n.checked_add(s.contexts));
+        if !recs_rest.is_empty() || !tasks_rest.is_empty() || total != Some(contexts) {
+            return None;
+        }
+        for shard in &mut shards {
+            let whole = r.rest;
+            let n = usize::try_from(r.u64()?).ok()?;
+            let len = n.checked_mul(ENTRY_BYTES)?;
+            shard.run_at = r.offset();
+            shard.run_len = n;
+            r.take(len)?;
+            shard.run = whole.get(..8 + len)?;
+        }
+        if !r.rest.is_empty() {
+            return None;
+        }
+        Some(Plan {
+            header,
+            map: map.clone(),
+            records: (recs_at, recs.len()),
+            tasks: (tasks_at, tasks.len()),
+            shards,
+            glue: [glue0, glue1, glue2],
+            numbers: parking_lot::Mutex::new(vec![u32::MAX; contexts]),
+            contexts,
+        })
+    }
+
+    /// Cuts the shards into `threads` runs of about equal bytes.
+    fn shares(&self, threads: usize) -> Vec<Share> {
+        let weight =
+            |p: &ShardParts| p.records.len() + p.tasks.len() + p.entries.len() + p.run.len();
+        let total: usize = self.shards.iter().map(weight).sum();
+        let mut shares = Vec::with_capacity(threads);
+        let (mut shard, mut reached, mut place) = (0, 0, 0);
+        for i in 0..threads {
+            let from = shard;
+            let goal = total * (i + 1) / threads;
+            while let Some(parts) = self.shards.get(shard) {
+                if reached >= goal && i + 1 < threads {
+                    break;
+                }
+                reached += weight(parts);
+                shard += 1;
+            }
+            shares.push(Share {
+                shards: from..shard,
+                first_place: place,
+            });
+            let taken = self.shards.get(from..shard).unwrap_or_default();
+            place += taken.iter().map(|p| p.contexts).sum::<usize>();
+        }
+        shares
+    }
+
+    /// The checksum of the whole body, from its parts' (`sums`, shard by
+    /// shard) and the bytes around them.
+    fn checksum(&self, sums: &[ShardSums]) -> u32 {
+        let of = |bytes: &[u8]| {
+            let mut sum = crc32fast::Hasher::new();
+            sum.update(bytes);
+            sum
+        };
+        let [glue0, glue1, glue2] = self.glue;
+        let mut all = of(glue0);
+        for (part, glue) in [(0, Some(glue1)), (1, Some(glue2)), (2, None), (3, None)] {
+            for sum in sums.iter().filter_map(|s| s.get(part)) {
+                all.combine(sum);
+            }
+            if let Some(glue) = glue {
+                all.combine(&of(glue));
+            }
+        }
+        all.finalize()
+    }
+}
+
+/// One thread's share of a load.
+struct Share {
+    /// The shards it loads.
+    shards: std::ops::Range<usize>,
+    /// The place of its first context among the entries.
+    first_place: usize,
+}
+
+/// What a share hands back.
+struct Done {
+    /// Its shards' checksums.
+    sums: Vec<ShardSums>,
+    /// Its contexts in their tenants' listings.
+    lists: HashMap<String, Vec<Listed>>,
+    /// Its visible contexts that may have tasks to enter in the task map,
+    /// in place order.
+    with_tasks: Vec<Arc<ContextSlot>>,
+}
+
+impl Share {
+    fn load(self, plan: &Plan, index: &Index) -> Option<Done> {
+        // Each share's own handles on the sections: every context's spans
+        // hold one, and a count shared by threads that bump it once per
+        // context would bounce between their caches.
+        let section = |(start, len)| Section::new(plan.map.clone(), start, len);
+        let (records, tasks) = (section(plan.records)?, section(plan.tasks)?);
+        let mut sums = Vec::with_capacity(self.shards.len());
+        let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
+        let mut with_tasks = Vec::new();
+        let mut numbers = Vec::new();
+        for shard in self.shards {
+            let parts = plan.shards.get(shard)?;
+            // Checksummed first, then read while in the cache.
+            sums.push(
+                [parts.records, parts.tasks, parts.entries, parts.run].map(|bytes| {
+                    let mut sum = crc32fast::Hasher::new();
+                    sum.update(bytes);
+                    sum
+                }),
+            );
+            if !all_decode::<TaskEntry>(parts.tasks) {
+                return None;
+            }
+            let mut bytes = parts.entries;
+            // No more than the bytes could hold: the count is not yet
+            // vouched for.
+            index.reserve(shard, parts.contexts.min(bytes.len()));
+            for _ in 0..parts.contexts {
+                let (version, digest, mut state, (rec_span, task_span)) = decode_entry(&mut bytes)?;
+                let key = ContextKey::from_parts(version, digest);
+                if Index::shard_of(&key) != shard {
+                    return None;
+                }
+                state.map_entries(
+                    span_in(&records, rec_span, RECORD_BYTES)?,
+                    span_in(&tasks, task_span, TASK_BYTES)?,
+                );
+                state.set_prefix(task_prefix(&key));
+                state.check_order();
+                let slot = index.insert_loaded(&key, state);
+                numbers.push(slot.number);
+                let state = slot.state.read();
+                if let Some(meta) = state.meta.as_ref().filter(|_| state.gone.is_none()) {
+                    let entry = listed(meta.first_ms, &slot);
+                    match lists.get_mut(meta.tenant()) {
+                        Some(list) => list.push(entry),
+                        None => {
+                            lists.insert(meta.tenant().to_string(), vec![entry]);
+                        }
+                    }
+                    // Which context holds its own prefix first is known
+                    // here (a prefix's contexts are all of one shard); the
+                    // rest waits for every context.
+                    if index.has_mapped_tasks(slot.number, &state) {
+                        with_tasks.push(slot.clone());
+                    }
+                }
+            }
+            let in_shard = |key: &_| Index::idem_shard_of(key) == shard;
+            if !bytes.is_empty() || !check_run(parts.run.get(8..)?, plan.contexts, in_shard) {
+                return None;
+            }
+        }
+        // Sorted here, the lists of every share make one listing in one
+        // merge.
+        for list in lists.values_mut() {
+            list.sort_unstable();
+        }
+        plan.numbers
+            .lock()
+            .get_mut(self.first_place..)?
+            .get_mut(..numbers.len())?
+            .copy_from_slice(&numbers);
+        Some(Done {
+            sums,
+            lists,
+            with_tasks,
+        })
+    }
 }
 
 /// Where the checkpoint of `dir` says the log reached, if it is sound,
@@ -490,6 +800,166 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// A store on a fresh in-memory disk holding every kind of context a
+    /// checkpoint keeps: several tenants, received messages, contexts with
+    /// few and with many tasks (which keep a task order), artifacts, and a
+    /// deleted context; closed, so its checkpoint is written.
+    fn varied_store(dir: &Path) -> Options {
+        let options = options();
+        let store = Store::open(dir, options.clone()).unwrap();
+        for id in 0..300 {
+            let tenant = ["t", "u", "w"][id % 3];
+            let msg = format!(
+                r#"{{"messageId":"m{id}","role":"ROLE_USER","contextId":"c{}","parts":[{{"text":"hi"}}]}}"#,
+                id % 11
+            );
+            let receipt = store.receive_message(tenant, msg.as_bytes()).unwrap();
+            if id % 5 == 0 {
+                let artifact = format!(
+                    r#"{{"artifactUpdate":{{"taskId":"{}","contextId":"c{}","artifact":{{"artifactId":"a{id}","parts":[{{"text":"x"}}]}}}}}}"#,
+                    receipt.task_id,
+                    id % 11
+                );
+                store.apply_event(tenant, artifact.as_bytes()).unwrap();
+            }
+        }
+        store.append_message("t", "raw", b"{}").unwrap();
+        store.delete_context("u", "c4").unwrap();
+        store.close().unwrap();
+        options
+    }
+
+    /// What an index holds, in a form to compare: each context's number,
+    /// key and entry, each tenant's listing, every messageId, and the task
+    /// map's answer for every task.
+    fn holdings(index: &Index) -> Vec<String> {
+        let mut slots = index.all_slots();
+        slots.sort_by_key(|s| s.number);
+        let mut out = Vec::new();
+        for slot in &slots {
+            let state = slot.state.read();
+            let (mut recs, mut tasks, mut entry) = (Vec::new(), Vec::new(), Vec::new());
+            state.put_entries(&mut recs, &mut tasks);
+            encode(&*state, &mut entry).unwrap();
+            out.push(format!(
+                "{} {:?} {entry:?} {recs:?} {tasks:?}",
+                slot.number, slot.key
+            ));
+            if let Some(meta) = &state.meta {
+                for task in state.tasks() {
+                    let key = crate::namespace::task_key(meta.tenant(), &task.id().to_string());
+                    let found = index.task_context(&key).map(|s| s.number);
+                    out.push(format!("task {} {found:?}", task.id()));
+                }
+            }
+        }
+        for tenant in ["t", "u", "w"] {
+            let page = index.tenant_page(tenant, None, usize::MAX);
+            let page: Vec<_> = page.iter().map(|(ms, s)| (ms, s.number)).collect();
+            out.push(format!("{tenant} {page:?}"));
+        }
+        out.push(format!("{:?}", index.idem_shards()));
+        out
+    }
+
+    #[test]
+    fn a_checkpoint_loads_the_same_on_any_number_of_threads() {
+        let dir = Path::new("/s");
+        let options = varied_store(dir);
+        let fs = options.fs.as_ref();
+        let one = Index::default();
+        assert!(load_on(fs, dir, &one, Some(1)).is_some());
+        let want = holdings(&one);
+        // Contexts, a tenant's listing, tasks (some past the scan limit,
+        // some with artifacts), messageIds.
+        assert!(one.all_slots().len() >= 12 && want.len() > 300);
+        for threads in [2, 3, 5, 64, 65] {
+            let index = Index::default();
+            assert!(load_on(fs, dir, &index, Some(threads)).is_some());
+            assert_eq!(holdings(&index), want, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn any_damaged_byte_refuses_the_checkpoint_on_any_number_of_threads() {
+        let dir = Path::new("/s");
+        let options = varied_store(dir);
+        let fs = options.fs.as_ref();
+        let path = dir.join(CHECKPOINT);
+        let good = fs.read(&path).unwrap();
+        for at in (0..good.len()).step_by(7).chain([good.len() - 1]) {
+            let mut bad = good.clone();
+            bad[at] ^= 0x5a;
+            fs.write_file(&path, &bad).unwrap();
+            for threads in [1, 3] {
+                let index = Index::default();
+                assert!(
+                    load_on(fs, dir, &index, Some(threads)).is_none(),
+                    "byte {at}"
+                );
+            }
+        }
+        fs.write_file(&path, &good).unwrap();
+        assert!(load_on(fs, dir, &Index::default(), Some(2)).is_some());
+    }
+
+    #[test]
+    fn an_entry_decodes_by_hand_as_bincode_decodes_it() {
+        let dir = Path::new("/s");
+        let options = varied_store(dir);
+        let index = Index::default();
+        assert!(load(options.fs.as_ref(), dir, &index).is_some());
+        let mut kinds = (0, 0, 0);
+        for slot in index.all_slots() {
+            let state = slot.state.read();
+            let mut bytes = Vec::new();
+            let span = ((1u64, 2u64), (3u64, 4u64));
+            let key = slot.key;
+            encode(&(key.version(), *key.digest(), &*state, span), &mut bytes).unwrap();
+            let mut rest = &bytes[..];
+            let by_hand = decode_entry(&mut rest).unwrap();
+            assert!(rest.is_empty());
+            let (by_bincode, used): (Entry, usize) =
+                bincode::serde::decode_from_slice(&bytes, config()).unwrap();
+            assert_eq!(used, bytes.len());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            encode(&by_hand, &mut a).unwrap();
+            encode(&by_bincode, &mut b).unwrap();
+            assert_eq!(a, bytes);
+            assert_eq!(b, bytes);
+            kinds.0 += usize::from(state.meta.is_none());
+            kinds.1 += usize::from(state.gone.is_some());
+            kinds.2 += usize::from(
+                state.heap_bytes()
+                    > state
+                        .meta
+                        .as_ref()
+                        .map_or(0, |m| m.tenant().len() + m.context_id().len())
+                        + 64,
+            );
+        }
+        // Every branch of the hand decoder was taken.
+        assert!(kinds.0 == 0 && kinds.1 == 1 && kinds.2 > 0, "{kinds:?}");
+        // And it refuses what does not decode, as bincode does.
+        for cut in [0, 1, 33, 34, 40] {
+            let slot = index.all_slots().pop().unwrap();
+            let mut bytes = Vec::new();
+            let key = slot.key;
+            encode(
+                &(
+                    key.version(),
+                    *key.digest(),
+                    &*slot.state.read(),
+                    ((0u64, 0u64), (0u64, 0u64)),
+                ),
+                &mut bytes,
+            )
+            .unwrap();
+            bytes.truncate(cut);
+            assert!(decode_entry(&mut &bytes[..]).is_none());
+        }
     }
 
     #[test]

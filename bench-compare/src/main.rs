@@ -669,6 +669,85 @@ fn w3(scale: Scale, root: &Path) -> Vec<Row> {
     ]
 }
 
+/// Opens the store in `dir` in a fresh process (`engine` as `open` takes
+/// it) and returns how long the open took there.
+fn open_in_child(engine: &str, dir: &Path) -> Duration {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["open", engine, dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Duration::from_nanos(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+    )
+}
+
+/// W3's clean reopens, many times: the stores of about `reopen_bytes` (raw
+/// 1 KiB messages, for ctxlog and redb; and ctxlog's A2A exchanges) filled
+/// once and closed, then each opened in a fresh process, as a command or a
+/// cold start opens it, by turns, `rounds` times: the medians and the
+/// spread, and ctxlog's against redb's, the two measured in alternation.
+fn w3_reopen(scale: Scale, root: &Path) {
+    let rounds = if scale.reopen_bytes >= 1 << 30 { 21 } else { 7 };
+    let bytes = scale.reopen_bytes.to_string();
+    let mut dirs = Vec::new();
+    for name in ["ctxlog", "redb", "ctxlog-exchanges"] {
+        let dir = root.join(format!("reopen-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = if name == "ctxlog-exchanges" {
+            filler(&["fill-exchanges", dir.to_str().unwrap(), &bytes])
+        } else {
+            filler(&["fill", name, dir.to_str().unwrap(), &bytes])
+        };
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        // The first open after the fill may find work its close left
+        // (a checkpoint of a store filled with maintenance on): not timed.
+        open_in_child(name, &dir);
+        dirs.push((name, dir));
+    }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); dirs.len()];
+    for _ in 0..rounds {
+        for ((name, dir), t) in dirs.iter().zip(&mut times) {
+            t.push(open_in_child(name, dir));
+        }
+    }
+    println!(
+        "\n### W3, clean reopen in a fresh process ({} MiB stores; {rounds} rounds, by turns)\n",
+        scale.reopen_bytes >> 20
+    );
+    println!("| store | p50 ms | min ms | max ms |");
+    println!("| --- | --- | --- | --- |");
+    let mut p50 = Vec::new();
+    for ((name, _), t) in dirs.iter().zip(&mut times) {
+        t.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        p50.push(ms(pct(t, 0.5)));
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} |",
+            ms(pct(t, 0.5)),
+            ms(t[0]),
+            ms(t[t.len() - 1])
+        );
+    }
+    println!(
+        "\n- ctxlog's raw store against redb's, p50: {:.2}x (target <= 2x); the exchanges store's p50: {:.2} ms (target <= 10 ms)",
+        p50[0] / p50[1],
+        p50[2]
+    );
+    for (_, dir) in dirs {
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 /// The options of the exchanges store: appends are made durable in
 /// batches, by `sync`.
 fn exchanges_options() -> Options {
@@ -1106,6 +1185,33 @@ fn main() {
         let store = fill_exchanges(Path::new(&args[1]), args[2].parse().unwrap());
         committed_then_wait();
         drop(store);
+        return;
+    }
+    if args.first().map(String::as_str) == Some("open") {
+        // A child of `reopen`: `open <engine> <dir>` opens an existing store
+        // once (ctxlog's exchanges store with `ctxlog-exchanges`) and prints
+        // how long that took, in ns.
+        let dir = Path::new(&args[2]);
+        let t = Instant::now();
+        if args[1] == "ctxlog-exchanges" {
+            let store = Store::open(dir, exchanges_options()).unwrap();
+            println!("{}", t.elapsed().as_nanos());
+            drop(store);
+        } else {
+            let engine = open(&args[1], dir, 1);
+            println!("{}", t.elapsed().as_nanos());
+            drop(engine);
+        }
+        return;
+    }
+    if args.first().map(String::as_str) == Some("reopen") {
+        // Only the reopen rows: `reopen [full]`.
+        let scale = if args.get(1).map(String::as_str) == Some("full") {
+            FULL
+        } else {
+            QUICK
+        };
+        w3_reopen(scale, scratch_root().path());
         return;
     }
     if args.first().map(String::as_str) == Some("maintenance") {

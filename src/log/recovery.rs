@@ -13,7 +13,7 @@ use super::identity;
 use super::layout::{survey, Foreign, Identity, Lost};
 use super::manifest::Manifest;
 use super::segments::sync_dir;
-use super::segments::{segment_path, RecordLoc, SegmentData, Segments};
+use super::segments::{segment_path, RecordLoc, Sealed, SegmentData, Segments};
 use super::writer::{create_segment, ActiveSegment};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -179,15 +179,38 @@ pub fn recover(
     let mut last = None;
     for &id in &sealed {
         let path = segment_path(dir, id);
-        let map = fs
-            .map(&path)
-            .map_err(|e| Error::io("map a segment", &path, e))?;
-        let header = scan.check_header(&path, id, map.bytes())?;
-        let len = map.bytes().len() as u64;
-        if let Some(from) = scan.start_of(id, len, header.records_start())? {
-            scan.frames(id, map.bytes(), false, from)?;
-        }
-        segments.insert(id, SegmentData::Sealed(Arc::new(map)));
+        let len = layout.lens.get(&id).copied().unwrap_or(0);
+        // Its header as the survey read it (one that did not decode is read
+        // again, to say why).
+        let header = match layout.headers.get(&id) {
+            Some(header) => {
+                scan.check_decoded_header(&path, id, header)?;
+                *header
+            }
+            None => {
+                let prefix = fs
+                    .read_prefix(&path, HEADER_LEN as usize)
+                    .map_err(|e| Error::io("read a segment header", &path, e))?;
+                scan.check_header(&path, id, &prefix)?
+            }
+        };
+        // A segment the checkpoint covers whole is not read: it is mapped
+        // when a record in it is first read. (Not so beside a writer in
+        // another process, whose next merge may remove it: a read-only
+        // open maps it now, and the map outlives the file.)
+        let from = scan.start_of(id, len, header.records_start())?;
+        let sealed = if from.is_none() && !read_only {
+            Sealed::unmapped(options.fs.clone(), path, len)
+        } else {
+            let map = fs
+                .map(&path)
+                .map_err(|e| Error::io("map a segment", &path, e))?;
+            if let Some(from) = from {
+                scan.frames(id, map.bytes(), false, from)?;
+            }
+            Sealed::mapped(map)
+        };
+        segments.insert(id, SegmentData::Sealed(Arc::new(sealed)));
         scan.report.segments += 1;
         last = Some(Link { segment: id, len });
     }
@@ -331,6 +354,13 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             HeaderError::Short => Error::corrupt(id, 0, "the segment header is cut short"),
             HeaderError::Invalid => Error::corrupt(id, 0, "the segment header is invalid"),
         })?;
+        self.check_decoded_header(path, id, &header)?;
+        Ok(header)
+    }
+
+    /// Checks a header that decoded: a version this build reads, naming
+    /// segment `id`.
+    fn check_decoded_header(&self, path: &Path, id: u64, header: &SegmentHeader) -> Result<()> {
         if header.version != FORMAT_VERSION && header.version != LEGACY_VERSION {
             return Err(Error::UnsupportedFormat {
                 path: path.to_path_buf(),
@@ -345,7 +375,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 format!("the header names segment {}", header.segment_id),
             ));
         }
-        Ok(header)
+        Ok(())
     }
 
     /// Walks the frames of one segment. In the newest segment, a bad frame

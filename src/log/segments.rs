@@ -153,11 +153,70 @@ impl MirrorBytes {
     }
 }
 
+/// A sealed segment: mapped, or mapped on its first read (an open maps
+/// none of the segments its checkpoint covers: it knows their lengths and
+/// headers from the directory's survey).
+pub struct Sealed {
+    len: u64,
+    map: std::sync::OnceLock<Mapped>,
+    /// Where to map it from, until it is mapped.
+    file: Option<(Arc<dyn Fs>, PathBuf)>,
+    /// Held while it is being mapped, so that it is mapped once.
+    mapping: parking_lot::Mutex<()>,
+}
+
+impl Sealed {
+    /// A segment mapped already.
+    pub fn mapped(map: Mapped) -> Self {
+        let len = map.bytes().len() as u64;
+        Self {
+            len,
+            map: std::sync::OnceLock::from(map),
+            file: None,
+            mapping: parking_lot::Mutex::new(()),
+        }
+    }
+
+    /// Segment file `path` of `fs`, `len` bytes long, mapped when first read.
+    pub fn unmapped(fs: Arc<dyn Fs>, path: PathBuf, len: u64) -> Self {
+        Self {
+            len,
+            map: std::sync::OnceLock::new(),
+            file: Some((fs, path)),
+            mapping: parking_lot::Mutex::new(()),
+        }
+    }
+
+    /// Its length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Its bytes, mapping it first if it is not yet.
+    pub fn bytes(&self) -> Result<&[u8]> {
+        if let Some(map) = self.map.get() {
+            return Ok(map.bytes());
+        }
+        let _once = self.mapping.lock();
+        if let Some(map) = self.map.get() {
+            return Ok(map.bytes());
+        }
+        let Some((fs, path)) = &self.file else {
+            // Unreachable: a segment made without a map has a file.
+            return Err(Error::corrupt(0, 0, "a sealed segment without a file"));
+        };
+        let map = fs
+            .map(path)
+            .map_err(|e| Error::io("map a segment", path, e))?;
+        Ok(self.map.get_or_init(|| map).bytes())
+    }
+}
+
 /// A segment as readers see it.
 #[derive(Clone)]
 pub enum SegmentData {
-    /// Sealed and mapped.
-    Sealed(Arc<Mapped>),
+    /// Sealed: read through a map.
+    Sealed(Arc<Sealed>),
     /// Still being appended to; read from its in-memory mirror.
     Active(Mirror),
 }
@@ -202,7 +261,9 @@ impl Segments {
             )
         })?;
         match data {
-            SegmentData::Sealed(map) => Self::payload_in(loc, map.bytes().get(Self::frame(loc)), f),
+            SegmentData::Sealed(sealed) => {
+                Self::payload_in(loc, sealed.bytes()?.get(Self::frame(loc)), f)
+            }
             // Checked too: after an open from a checkpoint, the mirror holds
             // bytes on disk that no scan has verified.
             SegmentData::Active(mirror) => {
@@ -234,7 +295,7 @@ impl Segments {
                     .map_or(0, |r| r.iter().step_by(LINE).fold(0u8, |a, b| a ^ b))
             };
             acc ^= match map.get(&loc.segment) {
-                Some(SegmentData::Sealed(m)) => touch(m.bytes()),
+                Some(SegmentData::Sealed(m)) => m.bytes().map_or(0, touch),
                 // The mirror is recent, hence likely cached already.
                 Some(SegmentData::Active(_)) | None => 0,
             };

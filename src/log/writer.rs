@@ -20,7 +20,8 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::frame::{encode_frame, encode_header, Link, StoreId, FRAME_HEADER_LEN, HEADER_LEN};
 use super::segments::{
-    segment_path, sync_dir, Mirror, MirrorBytes, RecordLoc, SegmentData, Segments, MAX_SEGMENT_ID,
+    segment_path, sync_dir, Mirror, MirrorBytes, RecordLoc, Sealed, SegmentData, Segments,
+    MAX_SEGMENT_ID,
 };
 use crate::error::{Error, Result};
 use crate::fs::{Fs, SegmentFile};
@@ -325,8 +326,10 @@ impl Log {
             .file
             .map()
             .map_err(|e| Error::io("map the sealed segment", &old_path, e))?;
-        self.segments
-            .insert(active.id, SegmentData::Sealed(Arc::new(sealed)));
+        self.segments.insert(
+            active.id,
+            SegmentData::Sealed(Arc::new(Sealed::mapped(sealed))),
+        );
         let mirror = new_mirror(self.segment_bytes, None, header.to_vec());
         self.segments
             .insert(id, SegmentData::Active(mirror.clone()));

@@ -268,8 +268,8 @@ impl<'a> Reader<'a> {
         self.file_len - self.rest.len()
     }
 
-    /// Decodes one value.
-    fn decode<T: serde::de::DeserializeOwned>(&mut self) -> Option<T> {
+    /// Decodes the header.
+    fn header(&mut self) -> Option<Header> {
         decode_from(&mut self.rest)
     }
 
@@ -322,108 +322,141 @@ fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> 
     Span::new(section, offset / size, usize::try_from(count).ok()?, size)
 }
 
-/// Loads the checkpoint of `dir` into `index`, if there is a sound one.
-/// `None` when there is none or it is damaged; `index` may then hold part
-/// of it, and must be dropped for a fresh one.
-///
-/// A large checkpoint is loaded on several threads (up to the machine's
-/// cores, at most [`MAX_LOAD_THREADS`]), each taking a contiguous range of
-/// the key map's shards. Shard by shard, a thread checksums the shard's
-/// part of every section and then decodes it while its bytes are in the
-/// cache: its contexts (in the order the shard held them, so that each gets
-/// the same place in its shard), their tasks, its messageId run. What needs
-/// every context in place (the tenants' listings, the task map) is done
-/// after, on one thread, and the parts' checksums are joined in file order.
+/// Loads the checkpoint of `dir` into `index`, if there is a sound one:
+/// what it says. `None` when there is none or it is damaged; `index` may
+/// then hold part of it, and must be dropped for a fresh one.
 pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
-    load_on(fs, dir, index, None)
+    let opened = open(fs, dir)?;
+    opened.load(index).then_some(opened.loaded)
 }
 
-/// [`load`] on `threads` threads (`None`: as many as it picks).
-fn load_on(fs: &dyn Fs, dir: &Path, index: &Index, threads: Option<usize>) -> Option<Loaded> {
+/// A checkpoint mapped and its header read, its body not yet loaded.
+struct Opened {
+    map: Arc<crate::fs::Mapped>,
+    /// What its header says (not yet vouched for by the checksum).
+    loaded: Loaded,
+}
+
+/// Maps the checkpoint of `dir` and reads its header. `None` when there is
+/// none, or it is of another version, or its header does not decode.
+fn open(fs: &dyn Fs, dir: &Path) -> Option<Opened> {
     // Mapped, not read: a large checkpoint then costs no fresh memory. The
     // file is only ever replaced by a rename, never changed in place, which
     // is the map's contract (see `mmap`).
     let map = Arc::new(fs.map(&dir.join(CHECKPOINT)).ok()?);
-    let bytes = map.bytes();
-    let body = bytes.strip_prefix(&MAGIC)?;
-    let (version, body) = body.split_at_checked(4)?;
-    let (crc, body) = body.split_at_checked(4)?;
-    if version != VERSION.to_le_bytes() {
-        return None;
-    }
-    // Until the checksum is compared, at the end, nothing decoded is
-    // trusted beyond the decoder's own bounds. A failure anywhere leaves a
-    // half-filled index, which the open drops for a fresh one and a full
-    // scan.
-    let plan = Plan::read(body, bytes.len(), &map)?;
-    let threads = threads.unwrap_or(if body.len() < PARALLEL_FROM {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .clamp(1, MAX_LOAD_THREADS)
-    });
-    let shares = plan.shares(threads);
-    let done: Vec<Option<Done>> = std::thread::scope(|s| {
-        let mut shares = shares.into_iter();
-        let first = shares.next();
-        let others: Vec<_> = shares
-            .map(|share| s.spawn(|| share.load(&plan, index)))
-            .collect();
-        let mut done = vec![first.and_then(|share| share.load(&plan, index))];
-        // A thread that panicked (nothing in a load is expected to) fails
-        // the load.
-        done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
-        done
-    });
-    let mut sums = Vec::with_capacity(SHARDS);
-    let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
-    let mut with_tasks = Vec::new();
-    for done in done {
-        let done = done?;
-        sums.extend(done.sums);
-        for (tenant, mut entries) in done.lists {
-            lists.entry(tenant).or_default().append(&mut entries);
-        }
-        with_tasks.extend(done.with_tasks);
-    }
-    if sums.len() != SHARDS || crc != plan.checksum(&sums).to_le_bytes() {
-        return None;
-    }
-    for (tenant, entries) in lists {
-        index.list_many_in_tenant(&tenant, entries);
-    }
-    // The task map, once every context is in: whether a task's id leads to
-    // its context by its prefix depends on which context holds that prefix
-    // first.
-    for slot in with_tasks {
-        let state = slot.state.read();
-        if let Some(meta) = &state.meta {
-            index.enter_tasks(meta.tenant(), slot.number, &state);
-        }
-    }
-    let numbers: Numbers = plan.numbers.into_inner().into();
-    let runs = plan
-        .shards
-        .iter()
-        .map(|p| IdemRun::in_map(&map, p.run_at, p.run_len, numbers.clone()))
-        .collect::<Option<Vec<_>>>()?;
-    index.idem_rebase(runs);
-    let (generation, segment, offset) = plan.header.resume;
-    Some(Loaded {
+    let (_, body) = split(map.bytes())?;
+    let mut r = Reader {
+        rest: body,
+        file_len: map.bytes().len(),
+    };
+    let header = r.header()?;
+    let (generation, segment, offset) = header.resume;
+    let loaded = Loaded {
         resume: Resume {
-            store: crate::log::frame::StoreId(plan.header.store),
+            store: crate::log::frame::StoreId(header.store),
             generation,
             segment,
             offset,
         },
-        records: plan.header.records,
-    })
+        records: header.records,
+    };
+    Some(Opened { map, loaded })
+}
+
+/// A checkpoint's checksum and body (after its magic, version and
+/// checksum), if it is of this version.
+fn split(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let body = bytes.strip_prefix(&MAGIC)?;
+    let (version, body) = body.split_at_checked(4)?;
+    let (crc, body) = body.split_at_checked(4)?;
+    (version == VERSION.to_le_bytes()).then_some((crc, body))
+}
+
+impl Opened {
+    /// Loads the body into `index`: whether it is sound (if not, `index`
+    /// may hold part of it, and must be dropped for a fresh one).
+    ///
+    /// A large checkpoint is loaded on several threads (up to the
+    /// machine's cores, at most [`MAX_LOAD_THREADS`]), each taking a
+    /// contiguous range of the key map's shards. Shard by shard, a thread
+    /// checksums the shard's part of every section and then decodes it
+    /// while its bytes are in the cache: its contexts (in the order the
+    /// shard held them, so that each gets the same place in its shard),
+    /// their tasks, its messageId run. What needs every context in place
+    /// (the tenants' listings, the task map) is done after, on one thread,
+    /// and the parts' checksums are joined in file order.
+    fn load(&self, index: &Index) -> bool {
+        self.load_on(index, None).is_some()
+    }
+
+    /// [`load`](Self::load) on `threads` threads (`None`: as many as it
+    /// picks).
+    fn load_on(&self, index: &Index, threads: Option<usize>) -> Option<()> {
+        let map = &self.map;
+        let bytes = map.bytes();
+        let (crc, body) = split(bytes)?;
+        // Until the checksum is compared, at the end, nothing decoded is
+        // trusted beyond the decoder's own bounds.
+        let plan = Plan::read(body, bytes.len(), map)?;
+        let threads = threads.unwrap_or(if body.len() < PARALLEL_FROM {
+            1
+        } else {
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .clamp(1, MAX_LOAD_THREADS)
+        });
+        let shares = plan.shares(threads);
+        let done: Vec<Option<Done>> = std::thread::scope(|s| {
+            let mut shares = shares.into_iter();
+            let first = shares.next();
+            let others: Vec<_> = shares
+                .map(|share| s.spawn(|| share.load(&plan, index)))
+                .collect();
+            let mut done = vec![first.and_then(|share| share.load(&plan, index))];
+            // A thread that panicked (nothing in a load is expected to) fails
+            // the load.
+            done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
+            done
+        });
+        let mut sums = Vec::with_capacity(SHARDS);
+        let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
+        let mut with_tasks = Vec::new();
+        for done in done {
+            let done = done?;
+            sums.extend(done.sums);
+            for (tenant, mut entries) in done.lists {
+                lists.entry(tenant).or_default().append(&mut entries);
+            }
+            with_tasks.extend(done.with_tasks);
+        }
+        if sums.len() != SHARDS || crc != plan.checksum(&sums).to_le_bytes() {
+            return None;
+        }
+        for (tenant, entries) in lists {
+            index.list_many_in_tenant(&tenant, entries);
+        }
+        // The task map, once every context is in: whether a task's id leads to
+        // its context by its prefix depends on which context holds that prefix
+        // first.
+        for slot in with_tasks {
+            let state = slot.state.read();
+            if let Some(meta) = &state.meta {
+                index.enter_tasks(meta.tenant(), slot.number, &state);
+            }
+        }
+        let numbers: Numbers = plan.numbers.into_inner().into();
+        let runs = plan
+            .shards
+            .iter()
+            .map(|p| IdemRun::in_map(map, p.run_at, p.run_len, numbers.clone()))
+            .collect::<Option<Vec<_>>>()?;
+        index.idem_rebase(runs);
+        Some(())
+    }
 }
 
 /// A checkpoint's body cut into its parts, before any context is decoded.
 struct Plan<'a> {
-    header: Header,
     map: Arc<crate::fs::Mapped>,
     /// Where the records and the tasks lie in the file: start, length.
     records: (usize, usize),
@@ -464,7 +497,7 @@ impl<'a> Plan<'a> {
             rest: body,
             file_len,
         };
-        let header: Header = r.decode()?;
+        let header = r.header()?;
         if header.shards.len() != SHARDS {
             return None;
         }
@@ -514,7 +547,6 @@ impl<'a> Plan<'a> {
             return None;
         }
         Some(Plan {
-            header,
             map: map.clone(),
             records: (recs_at, recs.len()),
             tasks: (tasks_at, tasks.len()),
@@ -679,13 +711,15 @@ impl Share {
 /// without loading it (for `verify`).
 pub fn peek(fs: &dyn Fs, dir: &Path) -> Option<Resume> {
     let bytes = fs.read(&dir.join(CHECKPOINT)).ok()?;
-    let body = bytes.strip_prefix(&MAGIC)?;
-    let (version, body) = body.split_at_checked(4)?;
-    let (crc, body) = body.split_at_checked(4)?;
-    if version != VERSION.to_le_bytes() || crc != crc32fast::hash(body).to_le_bytes() {
+    let (crc, body) = split(&bytes)?;
+    if crc != crc32fast::hash(body).to_le_bytes() {
         return None;
     }
-    let (header, _): (Header, usize) = bincode::serde::decode_from_slice(body, config()).ok()?;
+    let mut r = Reader {
+        rest: body,
+        file_len: bytes.len(),
+    };
+    let header = r.header()?;
     let (generation, segment, offset) = header.resume;
     Some(Resume {
         store: crate::log::frame::StoreId(header.store),
@@ -870,14 +904,17 @@ mod tests {
         let options = varied_store(dir);
         let fs = options.fs.as_ref();
         let one = Index::default();
-        assert!(load_on(fs, dir, &one, Some(1)).is_some());
+        assert!(open(fs, dir).unwrap().load_on(&one, Some(1)).is_some());
         let want = holdings(&one);
         // Contexts, a tenant's listing, tasks (some past the scan limit,
         // some with artifacts), messageIds.
         assert!(one.all_slots().len() >= 12 && want.len() > 300);
         for threads in [2, 3, 5, 64, 65] {
             let index = Index::default();
-            assert!(load_on(fs, dir, &index, Some(threads)).is_some());
+            assert!(open(fs, dir)
+                .unwrap()
+                .load_on(&index, Some(threads))
+                .is_some());
             assert_eq!(holdings(&index), want, "{threads} threads");
         }
     }
@@ -895,14 +932,15 @@ mod tests {
             fs.write_file(&path, &bad).unwrap();
             for threads in [1, 3] {
                 let index = Index::default();
-                assert!(
-                    load_on(fs, dir, &index, Some(threads)).is_none(),
-                    "byte {at}"
-                );
+                let sound = open(fs, dir).and_then(|o| o.load_on(&index, Some(threads)));
+                assert!(sound.is_none(), "byte {at}");
             }
         }
         fs.write_file(&path, &good).unwrap();
-        assert!(load_on(fs, dir, &Index::default(), Some(2)).is_some());
+        assert!(open(fs, dir)
+            .unwrap()
+            .load_on(&Index::default(), Some(2))
+            .is_some());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::log::frame::{
 };
 use crate::log::manifest::Manifest;
 use crate::log::record::{self, ContextName, RecordBody, RecordKind};
-use crate::log::segments::{segment_file_name, segment_path, RecordLoc, SegmentData};
+use crate::log::segments::{segment_file_name, segment_path, RecordLoc, Sealed, SegmentData};
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
 use crate::MAX_RECORD_BYTES;
 
@@ -391,7 +391,7 @@ impl Shared {
                 .map(&path)
                 .map_err(|e| Error::io("map a compacted segment", &path, e))?;
             self.segments
-                .insert(*id, SegmentData::Sealed(Arc::new(map)));
+                .insert(*id, SegmentData::Sealed(Arc::new(Sealed::mapped(map))));
         }
         self.remap(&copied);
         // Every reader that copied old locations did so under a context read
@@ -478,7 +478,7 @@ impl Shared {
         let sizes: Vec<usize> = inputs
             .iter()
             .map(|&id| match self.segments.get(id) {
-                Some(SegmentData::Sealed(map)) => map.bytes().len(),
+                Some(SegmentData::Sealed(sealed)) => sealed.len() as usize,
                 _ => 0,
             })
             .collect();
@@ -487,14 +487,14 @@ impl Shared {
         for (&id, size) in inputs.iter().zip(&sizes) {
             progress(done, total);
             done += size;
-            let Some(SegmentData::Sealed(map)) = self.segments.get(id) else {
+            let Some(SegmentData::Sealed(sealed)) = self.segments.get(id) else {
                 return Err(Error::corrupt(
                     id,
                     0,
                     "a segment to compact is not readable",
                 ));
             };
-            let bytes = map.bytes();
+            let bytes = sealed.bytes()?;
             report.input_bytes += bytes.len() as u64;
             // A segment of the first format version has a shorter header.
             let mut at = decode_header(bytes).map_or(HEADER_LEN, |h| h.records_start());

@@ -200,7 +200,7 @@ impl Shared {
                 *id >= manifest.tail_from && *id < active && !manifest.compacted.contains(id)
             })
             .map(|id| match self.segments.get(id) {
-                Some(SegmentData::Sealed(map)) => (id, map.bytes().len() as u64),
+                Some(SegmentData::Sealed(sealed)) => (id, sealed.len()),
                 _ => (id, 0),
             })
             .collect();

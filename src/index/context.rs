@@ -188,10 +188,14 @@ pub struct Extra {
     /// created.
     artifacts: Vec<ArtifactEntry>,
     /// Once the context has more than [`SCAN_TASKS`] tasks: their positions
-    /// ordered by id, for a binary search. Checkpointed, and checked when
-    /// loaded ([`ContextState::check_order`]).
+    /// ordered by id, for a binary search. Checkpointed, and checked on its
+    /// first use after a load ([`ContextState::order_sound`]).
     #[serde(with = "fixed_bytes")]
     order: Vec<u32>,
+    /// Whether `order` is sound: set on its first use after a load, and
+    /// by every change, which keeps it so.
+    #[serde(skip)]
+    order_checked: std::sync::OnceLock<bool>,
 }
 
 /// A context with at most this many tasks finds one by scanning them.
@@ -629,7 +633,7 @@ impl ContextState {
         }
         self.push_record(seq, loc, Kind::Message, Some(task));
         if self.tasks.len() > SCAN_TASKS {
-            if self.order().is_empty() {
+            if self.order().is_empty() || !self.order_sound() {
                 self.rebuild_order();
             } else {
                 let at = self.order_search(key).unwrap_or_else(|i| i);
@@ -762,10 +766,30 @@ impl ContextState {
 
     /// Checks the task order a checkpoint gave, and rebuilds it if it is
     /// not the order of this context's tasks (one pass, against a sort).
+    #[cfg(test)]
     pub fn check_order(&mut self) {
+        if !self.order_sound() {
+            self.rebuild_order();
+        }
+    }
+
+    /// Whether the task order is sound: checked once, on its first use
+    /// after a load (not by the open), and kept so by every change after.
+    /// The checkpoint's checksum has vouched for its bytes; only a faulty
+    /// writer makes an order that fails, which lookups then pass over for a
+    /// scan of the tasks, and the next new task rebuilds.
+    fn order_sound(&self) -> bool {
+        match self.extra.as_deref() {
+            None => true,
+            Some(x) => *x.order_checked.get_or_init(|| self.order_is_sound()),
+        }
+    }
+
+    /// Whether the task order is the order of this context's tasks.
+    fn order_is_sound(&self) -> bool {
         let order = self.order();
         let n = self.tasks.len();
-        let sound = if n <= SCAN_TASKS {
+        if n <= SCAN_TASKS {
             order.is_empty()
         } else {
             // Of length n, every position below n, strictly ascending by
@@ -795,9 +819,6 @@ impl ContextState {
                     before = Some((t, this));
                     t < n && above
                 })
-        };
-        if !sound {
-            self.rebuild_order();
         }
     }
 
@@ -818,7 +839,9 @@ impl ContextState {
         }
         let mut order: Vec<u32> = (0..pos32(self.tasks.len())).collect();
         order.sort_by_cached_key(|&t| self.id_key(t as usize));
-        self.extra_mut().order = order;
+        let extra = self.extra_mut();
+        extra.order = order;
+        extra.order_checked = std::sync::OnceLock::from(true);
     }
 
     /// The position of the task of `id`.
@@ -832,7 +855,7 @@ impl ContextState {
         if let Some(t) = newest.filter(|&t| is(t)) {
             return Some(pos32(t));
         }
-        if self.tasks.len() <= SCAN_TASKS {
+        if self.tasks.len() <= SCAN_TASKS || !self.order_sound() {
             return (0..self.tasks.len()).find(|&t| is(t)).map(pos32);
         }
         let at = self.order_search(key).ok()?;
@@ -1219,9 +1242,18 @@ mod tests {
             o.swap(3, 4);
             o
         }] {
-            back.extra.as_mut().unwrap().order = damage;
+            let extra = back.extra.as_mut().unwrap();
+            extra.order = damage;
+            extra.order_checked = std::sync::OnceLock::new();
+            // Until it is rebuilt, every task is found by a scan.
+            assert!(ids
+                .iter()
+                .enumerate()
+                .all(|(j, id)| back.task_pos(id) == Some(j as u32)));
+            assert!(!back.order_sound());
             back.check_order();
             assert_eq!(back.extra.as_ref().unwrap().order, order, "rebuilt");
+            assert!(back.order_sound());
         }
         assert!(back.recs.iter().eq(s.recs.iter()));
         assert!(back.tasks.iter().eq(s.tasks.iter()));
@@ -1231,5 +1263,18 @@ mod tests {
             .all(|(j, id)| back.task_pos(id) == Some(j as u32)));
         // Only the ids not made here are kept aside as text.
         assert_eq!(s.extra.as_ref().unwrap().other_ids.len(), 30);
+        // A new task on an order found unsound rebuilds it, with the task.
+        let extra = back.extra.as_mut().unwrap();
+        extra.order.swap(3, 4);
+        extra.order_checked = std::sync::OnceLock::new();
+        let n = ids.len() as u32;
+        back.open_task("one-more", u64::from(n), 0, at(n));
+        assert!(back.order_sound());
+        let mut rebuilt = back.extra.as_ref().unwrap().order.clone();
+        back.rebuild_order();
+        assert_eq!(back.extra.as_ref().unwrap().order, rebuilt);
+        rebuilt.sort_unstable();
+        assert_eq!(rebuilt, (0..=n).collect::<Vec<_>>());
+        assert_eq!(back.task_pos("one-more"), Some(n));
     }
 }

@@ -101,6 +101,14 @@ pub type Numbers = Arc<[u32]>;
 pub struct IdemRun {
     span: Span,
     numbers: Numbers,
+    /// The shard of the messageId map it is.
+    shard: usize,
+    /// Whether it is sound (see [`check_run`]): found on its first use,
+    /// not by the open. The checkpoint's checksum has vouched for its
+    /// bytes; only a faulty writer makes a run that fails, which is then
+    /// searched from end to end and sorted when read in order (its entries
+    /// of another shard are not found), and logged.
+    sound: Arc<std::sync::OnceLock<bool>>,
 }
 
 impl std::fmt::Debug for IdemRun {
@@ -113,10 +121,36 @@ impl IdemRun {
     /// The run of `count` entries at byte `start` of `map`, which
     /// [`check_run`] has found sound (or the checkpoint writer has just
     /// written); `None` unless they lie inside it.
-    pub fn in_map(map: &Arc<Mapped>, start: usize, count: usize, numbers: Numbers) -> Option<Self> {
+    pub fn in_map(
+        map: &Arc<Mapped>,
+        start: usize,
+        count: usize,
+        numbers: Numbers,
+        shard: usize,
+    ) -> Option<Self> {
         let run = Section::new(map.clone(), start, count.checked_mul(ENTRY_BYTES)?)?;
         let span = Span::new(&run, 0, count, ENTRY_BYTES)?;
-        Some(Self { span, numbers })
+        Some(Self {
+            span,
+            numbers,
+            shard,
+            sound: Arc::default(),
+        })
+    }
+
+    /// Whether the run is sound, checked on the first call.
+    fn sound(&self) -> bool {
+        *self.sound.get_or_init(|| {
+            let in_shard = |key: &ShortKey| crate::index::Index::idem_shard_of(key) == self.shard;
+            let sound = check_run(self.span.bytes(ENTRY_BYTES), self.numbers.len(), in_shard);
+            if !sound {
+                tracing::error!(
+                    shard = self.shard,
+                    "a messageId run of the index checkpoint is out of order or names no context: it is searched from end to end"
+                );
+            }
+            sound
+        })
     }
 
     fn entries(&self) -> &[Entry] {
@@ -140,17 +174,30 @@ impl IdemRun {
     /// Where the message of `key` went, if the run holds it.
     pub fn get(&self, key: &ShortKey) -> Option<IdemAt> {
         let entries = self.entries();
-        let at = entries
-            .binary_search_by(|e| key_of(e).cmp(&Some(key)))
-            .ok()?;
+        let at = if self.sound() {
+            entries
+                .binary_search_by(|e| key_of(e).cmp(&Some(key)))
+                .ok()?
+        } else {
+            entries.iter().position(|e| key_of(e) == Some(key))?
+        };
         entries.get(at).map(|e| self.at(e))
     }
 
     /// Every entry, ascending by key.
-    pub fn iter(&self) -> impl Iterator<Item = (ShortKey, IdemAt)> + '_ {
-        self.entries()
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (ShortKey, IdemAt)> + '_> {
+        let all = self
+            .entries()
             .iter()
-            .filter_map(|e| Some((*key_of(e)?, self.at(e))))
+            .filter_map(|e| Some((*key_of(e)?, self.at(e))));
+        if self.sound() {
+            Box::new(all)
+        } else {
+            let mut sorted: Vec<_> = all.collect();
+            sorted.sort_by_key(|e| e.0);
+            sorted.dedup_by_key(|e| e.0);
+            Box::new(sorted.into_iter())
+        }
     }
 
     /// Its bytes in the map.
@@ -182,7 +229,7 @@ pub(crate) mod tests {
         for &(k, place, seq) in entries {
             put_entry(&mut bytes, &key(k), place, seq);
         }
-        IdemRun::in_map(&mapped(&bytes), 8, entries.len(), numbers.into()).unwrap()
+        IdemRun::in_map(&mapped(&bytes), 8, entries.len(), numbers.into(), 0).unwrap()
     }
 
     fn bytes_of(entries: &[(ShortKey, u32, u32)]) -> Vec<u8> {
@@ -191,6 +238,32 @@ pub(crate) mod tests {
             put_entry(&mut bytes, k, *place, *seq);
         }
         bytes
+    }
+
+    #[test]
+    fn a_run_out_of_order_is_searched_from_end_to_end_and_read_sorted() {
+        // What only a faulty writer makes: keys out of order, one twice.
+        let run = run_of(&[(5, 0, 12), (1, 0, 10), (3, 1, 11), (1, 1, 13)], &[7, 9]);
+        assert_eq!(
+            run.get(&key(3)),
+            Some(IdemAt {
+                context: 9,
+                seq: 11
+            })
+        );
+        assert_eq!(
+            run.get(&key(5)),
+            Some(IdemAt {
+                context: 7,
+                seq: 12
+            })
+        );
+        assert!(run.get(&key(1)).is_some() && run.get(&key(2)).is_none());
+        let keys: Vec<u8> = run.iter().map(|(k, _)| k[1]).collect();
+        assert_eq!(keys, [1, 3, 5]);
+        // A sound one reads as it lies.
+        let sound = run_of(&[(1, 0, 10), (3, 1, 11)], &[7, 9]);
+        assert!(sound.sound() && !run.sound());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::fs::Fs;
 use crate::index::context::RECORD_BYTES;
 use crate::index::context::{take, take_u64, Rare};
 use crate::index::entries::{all_decode, Section, Span};
-use crate::index::idem_run::{check_run, put_entry, IdemRun, Numbers, ENTRY_BYTES};
+use crate::index::idem_run::{put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::tasks::{TaskEntry, TASK_BYTES};
 use crate::index::{listed, task_prefix, ContextSlot, ContextState, Index, Listed, SHARDS};
 use crate::log::recovery::Resume;
@@ -219,9 +219,9 @@ impl super::Shared {
             // the messageIds, and the records and tasks that have not changed
             // since that one was loaded.
             let numbers: Numbers = numbers.into();
-            let runs = runs
-                .into_iter()
-                .map(|(start, count)| IdemRun::in_map(&map, start, count, numbers.clone()));
+            let runs = runs.into_iter().enumerate().map(|(shard, (start, count))| {
+                IdemRun::in_map(&map, start, count, numbers.clone(), shard)
+            });
             if let Some(runs) = runs.collect() {
                 self.index.idem_rebase(runs);
             }
@@ -448,7 +448,8 @@ impl Opened {
         let runs = plan
             .shards
             .iter()
-            .map(|p| IdemRun::in_map(map, p.run_at, p.run_len, numbers.clone()))
+            .enumerate()
+            .map(|(shard, p)| IdemRun::in_map(map, p.run_at, p.run_len, numbers.clone(), shard))
             .collect::<Option<Vec<_>>>()?;
         index.idem_rebase(runs);
         Some(())
@@ -470,8 +471,6 @@ struct Plan<'a> {
     /// Each context's number in the index, by its place among the entries;
     /// each share fills its own places.
     numbers: parking_lot::Mutex<Vec<u32>>,
-    /// How many contexts the entries hold.
-    contexts: usize,
 }
 
 /// One shard's part of each section of a checkpoint.
@@ -553,7 +552,6 @@ impl<'a> Plan<'a> {
             shards,
             glue: [glue0, glue1, glue2],
             numbers: parking_lot::Mutex::new(vec![u32::MAX; contexts]),
-            contexts,
         })
     }
 
@@ -663,8 +661,9 @@ impl Share {
                     span_in(&records, rec_span, RECORD_BYTES)?,
                     span_in(&tasks, task_span, TASK_BYTES)?,
                 );
+                // (Its task order is checked on its first use: see
+                // `ContextState::order_sound`.)
                 state.set_prefix(task_prefix(&key));
-                state.check_order();
                 let slot = index.insert_loaded(&key, state);
                 numbers.push(slot.number);
                 let state = slot.state.read();
@@ -684,8 +683,9 @@ impl Share {
                     }
                 }
             }
-            let in_shard = |key: &_| Index::idem_shard_of(key) == shard;
-            if !bytes.is_empty() || !check_run(parts.run.get(8..)?, plan.contexts, in_shard) {
+            // (Its messageId run is checked on its first use: see
+            // `IdemRun`.)
+            if !bytes.is_empty() {
                 return None;
             }
         }

@@ -277,11 +277,15 @@ impl Segments {
     /// overlaps their cache misses instead of taking them one record at a
     /// time when the records are then checked and copied in turn. Stops
     /// after [`PREFETCH_BYTES`], which stay in the cache until they are read.
+    /// A record that lies right after the one before it (a context's
+    /// records merged into a run) is not touched: reading a run in order,
+    /// the processor fetches ahead on its own.
     pub fn prefetch(&self, locs: impl Iterator<Item = RecordLoc>) {
         const LINE: usize = 64;
         let map = self.map.read();
         let mut acc = 0u8;
         let mut budget = PREFETCH_BYTES;
+        let mut after: Option<(u64, usize)> = None;
         for loc in locs {
             budget = match budget.checked_sub(loc.len as usize) {
                 Some(left) => left,
@@ -289,6 +293,11 @@ impl Segments {
             };
             let start = loc.offset as usize;
             let end = start + FRAME_HEADER_LEN as usize + loc.len as usize;
+            let follows = after == Some((loc.segment, start));
+            after = Some((loc.segment, end));
+            if follows {
+                continue;
+            }
             let touch = |bytes: &[u8]| {
                 bytes
                     .get(start..end)

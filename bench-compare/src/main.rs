@@ -746,6 +746,26 @@ fn w3_reopen(scale: Scale, root: &Path) {
     for (_, dir) in dirs {
         std::fs::remove_dir_all(&dir).unwrap();
     }
+    // After a kill right after the last durable commit, in this process
+    // (as W3 measures it).
+    let dir = root.join("reopen-killed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = filler(&["fill", "ctxlog", dir.to_str().unwrap(), &bytes]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    let store = Store::open(&dir, Options::default()).unwrap();
+    let raw = (t.elapsed(), store.open_report().replayed);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let exchanges = reopen_exchanges_after_kill(root, scale.reopen_bytes);
+    println!(
+        "- after a kill: the raw store {:.1} ms ({} records replayed after the checkpoint), the exchanges store {:.1} ms ({} replayed)",
+        raw.0.as_secs_f64() * 1e3,
+        raw.1,
+        exchanges.0.as_secs_f64() * 1e3,
+        exchanges.1
+    );
 }
 
 /// The options of the exchanges store: appends are made durable in

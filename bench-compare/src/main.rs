@@ -1224,34 +1224,21 @@ fn main() {
         }
         return;
     }
-    if args.first().map(String::as_str) == Some("reopen") {
-        // Only the reopen rows: `reopen [full]`.
+    // Only some rows: `reopen [full]`, `maintenance [full]` (self-maintenance),
+    // `exchanges [full]` (the ctxlog store of A2A exchanges).
+    let rows: Option<fn(Scale, &Path)> = match args.first().map(String::as_str) {
+        Some("reopen") => Some(w3_reopen),
+        Some("maintenance") => Some(w_maintenance),
+        Some("exchanges") => Some(w3_exchanges),
+        _ => None,
+    };
+    if let Some(rows) = rows {
         let scale = if args.get(1).map(String::as_str) == Some("full") {
             FULL
         } else {
             QUICK
         };
-        w3_reopen(scale, scratch_root().path());
-        return;
-    }
-    if args.first().map(String::as_str) == Some("maintenance") {
-        // Only the self-maintenance rows: `maintenance [full]`.
-        let scale = if args.get(1).map(String::as_str) == Some("full") {
-            FULL
-        } else {
-            QUICK
-        };
-        w_maintenance(scale, scratch_root().path());
-        return;
-    }
-    if args.first().map(String::as_str) == Some("exchanges") {
-        // Only the ctxlog store of A2A exchanges: `exchanges [full]`.
-        let scale = if args.get(1).map(String::as_str) == Some("full") {
-            FULL
-        } else {
-            QUICK
-        };
-        w3_exchanges(scale, scratch_root().path());
+        rows(scale, scratch_root().path());
         return;
     }
     let full = args.first().map(String::as_str) == Some("full");

@@ -244,21 +244,9 @@ pub(crate) mod tests {
     fn a_run_out_of_order_is_searched_from_end_to_end_and_read_sorted() {
         // What only a faulty writer makes: keys out of order, one twice.
         let run = run_of(&[(5, 0, 12), (1, 0, 10), (3, 1, 11), (1, 1, 13)], &[7, 9]);
-        assert_eq!(
-            run.get(&key(3)),
-            Some(IdemAt {
-                context: 9,
-                seq: 11
-            })
-        );
-        assert_eq!(
-            run.get(&key(5)),
-            Some(IdemAt {
-                context: 7,
-                seq: 12
-            })
-        );
-        assert!(run.get(&key(1)).is_some() && run.get(&key(2)).is_none());
+        let found = |n| run.get(&key(n)).map(|at| (at.context, at.seq));
+        assert_eq!((found(3), found(5)), (Some((9, 11)), Some((7, 12))));
+        assert!(found(1).is_some() && found(2).is_none());
         let keys: Vec<u8> = run.iter().map(|(k, _)| k[1]).collect();
         assert_eq!(keys, [1, 3, 5]);
         // A sound one reads as it lies.

@@ -544,38 +544,33 @@ impl Index {
         if let Some(slot) = self.get(key) {
             return slot;
         }
-        let shard_no = Index::shard_of(key);
         let mut shard = self.shard(key).write();
         if let Some(slot) = shard.get(key) {
             return slot.clone();
         }
-        // Fits: 2³² contexts, at hundreds of bytes each, would take
-        // terabytes of index.
-        let number = u32::try_from(shard.slots.len() * SHARDS + shard_no).unwrap_or(u32::MAX);
-        let slot = Arc::new(ContextSlot {
-            key: *key,
-            number,
-            write: Mutex::default(),
-            state: RwLock::new(ContextState::with_prefix(task_prefix(key))),
-        });
-        shard.push(slot.clone());
-        slot
+        let state = ContextState::with_prefix(task_prefix(key));
+        Index::add_slot(&mut shard, key, state)
     }
 
     /// Installs a context read from a checkpoint, with its state, and
     /// returns its slot (a key seen twice keeps the later state).
     pub fn insert_loaded(&self, key: &ContextKey, state: ContextState) -> Arc<ContextSlot> {
-        let shard_no = Index::shard_of(key);
         let mut shard = self.shard(key).write();
         if let Some(slot) = shard.get(key) {
             *slot.state.write() = state;
             return slot.clone();
         }
-        // Fits: as in `get_or_insert`.
-        let number = u32::try_from(shard.slots.len() * SHARDS + shard_no).unwrap_or(u32::MAX);
+        Index::add_slot(&mut shard, key, state)
+    }
+
+    /// Adds the slot of `key`, which `shard` (its shard) does not hold.
+    fn add_slot(shard: &mut KeyShard, key: &ContextKey, state: ContextState) -> Arc<ContextSlot> {
+        // Fits: 2³² contexts, at hundreds of bytes each, would take
+        // terabytes of index.
+        let place = shard.slots.len() * SHARDS + Index::shard_of(key);
         let slot = Arc::new(ContextSlot {
             key: *key,
-            number,
+            number: u32::try_from(place).unwrap_or(u32::MAX),
             write: Mutex::default(),
             state: RwLock::new(state),
         });

@@ -381,8 +381,10 @@ impl Opened {
     /// contiguous range of the key map's shards. Shard by shard, a thread
     /// checksums the shard's part of every section and then decodes it
     /// while its bytes are in the cache: its contexts (in the order the
-    /// shard held them, so that each gets the same place in its shard),
-    /// their tasks, its messageId run. What needs every context in place
+    /// shard held them, so that each gets the same place in its shard) and
+    /// their tasks (its messageId run and the contexts' task orders are
+    /// checked on first use, see `IdemRun` and `ContextState::order_sound`).
+    /// What needs every context in place
     /// (the tenants' listings, the task map) is done after, on one thread,
     /// and the parts' checksums are joined in file order.
     fn load(&self, index: &Index) -> bool {

@@ -142,6 +142,11 @@ impl MirrorBytes {
         }
     }
 
+    /// The bytes the open found (the segment's first bytes), if any.
+    pub fn found(&self) -> Option<&[u8]> {
+        self.found.as_ref().map(|m| m.bytes())
+    }
+
     /// Where the writer appends (after every byte held).
     pub fn appended(&mut self) -> &mut Vec<u8> {
         &mut self.appended
@@ -305,8 +310,11 @@ impl Segments {
             };
             acc ^= match map.get(&loc.segment) {
                 Some(SegmentData::Sealed(m)) => m.bytes().map_or(0, touch),
-                // The mirror is recent, hence likely cached already.
-                Some(SegmentData::Active(_)) | None => 0,
+                // What the open found of the active segment is mapped like a
+                // sealed one; what was appended since is recent, hence
+                // likely cached already.
+                Some(SegmentData::Active(m)) => m.read().found().map_or(0, touch),
+                None => 0,
             };
         }
         std::hint::black_box(acc);

@@ -998,7 +998,6 @@ fn w_maintenance(scale: Scale, root: &Path) {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 
-    let ratio = |a: f64, b: f64| a / b;
     let p = |l: &[Duration], q: f64| us(pct(l, q));
     println!("| measure | ctxlog | redb | ctxlog / redb |");
     println!("|---|---|---|---|");
@@ -1039,7 +1038,7 @@ fn w_maintenance(scale: Scale, root: &Path) {
             redb_reopen.min(redb_reopen2).as_secs_f64() * 1e3,
         ),
     ] {
-        println!("| {name} | {c:.1} | {r:.1} | {:.2} |", ratio(c, r));
+        println!("| {name} | {c:.1} | {r:.1} | {:.2} |", c / r);
     }
     println!(
         "\n- filled in {:.1} s with maintenance on; the reads \"during\" began once a merge was writing, after the reopen ({} merges ended while they ran); maintenance settled {:.1} s after the reopen ({} merges, {} MiB written since the open)",

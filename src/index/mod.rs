@@ -438,15 +438,20 @@ impl Index {
     /// the prefix of its id and every task's id was made in it.
     pub fn has_mapped_tasks(&self, context: u32, state: &ContextState) -> bool {
         state.task_count() > 0
-            && (self.prefix_owner(&state.prefix()) != Some(context)
-                || state.other_task_ids().next().is_some())
+            && (!self.owns_prefix(context, state) || state.other_task_ids().next().is_some())
+    }
+
+    /// Whether context number `context` (of `state`) holds the prefix of
+    /// its own id: the ids it makes then lead to it without an entry.
+    fn owns_prefix(&self, context: u32, state: &ContextState) -> bool {
+        self.prefix_owner(&state.prefix()) == Some(context)
     }
 
     /// Calls `f` with the id of each task of `state` that may have a
     /// task-map entry: all but those the store made in the context, when
     /// the context owns its prefix (their ids lead to it without one).
     fn for_mapped_tasks(&self, context: u32, state: &ContextState, mut f: impl FnMut(&str)) {
-        let owns = state.task_count() > 0 && self.prefix_owner(&state.prefix()) == Some(context);
+        let owns = state.task_count() > 0 && self.owns_prefix(context, state);
         if owns {
             // Only those not made here, which the context lists aside: no
             // walk over its tasks.

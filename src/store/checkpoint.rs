@@ -56,6 +56,22 @@ struct Header {
 /// records' bytes, its tasks' bytes.
 type ShardSizes = (u64, u64, u64, u64);
 
+impl Header {
+    /// What it says of where the log must still be read from.
+    fn loaded(&self) -> Loaded {
+        let (generation, segment, offset) = self.resume;
+        Loaded {
+            resume: Resume {
+                store: crate::log::frame::StoreId(self.store),
+                generation,
+                segment,
+                offset,
+            },
+            records: self.records,
+        }
+    }
+}
+
 /// One context: its key (version, digest), its index entry, and where its
 /// records and its tasks are in their sections (byte offset, count). The messageId
 /// entries that follow are `idem_run`'s, shard by shard of the index's
@@ -254,13 +270,11 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// Takes `n` bytes.
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (part, rest) = self.rest.split_at_checked(n)?;
-        self.rest = rest;
-        Some(part)
+        take(&mut self.rest, n)
     }
 
     fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(*self.take(8)?.first_chunk()?))
+        take_u64(&mut self.rest)
     }
 
     /// Where the rest starts in the file.
@@ -325,42 +339,19 @@ fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> 
 /// Loads the checkpoint of `dir` into `index`, if there is a sound one:
 /// what it says. `None` when there is none or it is damaged; `index` may
 /// then hold part of it, and must be dropped for a fresh one.
+///
+/// A large checkpoint is loaded on several threads (up to the machine's
+/// cores, at most [`MAX_LOAD_THREADS`]), each taking a contiguous range of
+/// the key map's shards. Shard by shard, a thread checksums the shard's
+/// part of every section and then decodes it while its bytes are in the
+/// cache: its contexts (in the order the shard held them, so that each gets
+/// the same place in its shard) and their tasks (its messageId run and the
+/// contexts' task orders are checked on first use, see `IdemRun` and
+/// `ContextState::order_sound`). What needs every context in place (the
+/// tenants' listings, the task map) is done after, on one thread, and the
+/// parts' checksums are joined in file order.
 pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
-    let opened = open(fs, dir)?;
-    opened.load(index).then_some(opened.loaded)
-}
-
-/// A checkpoint mapped and its header read, its body not yet loaded.
-struct Opened {
-    map: Arc<crate::fs::Mapped>,
-    /// What its header says (not yet vouched for by the checksum).
-    loaded: Loaded,
-}
-
-/// Maps the checkpoint of `dir` and reads its header. `None` when there is
-/// none, or it is of another version, or its header does not decode.
-fn open(fs: &dyn Fs, dir: &Path) -> Option<Opened> {
-    // Mapped, not read: a large checkpoint then costs no fresh memory. The
-    // file is only ever replaced by a rename, never changed in place, which
-    // is the map's contract (see `mmap`).
-    let map = Arc::new(fs.map(&dir.join(CHECKPOINT)).ok()?);
-    let (_, body) = split(map.bytes())?;
-    let mut r = Reader {
-        rest: body,
-        file_len: map.bytes().len(),
-    };
-    let header = r.header()?;
-    let (generation, segment, offset) = header.resume;
-    let loaded = Loaded {
-        resume: Resume {
-            store: crate::log::frame::StoreId(header.store),
-            generation,
-            segment,
-            offset,
-        },
-        records: header.records,
-    };
-    Some(Opened { map, loaded })
+    load_on(fs, dir, index, None)
 }
 
 /// A checkpoint's checksum and body (after its magic, version and
@@ -372,94 +363,80 @@ fn split(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     (version == VERSION.to_le_bytes()).then_some((crc, body))
 }
 
-impl Opened {
-    /// Loads the body into `index`: whether it is sound (if not, `index`
-    /// may hold part of it, and must be dropped for a fresh one).
-    ///
-    /// A large checkpoint is loaded on several threads (up to the
-    /// machine's cores, at most [`MAX_LOAD_THREADS`]), each taking a
-    /// contiguous range of the key map's shards. Shard by shard, a thread
-    /// checksums the shard's part of every section and then decodes it
-    /// while its bytes are in the cache: its contexts (in the order the
-    /// shard held them, so that each gets the same place in its shard) and
-    /// their tasks (its messageId run and the contexts' task orders are
-    /// checked on first use, see `IdemRun` and `ContextState::order_sound`).
-    /// What needs every context in place
-    /// (the tenants' listings, the task map) is done after, on one thread,
-    /// and the parts' checksums are joined in file order.
-    fn load(&self, index: &Index) -> bool {
-        self.load_on(index, None).is_some()
+/// [`load`] on `threads` threads (`None`: as many as it picks).
+fn load_on(fs: &dyn Fs, dir: &Path, index: &Index, threads: Option<usize>) -> Option<Loaded> {
+    // Mapped, not read: a large checkpoint then costs no fresh memory.
+    // The file is only ever replaced by a rename, never changed in
+    // place, which is the map's contract (see `mmap`).
+    let map = &Arc::new(fs.map(&dir.join(CHECKPOINT)).ok()?);
+    let bytes = map.bytes();
+    let (crc, body) = split(bytes)?;
+    // Until the checksum is compared, at the end, nothing decoded is
+    // trusted beyond the decoder's own bounds.
+    let plan = Plan::read(body, bytes.len(), map)?;
+    let threads = threads.unwrap_or(if body.len() < PARALLEL_FROM {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, MAX_LOAD_THREADS)
+    });
+    let shares = plan.shares(threads);
+    let done: Vec<Option<Done>> = std::thread::scope(|s| {
+        let mut shares = shares.into_iter();
+        let first = shares.next();
+        let others: Vec<_> = shares
+            .map(|share| s.spawn(|| share.load(&plan, index)))
+            .collect();
+        let mut done = vec![first.and_then(|share| share.load(&plan, index))];
+        // A thread that panicked (nothing in a load is expected to) fails
+        // the load.
+        done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
+        done
+    });
+    let mut sums = Vec::with_capacity(SHARDS);
+    let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
+    let mut with_tasks = Vec::new();
+    for done in done {
+        let done = done?;
+        sums.extend(done.sums);
+        for (tenant, mut entries) in done.lists {
+            lists.entry(tenant).or_default().append(&mut entries);
+        }
+        with_tasks.extend(done.with_tasks);
     }
-
-    /// [`load`](Self::load) on `threads` threads (`None`: as many as it
-    /// picks).
-    fn load_on(&self, index: &Index, threads: Option<usize>) -> Option<()> {
-        let map = &self.map;
-        let bytes = map.bytes();
-        let (crc, body) = split(bytes)?;
-        // Until the checksum is compared, at the end, nothing decoded is
-        // trusted beyond the decoder's own bounds.
-        let plan = Plan::read(body, bytes.len(), map)?;
-        let threads = threads.unwrap_or(if body.len() < PARALLEL_FROM {
-            1
-        } else {
-            std::thread::available_parallelism()
-                .map_or(1, usize::from)
-                .clamp(1, MAX_LOAD_THREADS)
-        });
-        let shares = plan.shares(threads);
-        let done: Vec<Option<Done>> = std::thread::scope(|s| {
-            let mut shares = shares.into_iter();
-            let first = shares.next();
-            let others: Vec<_> = shares
-                .map(|share| s.spawn(|| share.load(&plan, index)))
-                .collect();
-            let mut done = vec![first.and_then(|share| share.load(&plan, index))];
-            // A thread that panicked (nothing in a load is expected to) fails
-            // the load.
-            done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
-            done
-        });
-        let mut sums = Vec::with_capacity(SHARDS);
-        let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
-        let mut with_tasks = Vec::new();
-        for done in done {
-            let done = done?;
-            sums.extend(done.sums);
-            for (tenant, mut entries) in done.lists {
-                lists.entry(tenant).or_default().append(&mut entries);
-            }
-            with_tasks.extend(done.with_tasks);
-        }
-        if sums.len() != SHARDS || crc != plan.checksum(&sums).to_le_bytes() {
-            return None;
-        }
-        for (tenant, entries) in lists {
-            index.list_many_in_tenant(&tenant, entries);
-        }
-        // The task map, once every context is in: whether a task's id leads to
-        // its context by its prefix depends on which context holds that prefix
-        // first.
-        for slot in with_tasks {
-            let state = slot.state.read();
-            if let Some(meta) = &state.meta {
-                index.enter_tasks(meta.tenant(), slot.number, &state);
-            }
-        }
-        let numbers: Numbers = plan.numbers.into_inner().into();
-        let runs = plan
-            .shards
-            .iter()
-            .enumerate()
-            .map(|(shard, p)| IdemRun::in_map(map, p.run_at, p.run_len, numbers.clone(), shard))
-            .collect::<Option<Vec<_>>>()?;
-        index.idem_rebase(runs);
-        Some(())
+    if sums.len() != SHARDS || crc != plan.checksum(&sums).to_le_bytes() {
+        return None;
     }
+    for (tenant, entries) in lists {
+        index.list_many_in_tenant(&tenant, entries);
+    }
+    // The task map, once every context is in: whether a task's id leads to
+    // its context by its prefix depends on which context holds that prefix
+    // first.
+    for slot in with_tasks {
+        let state = slot.state.read();
+        if let Some(meta) = &state.meta {
+            index.enter_tasks(meta.tenant(), slot.number, &state);
+        }
+    }
+    let numbers: Numbers = plan.numbers.into_inner().into();
+    let runs = plan
+        .shards
+        .iter()
+        .enumerate()
+        .map(|(shard, p)| {
+            let entries = p.run.len().saturating_sub(8) / ENTRY_BYTES;
+            IdemRun::in_map(map, p.run_at, entries, numbers.clone(), shard)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    index.idem_rebase(runs);
+    Some(plan.header.loaded())
 }
 
 /// A checkpoint's body cut into its parts, before any context is decoded.
 struct Plan<'a> {
+    header: Header,
     map: Arc<crate::fs::Mapped>,
     /// Where the records and the tasks lie in the file: start, length.
     records: (usize, usize),
@@ -484,9 +461,8 @@ struct ShardParts<'a> {
     contexts: usize,
     /// Its messageId run, after its count (8 bytes), both here.
     run: &'a [u8],
-    /// Where the run starts in the file, and its entries.
+    /// Where the run starts in the file.
     run_at: usize,
-    run_len: usize,
 }
 
 /// The checksums of one shard's parts: records, tasks, entries, run.
@@ -526,7 +502,6 @@ impl<'a> Plan<'a> {
                 contexts: usize::try_from(count).ok()?,
                 run: &[],
                 run_at: 0,
-                run_len: 0,
             });
         }
         let total = shards
@@ -540,7 +515,6 @@ impl<'a> Plan<'a> {
             let n = usize::try_from(r.u64()?).ok()?;
             let len = n.checked_mul(ENTRY_BYTES)?;
             shard.run_at = r.offset();
-            shard.run_len = n;
             r.take(len)?;
             shard.run = whole.get(..8 + len)?;
         }
@@ -548,6 +522,7 @@ impl<'a> Plan<'a> {
             return None;
         }
         Some(Plan {
+            header,
             map: map.clone(),
             records: (recs_at, recs.len()),
             tasks: (tasks_at, tasks.len()),
@@ -721,14 +696,7 @@ pub fn peek(fs: &dyn Fs, dir: &Path) -> Option<Resume> {
         rest: body,
         file_len: bytes.len(),
     };
-    let header = r.header()?;
-    let (generation, segment, offset) = header.resume;
-    Some(Resume {
-        store: crate::log::frame::StoreId(header.store),
-        generation,
-        segment,
-        offset,
-    })
+    Some(r.header()?.loaded().resume)
 }
 
 /// Appends a section (its length as a u64, then `bytes`): where its bytes
@@ -906,17 +874,14 @@ mod tests {
         let options = varied_store(dir);
         let fs = options.fs.as_ref();
         let one = Index::default();
-        assert!(open(fs, dir).unwrap().load_on(&one, Some(1)).is_some());
+        assert!(load_on(fs, dir, &one, Some(1)).is_some());
         let want = holdings(&one);
         // Contexts, a tenant's listing, tasks (some past the scan limit,
         // some with artifacts), messageIds.
         assert!(one.all_slots().len() >= 12 && want.len() > 300);
         for threads in [2, 3, 5, 64, 65] {
             let index = Index::default();
-            assert!(open(fs, dir)
-                .unwrap()
-                .load_on(&index, Some(threads))
-                .is_some());
+            assert!(load_on(fs, dir, &index, Some(threads)).is_some());
             assert_eq!(holdings(&index), want, "{threads} threads");
         }
     }
@@ -934,15 +899,12 @@ mod tests {
             fs.write_file(&path, &bad).unwrap();
             for threads in [1, 3] {
                 let index = Index::default();
-                let sound = open(fs, dir).and_then(|o| o.load_on(&index, Some(threads)));
+                let sound = load_on(fs, dir, &index, Some(threads));
                 assert!(sound.is_none(), "byte {at}");
             }
         }
         fs.write_file(&path, &good).unwrap();
-        assert!(open(fs, dir)
-            .unwrap()
-            .load_on(&Index::default(), Some(2))
-            .is_some());
+        assert!(load_on(fs, dir, &Index::default(), Some(2)).is_some());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::a2a::{Task, TaskState};
 use crate::fs::{Crash, Fs, MemFs};
 use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
-use crate::log::record;
+use crate::log::record::{self, Decoded};
 use crate::log::segments::{list_segment_ids, segment_path};
 use crate::namespace::ContextKey;
 use crate::options::{Durability, Maintenance, Options, RecoveryMode};
@@ -60,16 +60,32 @@ impl Input<'_> {
 }
 
 /// Target `decode`: arbitrary bytes through the segment, frame and record
-/// decoders: each either decodes or returns an error, and never panics.
+/// decoders: each either decodes or returns an error, and never panics; a
+/// record's view reads what its decode reads and refuses what it refuses.
 pub fn decode(data: &[u8]) {
     let _ = decode_header(data);
-    let _ = record::decode(data);
+    record_views_agree(data);
     let mut at = HEADER_LEN;
     while let Ok(frame) = decode_frame(data, 1, at, 1 << 20) {
-        let _ = record::decode(frame.payload(data));
+        record_views_agree(frame.payload(data));
         at = frame.end();
     }
     let _ = find_next_frame(data, 1, at, 1 << 20);
+}
+
+fn record_views_agree(payload: &[u8]) {
+    match (record::view(payload), record::decode(payload)) {
+        (Ok(v), Ok(Decoded::Current { key, body, blob })) => assert!(
+            v.key == key
+                && (v.seq, v.timestamp_ms) == (body.seq, body.timestamp_ms)
+                && v.kind.task_id() == body.kind.task_id()
+                && v.blob == blob,
+            "a view reads a record otherwise than its decode"
+        ),
+        (Ok(_), _) => panic!("a view reads a record its decode refuses"),
+        (Err(_), Ok(Decoded::Current { .. })) => panic!("a view refuses a record its decode reads"),
+        (Err(_), _) => {}
+    }
 }
 
 /// Target `namespace`: two (tenant, contextId) pairs from the input. Distinct

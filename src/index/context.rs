@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::index::entries::{Entries, Fixed, Span};
 use crate::index::tasks::{join_id, split_id, ArtifactEntry, IdKey, TaskEntry, TASK_BYTES};
 use crate::log::frame::u32_at;
+use crate::log::record::{take_str, take_u64, take_u8};
 use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
@@ -978,28 +979,6 @@ pub struct Rare {
     pub extra: fn(&mut &[u8]) -> Option<Extra>,
     /// Why a context is gone.
     pub gone: fn(&mut &[u8]) -> Option<Gone>,
-}
-
-/// Takes `n` bytes from the front of `bytes`.
-pub fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-    let (part, rest) = bytes.split_at_checked(n)?;
-    *bytes = rest;
-    Some(part)
-}
-
-fn take_u8(bytes: &mut &[u8]) -> Option<u8> {
-    take(bytes, 1)?.first().copied()
-}
-
-/// Takes a little-endian u64.
-pub fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(*take(bytes, 8)?.first_chunk()?))
-}
-
-/// Takes a string: its length as a u64, then its UTF-8 bytes.
-fn take_str<'a>(bytes: &mut &'a [u8]) -> Option<&'a str> {
-    let len = usize::try_from(take_u64(bytes)?).ok()?;
-    std::str::from_utf8(take(bytes, len)?).ok()
 }
 
 #[cfg(test)]

@@ -186,6 +186,181 @@ pub fn decode(payload: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     Ok(Decoded::Current { key, body, blob })
 }
 
+/// What a read of a record needs, borrowed from its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View<'a> {
+    /// The context key.
+    pub key: ContextKey,
+    /// Position in the context's order.
+    pub seq: u64,
+    /// When the record was appended.
+    pub timestamp_ms: u64,
+    /// What happened, without the fields reads do not use.
+    pub kind: ViewKind<'a>,
+    /// The blob.
+    pub blob: &'a [u8],
+}
+
+/// A [`RecordKind`] as a [`View`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewKind<'a> {
+    /// An inbound message, and the task it was received into.
+    Message {
+        /// The task, if any.
+        task_id: Option<&'a str>,
+    },
+    /// A task's new status.
+    Status {
+        /// The task.
+        task_id: &'a str,
+    },
+    /// An artifact chunk.
+    Artifact {
+        /// The task.
+        task_id: &'a str,
+    },
+    /// The context is gone.
+    Gone,
+}
+
+impl<'a> ViewKind<'a> {
+    /// The task the record belongs to, if any.
+    pub fn task_id(&self) -> Option<&'a str> {
+        match *self {
+            ViewKind::Message { task_id } => task_id,
+            ViewKind::Status { task_id } | ViewKind::Artifact { task_id } => Some(task_id),
+            ViewKind::Gone => None,
+        }
+    }
+}
+
+/// Views a payload of the current namespace: the body decoded by hand, the
+/// same bytes [`decode`] reads through bincode and refused where it refuses
+/// them, but nothing built or allocated. A history read views each of its
+/// records; the rest of the store decodes them whole.
+pub fn view(payload: &[u8]) -> Result<View<'_>, DecodeError> {
+    let key = key(payload)?;
+    if key.version() != NAMESPACE_VERSION {
+        return Err(DecodeError(format!(
+            "a record of namespace version {}, which this build does not serve",
+            key.version()
+        )));
+    }
+    let mut rest = payload.get(33..).unwrap_or_default();
+    let body_len = take(&mut rest, 4)
+        .and_then(|b| b.first_chunk())
+        .map(|b| u32::from_le_bytes(*b) as usize)
+        .ok_or_else(|| DecodeError("payload shorter than its prefix".into()))?;
+    let (mut body, blob) = rest
+        .split_at_checked(body_len)
+        .ok_or_else(|| DecodeError(format!("body length {body_len} past the payload's end")))?;
+    let bad = || DecodeError("record body does not decode".into());
+    let (seq, timestamp_ms, kind) = view_body(&mut body).ok_or_else(bad)?;
+    if !body.is_empty() {
+        return Err(DecodeError(format!(
+            "{} stray bytes after the record body",
+            body.len()
+        )));
+    }
+    Ok(View {
+        key,
+        seq,
+        timestamp_ms,
+        kind,
+        blob,
+    })
+}
+
+/// The fields of a body (DESIGN.md §3, "Payload") from the front of
+/// `bytes`, which it advances; `None` where bincode would refuse them.
+fn view_body<'a>(bytes: &mut &'a [u8]) -> Option<(u64, u64, ViewKind<'a>)> {
+    let seq = take_u64(bytes)?;
+    let timestamp_ms = take_u64(bytes)?;
+    if take_option(bytes)? {
+        take_str(bytes)?;
+        take_str(bytes)?;
+    }
+    let kind = match take_u32(bytes)? {
+        0 => {
+            let mut task_id = None;
+            if take_option(bytes)? {
+                task_id = Some(take_str(bytes)?);
+                take_bool(bytes)?;
+                take_str(bytes)?;
+                take(bytes, 32)?;
+            }
+            ViewKind::Message { task_id }
+        }
+        1 => {
+            let task_id = take_str(bytes)?;
+            if take_u32(bytes)? as usize >= TaskState::ALL.len() {
+                return None;
+            }
+            take_bool(bytes)?;
+            ViewKind::Status { task_id }
+        }
+        2 => {
+            let task_id = take_str(bytes)?;
+            take_str(bytes)?;
+            take_bool(bytes)?;
+            take_bool(bytes)?;
+            ViewKind::Artifact { task_id }
+        }
+        3 => {
+            take_bool(bytes)?;
+            ViewKind::Gone
+        }
+        _ => return None,
+    };
+    Some((seq, timestamp_ms, kind))
+}
+
+// Readers of bincode's fixed-width little-endian encoding, each taking from
+// the front of `bytes` (which it advances); `None` where bincode would
+// refuse the bytes.
+
+/// Takes `n` bytes.
+pub fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (part, rest) = bytes.split_at_checked(n)?;
+    *bytes = rest;
+    Some(part)
+}
+
+/// Takes one byte.
+pub fn take_u8(bytes: &mut &[u8]) -> Option<u8> {
+    take(bytes, 1)?.first().copied()
+}
+
+/// Takes a bool: one byte, 0 or 1.
+fn take_bool(bytes: &mut &[u8]) -> Option<bool> {
+    match take_u8(bytes)? {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
+/// Takes an `Option`'s tag: whether a value follows.
+fn take_option(bytes: &mut &[u8]) -> Option<bool> {
+    take_bool(bytes)
+}
+
+/// Takes a little-endian u32 (an enum's variant index).
+fn take_u32(bytes: &mut &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(*take(bytes, 4)?.first_chunk()?))
+}
+
+/// Takes a little-endian u64.
+pub fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(*take(bytes, 8)?.first_chunk()?))
+}
+
+/// Takes a string: its length as a u64, then its UTF-8 bytes.
+pub fn take_str<'a>(bytes: &mut &'a [u8]) -> Option<&'a str> {
+    let len = usize::try_from(take_u64(bytes)?).ok()?;
+    std::str::from_utf8(take(bytes, len)?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,7 +435,116 @@ mod tests {
         assert!(decode(&bytes).is_err());
     }
 
+    fn any_string() -> impl Strategy<Value = String> {
+        prop_oneof![Just(String::new()), "[a-zé-]{1,12}"]
+    }
+
+    fn any_body() -> impl Strategy<Value = RecordBody> {
+        let link = (any_string(), any::<bool>(), any_string(), any::<[u8; 32]>()).prop_map(
+            |(task_id, opens_task, message_id, digest)| TaskLink {
+                task_id,
+                opens_task,
+                message_id,
+                digest,
+            },
+        );
+        let kind = prop_oneof![
+            proptest::option::of(link).prop_map(|task| RecordKind::Message { task }),
+            (any_string(), 0..TaskState::ALL.len(), any::<bool>()).prop_map(
+                |(task_id, state, with_message)| RecordKind::Status {
+                    task_id,
+                    state: TaskState::ALL[state],
+                    with_message,
+                }
+            ),
+            (any_string(), any_string(), any::<bool>(), any::<bool>()).prop_map(
+                |(task_id, artifact_id, append, last_chunk)| RecordKind::Artifact {
+                    task_id,
+                    artifact_id,
+                    append,
+                    last_chunk,
+                }
+            ),
+            any::<bool>().prop_map(|expired| RecordKind::Gone { expired }),
+        ];
+        let opens = proptest::option::of((any_string(), any_string()).prop_map(
+            |(tenant, context_id)| ContextName { tenant, context_id },
+        ));
+        (any::<u64>(), any::<u64>(), opens, kind).prop_map(|(seq, timestamp_ms, opens, kind)| {
+            RecordBody {
+                seq,
+                timestamp_ms,
+                opens,
+                kind,
+            }
+        })
+    }
+
+    /// Whether `view` gives what `decode` gives, or refuses where it refuses.
+    fn view_agrees(payload: &[u8]) -> bool {
+        match (view(payload), decode(payload)) {
+            (Ok(v), Ok(Decoded::Current { key, body, blob })) => {
+                let kind = match &body.kind {
+                    RecordKind::Message { task } => ViewKind::Message {
+                        task_id: task.as_ref().map(|t| t.task_id.as_str()),
+                    },
+                    RecordKind::Status { task_id, .. } => ViewKind::Status { task_id },
+                    RecordKind::Artifact { task_id, .. } => ViewKind::Artifact { task_id },
+                    RecordKind::Gone { .. } => ViewKind::Gone,
+                };
+                let (seq, timestamp_ms) = (body.seq, body.timestamp_ms);
+                v == View {
+                    key,
+                    seq,
+                    timestamp_ms,
+                    kind,
+                    blob,
+                }
+            }
+            (Err(_), Err(_) | Ok(Decoded::ForeignNamespace(_))) => true,
+            _ => false,
+        }
+    }
+
     proptest! {
+        #[test]
+        fn a_view_reads_every_body_as_decode_does(
+            body in any_body(),
+            blob in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let key = ContextKey::derive("t", "c").unwrap();
+            let bytes = encode(&key, &body, &blob).unwrap();
+            prop_assert!(view_agrees(&bytes));
+            let v = view(&bytes).unwrap();
+            prop_assert_eq!((v.seq, v.timestamp_ms, v.blob), (body.seq, body.timestamp_ms, &blob[..]));
+            prop_assert_eq!(v.kind.task_id(), body.kind.task_id());
+        }
+
+        /// Any byte of the body changed, or the body's length moved: the
+        /// view refuses exactly what bincode refuses.
+        #[test]
+        fn a_view_refuses_what_decode_refuses(
+            body in any_body(),
+            at in any::<prop::sample::Index>(),
+            byte: u8,
+            shift in -3i64..4,
+        ) {
+            let key = ContextKey::derive("t", "c").unwrap();
+            let mut bytes = encode(&key, &body, b"xyz").unwrap();
+            let body_len = u32::from_le_bytes(bytes[33..37].try_into().unwrap());
+            let i = PREFIX_LEN + at.index(body_len as usize);
+            bytes[i] = byte;
+            prop_assert!(view_agrees(&bytes));
+            let moved = (i64::from(body_len) + shift).max(0) as u32;
+            bytes[33..37].copy_from_slice(&moved.to_le_bytes());
+            prop_assert!(view_agrees(&bytes));
+        }
+
+        #[test]
+        fn a_view_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            prop_assert!(view_agrees(&bytes));
+        }
+
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode(&bytes);

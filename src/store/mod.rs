@@ -25,7 +25,7 @@ mod turns;
 mod wait;
 use crate::a2a::lifecycle::Op;
 use crate::index::context::Kind;
-use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind};
+use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind, View, ViewKind};
 use crate::namespace::{message_key, ContextKey};
 use crate::options::{Options, RecoveryMode};
 use crate::render::{self, Budget, History, Rendered, Turn};
@@ -891,11 +891,11 @@ impl Store {
             if r.chunks > 0 {
                 return self.artifact_turn(key, r);
             }
-            self.with_message(key, r.loc, |body, blob| {
-                let mut turn = render::turn_from_message(body.seq, blob);
+            self.with_message(key, r.loc, |view, blob| {
+                let mut turn = render::turn_from_message(view.seq, blob);
                 // The task the store put the message in, which a client's
                 // first message cannot name itself.
-                if let Some(task) = body.kind.task_id() {
+                if let Some(task) = view.kind.task_id() {
                     turn.task_id = Some(task.to_string());
                 }
                 turn
@@ -928,21 +928,23 @@ impl Store {
     }
 
     fn read_message(&self, key: &ContextKey, loc: RecordLoc) -> Result<StoredMessage> {
-        self.with_message(key, loc, |body, blob| StoredMessage {
-            seq: body.seq,
-            timestamp_ms: body.timestamp_ms,
+        self.with_message(key, loc, |view, blob| StoredMessage {
+            seq: view.seq,
+            timestamp_ms: view.timestamp_ms,
             raw: blob.to_vec(),
         })
     }
 
     /// Hands the message of the history record at `loc` to `f`, straight
     /// from the segment's bytes (no copy): an inbound message's blob, or the
-    /// `message` member of a status's blob.
+    /// `message` member of a status's blob. The record is viewed, not
+    /// decoded whole: a history read builds nothing per record but what it
+    /// returns.
     pub(crate) fn with_message<T>(
         &self,
         key: &ContextKey,
         loc: RecordLoc,
-        f: impl FnOnce(&RecordBody, &[u8]) -> T,
+        f: impl FnOnce(&View, &[u8]) -> T,
     ) -> Result<T> {
         /// A stored status, read only for the bytes of its message.
         #[derive(serde::Deserialize)]
@@ -950,19 +952,27 @@ impl Store {
             #[serde(borrow)]
             message: Option<&'a serde_json::value::RawValue>,
         }
-        self.with_record(key, loc, |body, blob| match &body.kind {
-            RecordKind::Message { .. } => Ok(f(body, blob)),
-            RecordKind::Status { .. } => {
-                let status: StatusMessage = serde_json::from_slice(blob)
-                    .map_err(|e| format!("a stored status does not parse: {e}"))?;
-                let message = status.message.ok_or("a history status without a message")?;
-                Ok(f(body, message.get().as_bytes()))
+        let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
+        self.segments.with_payload(loc, |payload| {
+            let view = record::view(payload).map_err(|e| bad(&e.0))?;
+            if view.key != *key {
+                return Err(bad(ANOTHER_CONTEXT));
             }
-            RecordKind::Artifact { .. } | RecordKind::Gone { .. } => {
-                Err("the history points at a record that holds no message".to_string())
+            match view.kind {
+                ViewKind::Message { .. } => Ok(f(&view, view.blob)),
+                ViewKind::Status { .. } => {
+                    let status: StatusMessage = serde_json::from_slice(view.blob)
+                        .map_err(|e| bad(&format!("a stored status does not parse: {e}")))?;
+                    let message = status
+                        .message
+                        .ok_or_else(|| bad("a history status without a message"))?;
+                    Ok(f(&view, message.get().as_bytes()))
+                }
+                ViewKind::Artifact { .. } | ViewKind::Gone => Err(bad(
+                    "the history points at a record that holds no message",
+                )),
             }
         })?
-        .map_err(|reason| Error::corrupt(loc.segment, u64::from(loc.offset), reason))
     }
 
     /// What the store knows of one context.
@@ -1248,9 +1258,7 @@ impl Shared {
         let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
         self.segments
             .with_payload(loc, |payload| match record::decode(payload) {
-                Ok(Decoded::Current { key: k, .. }) if k != *key => Err(bad(
-                    "the record belongs to another context than the one read",
-                )),
+                Ok(Decoded::Current { key: k, .. }) if k != *key => Err(bad(ANOTHER_CONTEXT)),
                 Ok(Decoded::Current { body, blob, .. }) => Ok(f(&body, blob)),
                 Ok(Decoded::ForeignNamespace(_)) => {
                     Err(bad("the index points at a record of another namespace"))
@@ -1259,6 +1267,9 @@ impl Shared {
             })?
     }
 }
+
+/// Why a record read for one context is refused when it names another.
+const ANOTHER_CONTEXT: &str = "the record belongs to another context than the one read";
 
 impl Drop for Store {
     fn drop(&mut self) {

@@ -467,9 +467,10 @@ mod tests {
             ),
             any::<bool>().prop_map(|expired| RecordKind::Gone { expired }),
         ];
-        let opens = proptest::option::of((any_string(), any_string()).prop_map(
-            |(tenant, context_id)| ContextName { tenant, context_id },
-        ));
+        let opens = proptest::option::of(
+            (any_string(), any_string())
+                .prop_map(|(tenant, context_id)| ContextName { tenant, context_id }),
+        );
         (any::<u64>(), any::<u64>(), opens, kind).prop_map(|(seq, timestamp_ms, opens, kind)| {
             RecordBody {
                 seq,

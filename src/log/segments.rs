@@ -255,10 +255,42 @@ impl Segments {
 
     /// Reads the payload at `loc`, checking its frame's CRC, and hands it to `f`.
     pub fn with_payload<T>(&self, loc: RecordLoc, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
-        // Read under the set's read lock rather than cloning the segment's
-        // handle: `f` only decodes and copies, and never touches the set.
-        let map = self.map.read();
-        let data = map.get(&loc.segment).ok_or_else(|| {
+        self.reading().with_payload(loc, f)
+    }
+
+    /// The set, read-locked for the reads of one request.
+    pub fn reading(&self) -> Reading<'_> {
+        Reading {
+            map: self.map.read(),
+            reads: 0,
+        }
+    }
+}
+
+/// How many payloads a [`Reading`] reads before it lets a waiting writer of
+/// the segment set in.
+const READS_PER_TURN: u32 = 32;
+
+/// The segment set read-locked for the records of one request (a history
+/// read): one lock for them all, not one per record, whose atomic
+/// operations stalled each record's read behind the loads before it. Every
+/// [`READS_PER_TURN`] payloads it lets a waiting writer (a rotation, a
+/// merge's switch) in first, so a long read never holds one back for long.
+/// `f`s only decode and copy, and never touch the set.
+pub struct Reading<'a> {
+    map: parking_lot::RwLockReadGuard<'a, BTreeMap<u64, SegmentData>>,
+    reads: u32,
+}
+
+impl Reading<'_> {
+    /// Reads the payload at `loc`, checking its frame's CRC, and hands it to `f`.
+    pub fn with_payload<T>(&mut self, loc: RecordLoc, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+        self.reads += 1;
+        if self.reads == READS_PER_TURN {
+            self.reads = 0;
+            parking_lot::RwLockReadGuard::bump(&mut self.map);
+        }
+        let data = self.map.get(&loc.segment).ok_or_else(|| {
             Error::corrupt(
                 loc.segment,
                 u64::from(loc.offset),
@@ -267,12 +299,12 @@ impl Segments {
         })?;
         match data {
             SegmentData::Sealed(sealed) => {
-                Self::payload_in(loc, sealed.bytes()?.get(Self::frame(loc)), f)
+                Segments::payload_in(loc, sealed.bytes()?.get(Segments::frame(loc)), f)
             }
             // Checked too: after an open from a checkpoint, the mirror holds
             // bytes on disk that no scan has verified.
             SegmentData::Active(mirror) => {
-                Self::payload_in(loc, mirror.read().get(Self::frame(loc)), f)
+                Segments::payload_in(loc, mirror.read().get(Segments::frame(loc)), f)
             }
         }
     }
@@ -287,7 +319,6 @@ impl Segments {
     /// the processor fetches ahead on its own.
     pub fn prefetch(&self, locs: impl Iterator<Item = RecordLoc>) {
         const LINE: usize = 64;
-        let map = self.map.read();
         let mut acc = 0u8;
         let mut budget = PREFETCH_BYTES;
         let mut after: Option<(u64, usize)> = None;
@@ -308,7 +339,7 @@ impl Segments {
                     .get(start..end)
                     .map_or(0, |r| r.iter().step_by(LINE).fold(0u8, |a, b| a ^ b))
             };
-            acc ^= match map.get(&loc.segment) {
+            acc ^= match self.map.get(&loc.segment) {
                 Some(SegmentData::Sealed(m)) => m.bytes().map_or(0, touch),
                 // What the open found of the active segment is mapped like a
                 // sealed one; what was appended since is recent, hence
@@ -319,7 +350,9 @@ impl Segments {
         }
         std::hint::black_box(acc);
     }
+}
 
+impl Segments {
     /// Where the frame of the record at `loc` lies in its segment.
     fn frame(loc: RecordLoc) -> std::ops::Range<usize> {
         let start = loc.offset as usize;

@@ -24,13 +24,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::context::RECORD_BYTES;
 use crate::index::context::Rare;
-use crate::log::record::{take, take_u64};
+use crate::index::context::RECORD_BYTES;
 use crate::index::entries::{all_decode, Section, Span};
 use crate::index::idem_run::{put_entry, IdemRun, Numbers, ENTRY_BYTES};
 use crate::index::tasks::{TaskEntry, TASK_BYTES};
 use crate::index::{listed, task_prefix, ContextSlot, ContextState, Index, Listed, SHARDS};
+use crate::log::record::{take, take_u64};
 use crate::log::recovery::Resume;
 use crate::namespace::ContextKey;
 

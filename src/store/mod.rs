@@ -12,7 +12,7 @@ use crate::index::{
 };
 use crate::log::manifest::Manifest;
 use crate::log::recovery::{recover, OpenReport};
-use crate::log::segments::{RecordLoc, Segments};
+use crate::log::segments::{Reading, RecordLoc, Segments};
 use crate::log::verify::{verify_dir, VerifyReport};
 use crate::log::writer::LogWriter;
 
@@ -716,31 +716,38 @@ impl Store {
         context_id: &str,
         n: usize,
     ) -> Result<Vec<StoredMessage>> {
-        self.with_newest_before(tenant, context_id, None, n, |key, refs, _| {
+        self.with_newest_before(tenant, context_id, None, n, |records, refs, _| {
             refs.iter()
-                .map(|r| self.read_message(key, r.loc()))
+                .map(|r| {
+                    records.message(r.loc(), |view, blob| StoredMessage {
+                        seq: view.seq,
+                        timestamp_ms: view.timestamp_ms,
+                        raw: blob.to_vec(),
+                    })
+                })
                 .collect()
         })
     }
 
-    /// Hands `f` the context's key, up to `max` of the newest message refs
-    /// before seq `before`, and how many messages lie before it. `f` runs
-    /// under the context's read
-    /// lock, so a compaction cannot move the records between the copy of
-    /// their locations and their reads (it remaps under the write lock).
+    /// Hands `f` the context's records, up to `max` of the newest message
+    /// refs before seq `before`, and how many messages lie before it. `f`
+    /// runs under the context's read lock, so a compaction cannot move the
+    /// records between the copy of their locations and their reads (it
+    /// remaps under the write lock).
     fn with_newest_before<T>(
         &self,
         tenant: &str,
         context_id: &str,
         before: Option<u64>,
         max: usize,
-        f: impl FnOnce(&ContextKey, &[MessageRef], u64) -> Result<T>,
+        f: impl FnOnce(&mut ContextRecords, &[MessageRef], u64) -> Result<T>,
     ) -> Result<T> {
         let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
         let (refs, total) = state.newest_before(before, max);
-        self.segments.prefetch(refs.iter().map(MessageRef::loc));
-        f(&slot.key, &refs, total)
+        let mut records = self.context_records(&slot.key);
+        records.reading.prefetch(refs.iter().map(MessageRef::loc));
+        f(&mut records, &refs, total)
     }
 
     /// Like [`with_newest_before`](Self::with_newest_before), for history
@@ -752,7 +759,7 @@ impl Store {
         context_id: &str,
         before: Option<u64>,
         budget: &Budget,
-        f: impl FnOnce(&ContextKey, &[HistoryItem], u64) -> Result<T>,
+        f: impl FnOnce(&mut ContextRecords, &[HistoryItem], u64) -> Result<T>,
     ) -> Result<T> {
         let slot = self.visible_slot(tenant, context_id)?;
         let state = slot.state.read();
@@ -771,8 +778,9 @@ impl Store {
             items.sort_unstable_by_key(|i| i.seq);
             items.drain(..items.len().saturating_sub(budget.max_messages));
         }
-        self.segments.prefetch(items.iter().map(|i| i.loc));
-        f(&slot.key, &items, total)
+        let mut records = self.context_records(&slot.key);
+        records.reading.prefetch(items.iter().map(|i| i.loc));
+        f(&mut records, &items, total)
     }
 
     /// The context's history before the message of seq `before` (the one
@@ -807,17 +815,22 @@ impl Store {
         budget.check()?;
         let room = budget.max_bytes;
         let cost = |t: &Turn| t.text.len();
-        let (turns, omitted) =
-            self.with_history(tenant, context_id, before, &budget, |key, refs, total| {
+        let (turns, omitted) = self.with_history(
+            tenant,
+            context_id,
+            before,
+            &budget,
+            |records, refs, total| {
                 render::choose(
-                    self.turns(key, refs),
+                    turns(records, refs),
                     total,
                     budget.max_messages,
                     room,
                     cost,
                     |t| render::cut_to_fit(t, room, cost),
                 )
-            })?;
+            },
+        )?;
         Ok(History { turns, omitted })
     }
 
@@ -853,10 +866,14 @@ impl Store {
         let room = budget
             .max_bytes
             .saturating_sub(render::frame_overhead(&nonce));
-        let (turns, omitted) =
-            self.with_history(tenant, context_id, before, &budget, |key, refs, total| {
+        let (turns, omitted) = self.with_history(
+            tenant,
+            context_id,
+            before,
+            &budget,
+            |records, refs, total| {
                 // Each turn is rendered once, as it is read; its length is its cost.
-                let rendered = self.turns(key, refs).map(|t| {
+                let rendered = turns(records, refs).map(|t| {
                     t.map(|t| {
                         let text = render::turn_text(&nonce, &t);
                         (t, text)
@@ -876,103 +893,10 @@ impl Store {
                         (turn, text)
                     },
                 )
-            })?;
+            },
+        )?;
         let texts: Vec<String> = turns.into_iter().map(|(_, text)| text).collect();
         Ok(render::frame(&texts, omitted, &nonce))
-    }
-
-    /// Turns of `refs`, newest first, each read only when asked for.
-    fn turns<'a>(
-        &'a self,
-        key: &'a ContextKey,
-        items: &'a [HistoryItem],
-    ) -> impl Iterator<Item = Result<Turn>> + 'a {
-        items.iter().rev().map(move |r| {
-            if r.chunks > 0 {
-                return self.artifact_turn(key, r);
-            }
-            self.with_message(key, r.loc, |view, blob| {
-                let mut turn = render::turn_from_message(view.seq, blob);
-                // The task the store put the message in, which a client's
-                // first message cannot name itself.
-                if let Some(task) = view.kind.task_id() {
-                    turn.task_id = Some(task.to_string());
-                }
-                turn
-            })
-        })
-    }
-
-    /// The short line of an artifact: its name or id, and its chunk count.
-    fn artifact_turn(&self, key: &ContextKey, item: &HistoryItem) -> Result<Turn> {
-        self.with_record(key, item.loc, |body, blob| {
-            let artifact: Option<crate::a2a::Artifact> = serde_json::from_slice(blob).ok();
-            let label = match &artifact {
-                Some(a) => match &a.name {
-                    Some(name) => format!("artifact {name:?} ({})", a.artifact_id),
-                    None => format!("artifact {}", a.artifact_id),
-                },
-                None => "artifact".to_string(),
-            };
-            Turn {
-                position: body.seq,
-                role: render::Role::Agent,
-                artifact: true,
-                task_id: body.kind.task_id().map(str::to_string),
-                task_cut: 0,
-                speaker: None,
-                text: format!("{label}, {} chunk(s)", item.chunks),
-                cut: 0,
-            }
-        })
-    }
-
-    fn read_message(&self, key: &ContextKey, loc: RecordLoc) -> Result<StoredMessage> {
-        self.with_message(key, loc, |view, blob| StoredMessage {
-            seq: view.seq,
-            timestamp_ms: view.timestamp_ms,
-            raw: blob.to_vec(),
-        })
-    }
-
-    /// Hands the message of the history record at `loc` to `f`, straight
-    /// from the segment's bytes (no copy): an inbound message's blob, or the
-    /// `message` member of a status's blob. The record is viewed, not
-    /// decoded whole: a history read builds nothing per record but what it
-    /// returns.
-    pub(crate) fn with_message<T>(
-        &self,
-        key: &ContextKey,
-        loc: RecordLoc,
-        f: impl FnOnce(&View, &[u8]) -> T,
-    ) -> Result<T> {
-        /// A stored status, read only for the bytes of its message.
-        #[derive(serde::Deserialize)]
-        struct StatusMessage<'a> {
-            #[serde(borrow)]
-            message: Option<&'a serde_json::value::RawValue>,
-        }
-        let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
-        self.segments.with_payload(loc, |payload| {
-            let view = record::view(payload).map_err(|e| bad(&e.0))?;
-            if view.key != *key {
-                return Err(bad(ANOTHER_CONTEXT));
-            }
-            match view.kind {
-                ViewKind::Message { .. } => Ok(f(&view, view.blob)),
-                ViewKind::Status { .. } => {
-                    let status: StatusMessage = serde_json::from_slice(view.blob)
-                        .map_err(|e| bad(&format!("a stored status does not parse: {e}")))?;
-                    let message = status
-                        .message
-                        .ok_or_else(|| bad("a history status without a message"))?;
-                    Ok(f(&view, message.get().as_bytes()))
-                }
-                ViewKind::Artifact { .. } | ViewKind::Gone => Err(bad(
-                    "the history points at a record that holds no message",
-                )),
-            }
-        })?
     }
 
     /// What the store knows of one context.
@@ -1246,17 +1170,50 @@ impl Shared {
     }
 
     /// Hands the record at `loc` of the context keyed `key` to `f`,
-    /// straight from the segment's bytes. A record that names another
-    /// context is damage (the index, or a file, is not what it claims to
-    /// be), never served.
+    /// straight from the segment's bytes (see [`ContextRecords::record`]).
     pub(crate) fn with_record<T>(
         &self,
         key: &ContextKey,
         loc: RecordLoc,
         f: impl FnOnce(&RecordBody, &[u8]) -> T,
     ) -> Result<T> {
+        self.context_records(key).record(loc, f)
+    }
+
+    /// Hands the message of the history record at `loc` of the context
+    /// keyed `key` to `f` (see [`ContextRecords::message`]).
+    pub(crate) fn with_message<T>(
+        &self,
+        key: &ContextKey,
+        loc: RecordLoc,
+        f: impl FnOnce(&View, &[u8]) -> T,
+    ) -> Result<T> {
+        self.context_records(key).message(loc, f)
+    }
+
+    /// The records of the context keyed `key`, for the reads of one request.
+    fn context_records<'a>(&'a self, key: &'a ContextKey) -> ContextRecords<'a> {
+        ContextRecords {
+            key,
+            reading: self.segments.reading(),
+        }
+    }
+}
+
+/// The records of one context, read for one request under one read lock of
+/// the segment set. A record that names another context is damage (the
+/// index, or a file, is not what it claims to be), never served.
+pub(crate) struct ContextRecords<'a> {
+    key: &'a ContextKey,
+    reading: Reading<'a>,
+}
+
+impl ContextRecords<'_> {
+    /// Hands the record at `loc` to `f`, straight from the segment's bytes.
+    fn record<T>(&mut self, loc: RecordLoc, f: impl FnOnce(&RecordBody, &[u8]) -> T) -> Result<T> {
         let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
-        self.segments
+        let key = self.key;
+        self.reading
             .with_payload(loc, |payload| match record::decode(payload) {
                 Ok(Decoded::Current { key: k, .. }) if k != *key => Err(bad(ANOTHER_CONTEXT)),
                 Ok(Decoded::Current { body, blob, .. }) => Ok(f(&body, blob)),
@@ -1266,10 +1223,91 @@ impl Shared {
                 Err(e) => Err(bad(&e.0)),
             })?
     }
+
+    /// Hands the message of the history record at `loc` to `f`, straight
+    /// from the segment's bytes (no copy): an inbound message's blob, or the
+    /// `message` member of a status's blob. The record is viewed, not
+    /// decoded whole: a history read builds nothing per record but what it
+    /// returns.
+    fn message<T>(&mut self, loc: RecordLoc, f: impl FnOnce(&View, &[u8]) -> T) -> Result<T> {
+        /// A stored status, read only for the bytes of its message.
+        #[derive(serde::Deserialize)]
+        struct StatusMessage<'a> {
+            #[serde(borrow)]
+            message: Option<&'a serde_json::value::RawValue>,
+        }
+        let bad = |reason: &str| Error::corrupt(loc.segment, u64::from(loc.offset), reason);
+        let key = self.key;
+        self.reading.with_payload(loc, |payload| {
+            let view = record::view(payload).map_err(|e| bad(&e.0))?;
+            if view.key != *key {
+                return Err(bad(ANOTHER_CONTEXT));
+            }
+            match view.kind {
+                ViewKind::Message { .. } => Ok(f(&view, view.blob)),
+                ViewKind::Status { .. } => {
+                    let status: StatusMessage = serde_json::from_slice(view.blob)
+                        .map_err(|e| bad(&format!("a stored status does not parse: {e}")))?;
+                    let message = status
+                        .message
+                        .ok_or_else(|| bad("a history status without a message"))?;
+                    Ok(f(&view, message.get().as_bytes()))
+                }
+                ViewKind::Artifact { .. } | ViewKind::Gone => {
+                    Err(bad("the history points at a record that holds no message"))
+                }
+            }
+        })?
+    }
 }
 
 /// Why a record read for one context is refused when it names another.
 const ANOTHER_CONTEXT: &str = "the record belongs to another context than the one read";
+
+/// Turns of `items`, newest first, each read only when asked for.
+fn turns<'a, 'r>(
+    records: &'a mut ContextRecords<'r>,
+    items: &'a [HistoryItem],
+) -> impl Iterator<Item = Result<Turn>> + use<'a, 'r> {
+    items.iter().rev().map(move |item| {
+        if item.chunks > 0 {
+            return artifact_turn(records, item);
+        }
+        records.message(item.loc, |view, blob| {
+            let mut turn = render::turn_from_message(view.seq, blob);
+            // The task the store put the message in, which a client's
+            // first message cannot name itself.
+            if let Some(task) = view.kind.task_id() {
+                turn.task_id = Some(task.to_string());
+            }
+            turn
+        })
+    })
+}
+
+/// The short line of an artifact: its name or id, and its chunk count.
+fn artifact_turn(records: &mut ContextRecords, item: &HistoryItem) -> Result<Turn> {
+    records.record(item.loc, |body, blob| {
+        let artifact: Option<crate::a2a::Artifact> = serde_json::from_slice(blob).ok();
+        let label = match &artifact {
+            Some(a) => match &a.name {
+                Some(name) => format!("artifact {name:?} ({})", a.artifact_id),
+                None => format!("artifact {}", a.artifact_id),
+            },
+            None => "artifact".to_string(),
+        };
+        Turn {
+            position: body.seq,
+            role: render::Role::Agent,
+            artifact: true,
+            task_id: body.kind.task_id().map(str::to_string),
+            task_cut: 0,
+            speaker: None,
+            text: format!("{label}, {} chunk(s)", item.chunks),
+            cut: 0,
+        }
+    })
+}
 
 impl Drop for Store {
     fn drop(&mut self) {

@@ -313,12 +313,15 @@ impl Store {
         context_id: &str,
         n: Option<usize>,
     ) -> PyResult<Vec<(u64, u64, Bound<'py, PyBytes>)>> {
-        let messages = self.with(py, |s| {
-            s.last_messages(tenant, context_id, n.unwrap_or(usize::MAX))
+        // Read into one buffer, then one copy of each message into its
+        // Python bytes.
+        let mut buf = ctxlog::MessageBuf::new();
+        self.with(py, |s| {
+            s.last_messages_into(tenant, context_id, n.unwrap_or(usize::MAX), &mut buf)
         })?;
-        Ok(messages
-            .into_iter()
-            .map(|m| (m.seq, m.timestamp_ms, PyBytes::new(py, &m.raw)))
+        Ok(buf
+            .iter()
+            .map(|m| (m.seq, m.timestamp_ms, PyBytes::new(py, m.raw)))
             .collect())
     }
 

@@ -19,6 +19,7 @@ use crate::log::writer::LogWriter;
 mod checkpoint;
 mod compact;
 mod maintain;
+mod messages;
 pub(crate) mod portable;
 mod tasks;
 mod turns;
@@ -31,6 +32,7 @@ use crate::options::{Options, RecoveryMode};
 use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
+pub use messages::{MessageBuf, StoredMessageRef};
 pub use portable::{Item, ItemKind};
 pub use tasks::{EventRecord, ListTasksQuery, Receipt, TaskRef};
 pub use turns::TurnGuard;
@@ -690,7 +692,9 @@ impl Store {
 
     /// The last `n` messages of a context, oldest first (`usize::MAX`: all).
     ///
-    /// Reads only those records. Another tenant's context answers exactly as
+    /// Reads only those records. [`last_messages_into`](Self::last_messages_into)
+    /// reads them into a buffer the caller reuses, without an allocation per
+    /// message. Another tenant's context answers exactly as
     /// a missing one: [`Error::ContextNotFound`].
     ///
     /// # Examples
@@ -717,15 +721,15 @@ impl Store {
         n: usize,
     ) -> Result<Vec<StoredMessage>> {
         self.with_newest_before(tenant, context_id, None, n, |records, refs, _| {
-            refs.iter()
-                .map(|r| {
-                    records.message(r.loc(), |view, blob| StoredMessage {
-                        seq: view.seq,
-                        timestamp_ms: view.timestamp_ms,
-                        raw: blob.to_vec(),
-                    })
-                })
-                .collect()
+            let mut messages = Vec::with_capacity(refs.len());
+            for r in refs {
+                messages.push(records.message(r.loc(), |view, raw| StoredMessage {
+                    seq: view.seq,
+                    timestamp_ms: view.timestamp_ms,
+                    raw: raw.to_vec(),
+                })?);
+            }
+            Ok(messages)
         })
     }
 

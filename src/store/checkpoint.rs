@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -382,31 +383,38 @@ fn load_on(fs: &dyn Fs, dir: &Path, index: &Index, threads: Option<usize>) -> Op
             .map_or(1, usize::from)
             .clamp(1, MAX_LOAD_THREADS)
     });
-    let shares = plan.shares(threads);
+    // Each thread takes the next shard not yet taken until none is left,
+    // so one that starts late (a spawned thread, with a fresh heap arena)
+    // or runs slow takes fewer.
+    let next = &AtomicUsize::new(0);
     let done: Vec<Option<Done>> = std::thread::scope(|s| {
-        let mut shares = shares.into_iter();
-        let first = shares.next();
-        let others: Vec<_> = shares
-            .map(|share| s.spawn(|| share.load(&plan, index)))
+        let others: Vec<_> = (1..threads)
+            .map(|_| s.spawn(|| load_shards(&plan, index, next)))
             .collect();
-        let mut done = vec![first.and_then(|share| share.load(&plan, index))];
+        let mut done = vec![load_shards(&plan, index, next)];
         // A thread that panicked (nothing in a load is expected to) fails
         // the load.
         done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
         done
     });
-    let mut sums = Vec::with_capacity(SHARDS);
+    let mut sums: Vec<Option<ShardSums>> = vec![None; SHARDS];
     let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
     let mut with_tasks = Vec::new();
     for done in done {
         let done = done?;
-        sums.extend(done.sums);
+        for (shard, sum) in done.sums {
+            *sums.get_mut(shard)? = Some(sum);
+        }
         for (tenant, mut entries) in done.lists {
             lists.entry(tenant).or_default().append(&mut entries);
         }
         with_tasks.extend(done.with_tasks);
     }
-    if sums.len() != SHARDS || crc != plan.checksum(&sums).to_le_bytes() {
+    let sums: Vec<ShardSums> = sums.into_iter().collect::<Option<_>>()?;
+    // In place order: shard by shard, each in its own order.
+    with_tasks.sort_unstable_by_key(|(shard, _)| *shard);
+    let with_tasks = with_tasks.into_iter().flat_map(|(_, slots)| slots);
+    if crc != plan.checksum(&sums).to_le_bytes() {
         return None;
     }
     for (tenant, entries) in lists {
@@ -449,8 +457,10 @@ struct Plan<'a> {
     /// before the entries (their count).
     glue: [&'a [u8]; 3],
     /// Each context's number in the index, by its place among the entries;
-    /// each share fills its own places.
+    /// each shard's thread fills the shard's places.
     numbers: parking_lot::Mutex<Vec<u32>>,
+    /// The place of each shard's first context among the entries.
+    first_places: Vec<usize>,
 }
 
 /// One shard's part of each section of a checkpoint.
@@ -505,10 +515,13 @@ impl<'a> Plan<'a> {
                 run_at: 0,
             });
         }
-        let total = shards
-            .iter()
-            .try_fold(0usize, |n, s| n.checked_add(s.contexts));
-        if !recs_rest.is_empty() || !tasks_rest.is_empty() || total != Some(contexts) {
+        let mut first_places = Vec::with_capacity(SHARDS);
+        let mut total = 0usize;
+        for shard in &shards {
+            first_places.push(total);
+            total = total.checked_add(shard.contexts)?;
+        }
+        if !recs_rest.is_empty() || !tasks_rest.is_empty() || total != contexts {
             return None;
         }
         for shard in &mut shards {
@@ -530,34 +543,8 @@ impl<'a> Plan<'a> {
             shards,
             glue: [glue0, glue1, glue2],
             numbers: parking_lot::Mutex::new(vec![u32::MAX; contexts]),
+            first_places,
         })
-    }
-
-    /// Cuts the shards into `threads` runs of about equal bytes.
-    fn shares(&self, threads: usize) -> Vec<Share> {
-        let weight =
-            |p: &ShardParts| p.records.len() + p.tasks.len() + p.entries.len() + p.run.len();
-        let total: usize = self.shards.iter().map(weight).sum();
-        let mut shares = Vec::with_capacity(threads);
-        let (mut shard, mut reached, mut place) = (0, 0, 0);
-        for i in 0..threads {
-            let from = shard;
-            let goal = total * (i + 1) / threads;
-            while let Some(parts) = self.shards.get(shard) {
-                if reached >= goal && i + 1 < threads {
-                    break;
-                }
-                reached += weight(parts);
-                shard += 1;
-            }
-            shares.push(Share {
-                shards: from..shard,
-                first_place: place,
-            });
-            let taken = self.shards.get(from..shard).unwrap_or_default();
-            place += taken.iter().map(|p| p.contexts).sum::<usize>();
-        }
-        shares
     }
 
     /// The checksum of the whole body, from its parts' (`sums`, shard by
@@ -582,107 +569,101 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// One thread's share of a load.
-struct Share {
-    /// The shards it loads.
-    shards: std::ops::Range<usize>,
-    /// The place of its first context among the entries.
-    first_place: usize,
-}
-
-/// What a share hands back.
+/// What one thread of a load hands back.
 struct Done {
-    /// Its shards' checksums.
-    sums: Vec<ShardSums>,
+    /// The checksums of the shards it took, by shard.
+    sums: Vec<(usize, ShardSums)>,
     /// Its contexts in their tenants' listings.
     lists: HashMap<String, Vec<Listed>>,
-    /// Its visible contexts that may have tasks to enter in the task map,
-    /// in place order.
-    with_tasks: Vec<Arc<ContextSlot>>,
+    /// By shard, the visible contexts that may have tasks to enter in the
+    /// task map, in place order.
+    with_tasks: Vec<(usize, Vec<Arc<ContextSlot>>)>,
 }
 
-impl Share {
-    fn load(self, plan: &Plan, index: &Index) -> Option<Done> {
-        // Each share's own handles on the sections: every context's spans
-        // hold one, and a count shared by threads that bump it once per
-        // context would bounce between their caches.
-        let section = |(start, len)| Section::new(plan.map.clone(), start, len);
-        let (records, tasks) = (section(plan.records)?, section(plan.tasks)?);
-        let mut sums = Vec::with_capacity(self.shards.len());
-        let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
+/// One thread's part of a load: the next shard not yet taken (`next`),
+/// checksummed and then installed, until none is left.
+fn load_shards(plan: &Plan, index: &Index, next: &AtomicUsize) -> Option<Done> {
+    // The thread's own handles on the sections: every context's spans hold
+    // one, and a count shared by threads that bump it once per context
+    // would bounce between their caches.
+    let section = |(start, len)| Section::new(plan.map.clone(), start, len);
+    let (records, tasks) = (section(plan.records)?, section(plan.tasks)?);
+    let mut done = Done {
+        sums: Vec::new(),
+        lists: HashMap::new(),
+        with_tasks: Vec::new(),
+    };
+    let mut numbers = Vec::new();
+    loop {
+        let shard = next.fetch_add(1, Ordering::Relaxed);
+        let Some(parts) = plan.shards.get(shard) else {
+            break;
+        };
+        // Checksummed first, then read while in the cache.
+        let sums = [parts.records, parts.tasks, parts.entries, parts.run].map(|bytes| {
+            let mut sum = crc32fast::Hasher::new();
+            sum.update(bytes);
+            sum
+        });
+        done.sums.push((shard, sums));
+        if !all_decode::<TaskEntry>(parts.tasks) {
+            return None;
+        }
+        let mut bytes = parts.entries;
+        // No more than the bytes could hold: the count is not yet vouched
+        // for.
+        index.reserve(shard, parts.contexts.min(bytes.len()));
+        numbers.clear();
         let mut with_tasks = Vec::new();
-        let mut numbers = Vec::new();
-        for shard in self.shards {
-            let parts = plan.shards.get(shard)?;
-            // Checksummed first, then read while in the cache.
-            sums.push(
-                [parts.records, parts.tasks, parts.entries, parts.run].map(|bytes| {
-                    let mut sum = crc32fast::Hasher::new();
-                    sum.update(bytes);
-                    sum
-                }),
+        for _ in 0..parts.contexts {
+            let (version, digest, mut state, (rec_span, task_span)) = decode_entry(&mut bytes)?;
+            let key = ContextKey::from_parts(version, digest);
+            if Index::shard_of(&key) != shard {
+                return None;
+            }
+            state.map_entries(
+                span_in(&records, rec_span, RECORD_BYTES)?,
+                span_in(&tasks, task_span, TASK_BYTES)?,
             );
-            if !all_decode::<TaskEntry>(parts.tasks) {
-                return None;
-            }
-            let mut bytes = parts.entries;
-            // No more than the bytes could hold: the count is not yet
-            // vouched for.
-            index.reserve(shard, parts.contexts.min(bytes.len()));
-            for _ in 0..parts.contexts {
-                let (version, digest, mut state, (rec_span, task_span)) = decode_entry(&mut bytes)?;
-                let key = ContextKey::from_parts(version, digest);
-                if Index::shard_of(&key) != shard {
-                    return None;
-                }
-                state.map_entries(
-                    span_in(&records, rec_span, RECORD_BYTES)?,
-                    span_in(&tasks, task_span, TASK_BYTES)?,
-                );
-                // (Its task order is checked on its first use: see
-                // `ContextState::order_sound`.)
-                state.set_prefix(task_prefix(&key));
-                let slot = index.insert_loaded(&key, state);
-                numbers.push(slot.number);
-                let state = slot.state.read();
-                if let Some(meta) = state.meta.as_ref().filter(|_| state.gone.is_none()) {
-                    let entry = listed(meta.first_ms, &slot);
-                    match lists.get_mut(meta.tenant()) {
-                        Some(list) => list.push(entry),
-                        None => {
-                            lists.insert(meta.tenant().to_string(), vec![entry]);
-                        }
-                    }
-                    // Which context holds its own prefix first is known
-                    // here (a prefix's contexts are all of one shard); the
-                    // rest waits for every context.
-                    if index.has_mapped_tasks(slot.number, &state) {
-                        with_tasks.push(slot.clone());
+            // (Its task order is checked on its first use: see
+            // `ContextState::order_sound`.)
+            state.set_prefix(task_prefix(&key));
+            let slot = index.insert_loaded(&key, state);
+            numbers.push(slot.number);
+            let state = slot.state.read();
+            if let Some(meta) = state.meta.as_ref().filter(|_| state.gone.is_none()) {
+                let entry = listed(meta.first_ms, &slot);
+                match done.lists.get_mut(meta.tenant()) {
+                    Some(list) => list.push(entry),
+                    None => {
+                        done.lists.insert(meta.tenant().to_string(), vec![entry]);
                     }
                 }
-            }
-            // (Its messageId run is checked on its first use: see
-            // `IdemRun`.)
-            if !bytes.is_empty() {
-                return None;
+                // Which context holds its own prefix first is known here (a
+                // prefix's contexts are all of one shard); the rest waits
+                // for every context.
+                if index.has_mapped_tasks(slot.number, &state) {
+                    with_tasks.push(slot.clone());
+                }
             }
         }
-        // Sorted here, the lists of every share make one listing in one
-        // merge.
-        for list in lists.values_mut() {
-            list.sort_unstable();
+        // (Its messageId run is checked on its first use: see `IdemRun`.)
+        if !bytes.is_empty() {
+            return None;
         }
+        done.with_tasks.push((shard, with_tasks));
+        let first = *plan.first_places.get(shard)?;
         plan.numbers
             .lock()
-            .get_mut(self.first_place..)?
+            .get_mut(first..)?
             .get_mut(..numbers.len())?
             .copy_from_slice(&numbers);
-        Some(Done {
-            sums,
-            lists,
-            with_tasks,
-        })
     }
+    // Sorted here, the lists of every thread make one listing in one merge.
+    for list in done.lists.values_mut() {
+        list.sort_unstable();
+    }
+    Some(done)
 }
 
 /// Where the checkpoint of `dir` says the log reached, if it is sound,

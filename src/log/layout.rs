@@ -124,7 +124,18 @@ impl Layout {
 
 /// Reads the directory's identity, manifest and segment headers.
 pub fn survey(fs: &dyn Fs, dir: &Path) -> Result<Layout> {
-    let lens = segment_lens(fs, dir)?;
+    survey_listed(fs, dir, list(fs, dir)?)
+}
+
+/// The directory's files and their lengths.
+pub fn list(fs: &dyn Fs, dir: &Path) -> Result<Vec<(String, u64)>> {
+    fs.list(dir)
+        .map_err(|e| Error::io("list the store directory", dir, e))
+}
+
+/// [`survey`], given the directory's `files` (as [`list`] gives them).
+pub fn survey_listed(fs: &dyn Fs, dir: &Path, files: Vec<(String, u64)>) -> Result<Layout> {
+    let lens = segment_lens(files);
     let mut read = BTreeMap::new();
     for &id in lens.keys().filter(|&&id| id <= MAX_SEGMENT_ID) {
         let path = segment_path(dir, id);
@@ -225,14 +236,11 @@ fn identify(
 }
 
 /// Every segment file's length, by id. Other files are ignored.
-fn segment_lens(fs: &dyn Fs, dir: &Path) -> Result<BTreeMap<u64, u64>> {
-    let entries = fs
-        .list(dir)
-        .map_err(|e| Error::io("list the store directory", dir, e))?;
-    Ok(entries
+fn segment_lens(files: Vec<(String, u64)>) -> BTreeMap<u64, u64> {
+    files
         .into_iter()
         .filter_map(|(name, len)| Some((segment_id_of(&name)?, len)))
-        .collect())
+        .collect()
 }
 
 impl Layout {

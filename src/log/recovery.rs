@@ -10,7 +10,7 @@ use super::frame::{
     LEGACY_VERSION,
 };
 use super::identity;
-use super::layout::{survey, Foreign, Identity, Lost};
+use super::layout::{list, survey_listed, Foreign, Identity, Layout, Lost};
 use super::manifest::Manifest;
 use super::segments::sync_dir;
 use super::segments::{segment_path, RecordLoc, Sealed, SegmentData, Segments};
@@ -111,11 +111,13 @@ pub struct Recovered {
 /// which may refuse one (a reason string) as damaged. Leftovers of an
 /// interrupted compaction are removed. Files of another store, and
 /// acknowledged records found missing, are refused under `Strict`, and
-/// reported and left alone under `SkipCorrupt`.
+/// reported and left alone under `SkipCorrupt`. `looked`: what [`look`]
+/// found, if the caller already looked (while a checkpoint loaded).
 pub fn recover(
     dir: &Path,
     options: &Options,
     resume: Option<Resume>,
+    looked: Option<Result<Layout>>,
     segments: &Segments,
     report: &mut OpenReport,
     mut on_record: impl FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>,
@@ -127,10 +129,10 @@ pub fn recover(
     // IDENTITY stay as they are (the survey passes over the first two; a
     // writer's open deals with them), and the newest segment is read, not
     // cut.
-    if !read_only {
-        remove_temporaries(fs, dir)?;
-    }
-    let layout = survey(fs, dir)?;
+    let layout = match looked {
+        Some(layout) => layout?,
+        None => look(fs, dir, read_only)?,
+    };
     if let Some(e) = layout.past_max() {
         return Err(e);
     }
@@ -273,19 +275,21 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
     Ok(())
 }
 
-/// Removes `*.tmp` files: segments or a manifest a crash left half made.
-fn remove_temporaries(fs: &dyn Fs, dir: &Path) -> Result<()> {
-    let entries = fs
-        .list(dir)
-        .map_err(|e| Error::io("list the store directory", dir, e))?;
-    for (name, _) in entries {
-        if name.ends_with(".tmp") {
+/// What an open finds in `dir`: the `*.tmp` files (segments or a manifest
+/// a crash left half made) removed first, except by a read-only open, then
+/// the survey ([`survey`](super::layout::survey)), from one listing of the
+/// directory.
+pub fn look(fs: &dyn Fs, dir: &Path, read_only: bool) -> Result<Layout> {
+    let mut files = list(fs, dir)?;
+    if !read_only {
+        for (name, _) in files.iter().filter(|(name, _)| name.ends_with(".tmp")) {
             let path = dir.join(name);
             fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a temporary file", &path, e))?;
         }
+        files.retain(|(name, _)| !name.ends_with(".tmp"));
     }
-    Ok(())
+    survey_listed(fs, dir, files)
 }
 
 /// The checkpoint's file name.

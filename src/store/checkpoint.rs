@@ -351,9 +351,11 @@ fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> 
 /// contexts' task orders are checked on first use, see `IdemRun` and
 /// `ContextState::order_sound`). What needs every context in place (the
 /// tenants' listings, the task map) is done after, on one thread, and the
-/// parts' checksums are joined in file order.
-pub fn load(fs: &dyn Fs, dir: &Path, index: &Index) -> Option<Loaded> {
-    load_on(fs, dir, index, None)
+/// parts' checksums are joined in file order. `beside` runs on the calling
+/// thread while the others load, if the file is a checkpoint of this
+/// version (an open looks at the directory then).
+pub fn load(fs: &dyn Fs, dir: &Path, index: &Index, beside: impl FnOnce()) -> Option<Loaded> {
+    load_on(fs, dir, index, None, beside)
 }
 
 /// A checkpoint's checksum and body (after its magic, version and
@@ -366,7 +368,15 @@ fn split(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// [`load`] on `threads` threads (`None`: as many as it picks).
-fn load_on(fs: &dyn Fs, dir: &Path, index: &Index, threads: Option<usize>) -> Option<Loaded> {
+/// [`load`] on `threads` (`None`: as many as are worth it), `beside` run on
+/// the calling thread once the others have started.
+fn load_on(
+    fs: &dyn Fs,
+    dir: &Path,
+    index: &Index,
+    threads: Option<usize>,
+    beside: impl FnOnce(),
+) -> Option<Loaded> {
     // Mapped, not read: a large checkpoint then costs no fresh memory.
     // The file is only ever replaced by a rename, never changed in
     // place, which is the map's contract (see `mmap`).
@@ -391,6 +401,7 @@ fn load_on(fs: &dyn Fs, dir: &Path, index: &Index, threads: Option<usize>) -> Op
         let others: Vec<_> = (1..threads)
             .map(|_| s.spawn(|| load_shards(&plan, index, next)))
             .collect();
+        beside();
         let mut done = vec![load_shards(&plan, index, next)];
         // A thread that panicked (nothing in a load is expected to) fails
         // the load.
@@ -856,14 +867,14 @@ mod tests {
         let options = varied_store(dir);
         let fs = options.fs.as_ref();
         let one = Index::default();
-        assert!(load_on(fs, dir, &one, Some(1)).is_some());
+        assert!(load_on(fs, dir, &one, Some(1), || ()).is_some());
         let want = holdings(&one);
         // Contexts, a tenant's listing, tasks (some past the scan limit,
         // some with artifacts), messageIds.
         assert!(one.all_slots().len() >= 12 && want.len() > 300);
         for threads in [2, 3, 5, 64, 65] {
             let index = Index::default();
-            assert!(load_on(fs, dir, &index, Some(threads)).is_some());
+            assert!(load_on(fs, dir, &index, Some(threads), || ()).is_some());
             assert_eq!(holdings(&index), want, "{threads} threads");
         }
     }
@@ -881,12 +892,12 @@ mod tests {
             fs.write_file(&path, &bad).unwrap();
             for threads in [1, 3] {
                 let index = Index::default();
-                let sound = load_on(fs, dir, &index, Some(threads));
+                let sound = load_on(fs, dir, &index, Some(threads), || ());
                 assert!(sound.is_none(), "byte {at}");
             }
         }
         fs.write_file(&path, &good).unwrap();
-        assert!(load_on(fs, dir, &Index::default(), Some(2)).is_some());
+        assert!(load_on(fs, dir, &Index::default(), Some(2), || ()).is_some());
     }
 
     #[test]
@@ -894,7 +905,7 @@ mod tests {
         let dir = Path::new("/s");
         let options = varied_store(dir);
         let index = Index::default();
-        assert!(load(options.fs.as_ref(), dir, &index).is_some());
+        assert!(load(options.fs.as_ref(), dir, &index, || ()).is_some());
         let mut kinds = (0, 0, 0);
         for slot in index.all_slots() {
             let state = slot.state.read();

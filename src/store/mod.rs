@@ -10,8 +10,9 @@ use crate::fs::{Fs, OsFs};
 use crate::index::{
     ContextMeta, ContextSlot, ContextState, Gone, Index, Life, MessageRef, MAX_SEQ,
 };
+use crate::log::layout::Layout;
 use crate::log::manifest::Manifest;
-use crate::log::recovery::{recover, OpenReport};
+use crate::log::recovery::{self, recover, OpenReport};
 use crate::log::segments::{Reading, RecordLoc, Segments};
 use crate::log::verify::{verify_dir, VerifyReport};
 use crate::log::writer::LogWriter;
@@ -308,10 +309,20 @@ impl Store {
         // With a sound checkpoint, load the index and read only the log
         // after it; if the log does not match it, read everything instead.
         let first = Index::default();
-        let attempt = checkpoint::load(fs.as_ref(), &dir, &first).map(|loaded| {
+        // The directory is looked at on this thread while the checkpoint's
+        // other threads load it.
+        let mut looked = None;
+        let look = || looked = Some(recovery::look(fs.as_ref(), &dir, options.read_only));
+        let attempt = checkpoint::load(fs.as_ref(), &dir, &first, look).map(|loaded| {
             let segments = Arc::new(Segments::default());
             (
-                scan_log(&dir, &options, &first, &segments, Some(loaded)),
+                scan_log(
+                    &dir,
+                    &options,
+                    &first,
+                    &segments,
+                    Some((loaded, looked.take())),
+                ),
                 segments,
             )
         });
@@ -1346,13 +1357,19 @@ fn info_of(slot: &ContextSlot, retention: Option<std::time::Duration>) -> Option
 }
 
 /// Reads the log into `index` (from the checkpoint's position, if given).
+/// With a checkpoint `loaded`, what [`recovery::look`] found meanwhile, if
+/// it ran.
 fn scan_log(
     dir: &Path,
     options: &Options,
     index: &Index,
     segments: &Segments,
-    loaded: Option<checkpoint::Loaded>,
+    loaded: Option<(checkpoint::Loaded, Option<Result<Layout>>)>,
 ) -> Result<(crate::log::recovery::Recovered, OpenReport)> {
+    let (loaded, looked) = match loaded {
+        Some((loaded, looked)) => (Some(loaded), looked),
+        None => (None, None),
+    };
     let mut report = OpenReport::default();
     let resumed = loaded.is_some();
     let mut served = loaded.as_ref().map_or(0, |l| l.records);
@@ -1361,6 +1378,7 @@ fn scan_log(
         dir,
         options,
         loaded.as_ref().map(|l| l.resume),
+        looked,
         segments,
         &mut report,
         |loc, payload| {

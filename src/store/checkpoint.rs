@@ -343,15 +343,16 @@ fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> 
 /// then hold part of it, and must be dropped for a fresh one.
 ///
 /// A large checkpoint is loaded on several threads (up to the machine's
-/// cores, at most [`MAX_LOAD_THREADS`]), each taking a contiguous range of
-/// the key map's shards. Shard by shard, a thread checksums the shard's
+/// cores, at most [`MAX_LOAD_THREADS`]), each taking the next shard of the
+/// key map not yet taken. Shard by shard, a thread checksums the shard's
 /// part of every section and then decodes it while its bytes are in the
 /// cache: its contexts (in the order the shard held them, so that each gets
 /// the same place in its shard) and their tasks (its messageId run and the
 /// contexts' task orders are checked on first use, see `IdemRun` and
 /// `ContextState::order_sound`). What needs every context in place (the
-/// tenants' listings, the task map) is done after, on one thread, and the
-/// parts' checksums are joined in file order. `beside` runs on the calling
+/// task map) is done after, on one thread, and the parts' checksums are
+/// joined in file order; the tenants' listings are handed over as the
+/// threads gathered them, to be built on first use. `beside` runs on the calling
 /// thread while the others load, if the file is a checkpoint of this
 /// version (an open looks at the directory then).
 pub fn load(fs: &dyn Fs, dir: &Path, index: &Index, beside: impl FnOnce()) -> Option<Loaded> {
@@ -409,15 +410,15 @@ fn load_on(
         done
     });
     let mut sums: Vec<Option<ShardSums>> = vec![None; SHARDS];
-    let mut lists: HashMap<String, Vec<Listed>> = HashMap::new();
+    let mut lists: HashMap<String, Vec<Vec<Listed>>> = HashMap::new();
     let mut with_tasks = Vec::new();
     for done in done {
         let done = done?;
         for (shard, sum) in done.sums {
             *sums.get_mut(shard)? = Some(sum);
         }
-        for (tenant, mut entries) in done.lists {
-            lists.entry(tenant).or_default().append(&mut entries);
+        for (tenant, entries) in done.lists {
+            lists.entry(tenant).or_default().push(entries);
         }
         with_tasks.extend(done.with_tasks);
     }
@@ -669,10 +670,6 @@ fn load_shards(plan: &Plan, index: &Index, next: &AtomicUsize) -> Option<Done> {
             .get_mut(first..)?
             .get_mut(..numbers.len())?
             .copy_from_slice(&numbers);
-    }
-    // Sorted here, the lists of every thread make one listing in one merge.
-    for list in done.lists.values_mut() {
-        list.sort_unstable();
     }
     Some(done)
 }

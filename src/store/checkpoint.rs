@@ -352,9 +352,9 @@ fn span_in(section: &Arc<Section>, (offset, count): (u64, u64), size: usize) -> 
 /// `ContextState::order_sound`). What needs every context in place (the
 /// task map) is done after, on one thread, and the parts' checksums are
 /// joined in file order; the tenants' listings are handed over as the
-/// threads gathered them, to be built on first use. `beside` runs on the calling
-/// thread while the others load, if the file is a checkpoint of this
-/// version (an open looks at the directory then).
+/// threads gathered them, to be built on first use. `beside` runs on the
+/// calling thread while the others load, if the file is a checkpoint of
+/// this version (an open looks at the directory then).
 pub fn load(fs: &dyn Fs, dir: &Path, index: &Index, beside: impl FnOnce()) -> Option<Loaded> {
     load_on(fs, dir, index, None, beside)
 }
@@ -368,9 +368,8 @@ fn split(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     (version == VERSION.to_le_bytes()).then_some((crc, body))
 }
 
-/// [`load`] on `threads` threads (`None`: as many as it picks).
-/// [`load`] on `threads` (`None`: as many as are worth it), `beside` run on
-/// the calling thread once the others have started.
+/// [`load`] on `threads` threads (`None`: as many as it picks), `beside`
+/// run on the calling thread once the others have started.
 fn load_on(
     fs: &dyn Fs,
     dir: &Path,

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::index::entries::{Entries, Fixed, Span};
 use crate::index::tasks::{join_id, split_id, ArtifactEntry, IdKey, TaskEntry, TASK_BYTES};
 use crate::log::frame::u32_at;
-use crate::log::record::{take_str, take_u64, take_u8};
+use crate::log::record::{take, take_str, take_u64, take_u8};
 use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
@@ -197,6 +197,40 @@ pub struct Extra {
     /// by every change, which keeps it so.
     #[serde(skip)]
     order_checked: std::sync::OnceLock<bool>,
+}
+
+impl Extra {
+    /// Decodes the checkpoint's form of the extras (their serde form in
+    /// the checkpoint's fixed-width little-endian bincode) from the front
+    /// of `bytes`, which it advances: by hand when they hold no task ids
+    /// the store did not make and no artifacts (a context past the scan
+    /// limit: its task order, and gaps if any), which an open decodes once
+    /// per such context; through `slow` otherwise.
+    fn decode_checkpoint(bytes: &mut &[u8], slow: fn(&mut &[u8]) -> Option<Extra>) -> Option<Self> {
+        let mut rest = *bytes;
+        let gaps = usize::try_from(take_u64(&mut rest)?).ok()?;
+        let gaps = take(&mut rest, gaps.checked_mul(8)?)?;
+        if take_u64(&mut rest)? != 0 || take_u64(&mut rest)? != 0 {
+            return slow(bytes);
+        }
+        let order = usize::try_from(take_u64(&mut rest)?).ok()?;
+        let order = take(&mut rest, order)?;
+        if order.len() % u32::SIZE != 0 {
+            return None;
+        }
+        *bytes = rest;
+        Some(Extra {
+            gaps: gaps
+                .chunks_exact(8)
+                .map(|g| (u32_at(g, 0), u32_at(g, 4)))
+                .collect(),
+            order: order
+                .chunks_exact(u32::SIZE)
+                .map(|o| u32_at(o, 0))
+                .collect(),
+            ..Extra::default()
+        })
+    }
 }
 
 /// A context with at most this many tasks finds one by scanning them.
@@ -402,7 +436,7 @@ impl ContextState {
         let history = take_u64(bytes)?;
         let extra = match take_u8(bytes)? {
             0 => None,
-            1 => Some(Box::new((rare.extra)(bytes)?)),
+            1 => Some(Box::new(Extra::decode_checkpoint(bytes, rare.extra)?)),
             _ => return None,
         };
         let gone = match take_u8(bytes)? {

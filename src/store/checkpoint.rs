@@ -818,6 +818,13 @@ mod tests {
                 store.apply_event(tenant, artifact.as_bytes()).unwrap();
             }
         }
+        // Tasks past the scan limit and no artifact.
+        for id in 0..20 {
+            let msg = format!(
+                r#"{{"messageId":"n{id}","role":"ROLE_USER","contextId":"many","parts":[{{"text":"hi"}}]}}"#
+            );
+            store.receive_message("w", msg.as_bytes()).unwrap();
+        }
         store.append_message("t", "raw", b"{}").unwrap();
         store.delete_context("u", "c4").unwrap();
         store.close().unwrap();
@@ -903,6 +910,9 @@ mod tests {
         let index = Index::default();
         assert!(load(options.fs.as_ref(), dir, &index, || ()).is_some());
         let mut kinds = (0, 0, 0);
+        // Extras decoded through bincode (artifacts) and by hand (a task
+        // order alone).
+        let mut extras = (0, 0);
         for slot in index.all_slots() {
             let state = slot.state.read();
             let mut bytes = Vec::new();
@@ -920,6 +930,9 @@ mod tests {
             encode(&by_bincode, &mut b).unwrap();
             assert_eq!(a, bytes);
             assert_eq!(b, bytes);
+            let artifacts = state.latest_chunks().next().is_some();
+            extras.0 += usize::from(artifacts);
+            extras.1 += usize::from(!artifacts && state.task_count() > 16);
             kinds.0 += usize::from(state.meta.is_none());
             kinds.1 += usize::from(state.gone.is_some());
             kinds.2 += usize::from(
@@ -933,6 +946,7 @@ mod tests {
         }
         // Every branch of the hand decoder was taken.
         assert!(kinds.0 == 0 && kinds.1 == 1 && kinds.2 > 0, "{kinds:?}");
+        assert!(extras.0 > 0 && extras.1 > 0, "{extras:?}");
         // And it refuses what does not decode, as bincode does.
         for cut in [0, 1, 33, 34, 40] {
             let slot = index.all_slots().pop().unwrap();

@@ -617,15 +617,12 @@ impl Index {
     /// them: `runs`, in any order, become the tenant's listing on its first
     /// use (see [`Listings`]).
     pub fn list_many_in_tenant(&self, tenant: &str, runs: Vec<Vec<Listed>>) {
-        let mut tenants = self.tenants.write();
-        match tenants.sets.get_mut(tenant) {
-            Some(set) => set.extend(runs.into_iter().flatten()),
-            None => tenants
-                .loaded
-                .entry(tenant.to_string())
-                .or_default()
-                .extend(runs),
-        }
+        self.tenants
+            .write()
+            .loaded
+            .entry(tenant.to_string())
+            .or_default()
+            .extend(runs);
     }
 
     /// Removes a context from its tenant's listing.

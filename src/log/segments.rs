@@ -166,8 +166,6 @@ pub struct Sealed {
     map: std::sync::OnceLock<Mapped>,
     /// Where to map it from, until it is mapped.
     file: Option<(Arc<dyn Fs>, PathBuf)>,
-    /// Held while it is being mapped, so that it is mapped once.
-    mapping: parking_lot::Mutex<()>,
 }
 
 impl Sealed {
@@ -178,7 +176,6 @@ impl Sealed {
             len,
             map: std::sync::OnceLock::from(map),
             file: None,
-            mapping: parking_lot::Mutex::new(()),
         }
     }
 
@@ -188,7 +185,6 @@ impl Sealed {
             len,
             map: std::sync::OnceLock::new(),
             file: Some((fs, path)),
-            mapping: parking_lot::Mutex::new(()),
         }
     }
 
@@ -197,12 +193,9 @@ impl Sealed {
         self.len
     }
 
-    /// Its bytes, mapping it first if it is not yet.
+    /// Its bytes, mapping it first if it is not yet. (Two first reads at
+    /// once may both map it; one map is kept, the other dropped.)
     pub fn bytes(&self) -> Result<&[u8]> {
-        if let Some(map) = self.map.get() {
-            return Ok(map.bytes());
-        }
-        let _once = self.mapping.lock();
         if let Some(map) = self.map.get() {
             return Ok(map.bytes());
         }
@@ -327,16 +320,15 @@ impl Reading<'_> {
                 Some(left) => left,
                 None => break,
             };
-            let start = loc.offset as usize;
-            let end = start + FRAME_HEADER_LEN as usize + loc.len as usize;
-            let follows = after == Some((loc.segment, start));
-            after = Some((loc.segment, end));
+            let frame = Segments::frame(loc);
+            let follows = after == Some((loc.segment, frame.start));
+            after = Some((loc.segment, frame.end));
             if follows {
                 continue;
             }
             let touch = |bytes: &[u8]| {
                 bytes
-                    .get(start..end)
+                    .get(frame.clone())
                     .map_or(0, |r| r.iter().step_by(LINE).fold(0u8, |a, b| a ^ b))
             };
             acc ^= match self.map.get(&loc.segment) {

@@ -408,23 +408,25 @@ fn load_on(
         done.extend(others.into_iter().map(|h| h.join().ok().flatten()));
         done
     });
-    let mut sums: Vec<Option<ShardSums>> = vec![None; SHARDS];
+    let mut shards: Vec<Option<ShardDone>> = vec![None; SHARDS];
     let mut lists: HashMap<String, Vec<Vec<Listed>>> = HashMap::new();
-    let mut with_tasks = Vec::new();
     for done in done {
         let done = done?;
-        for (shard, sum) in done.sums {
-            *sums.get_mut(shard)? = Some(sum);
+        for (shard, shard_done) in done.shards {
+            *shards.get_mut(shard)? = Some(shard_done);
         }
         for (tenant, entries) in done.lists {
             lists.entry(tenant).or_default().push(entries);
         }
-        with_tasks.extend(done.with_tasks);
     }
-    let sums: Vec<ShardSums> = sums.into_iter().collect::<Option<_>>()?;
-    // In place order: shard by shard, each in its own order.
-    with_tasks.sort_unstable_by_key(|(shard, _)| *shard);
-    let with_tasks = with_tasks.into_iter().flat_map(|(_, slots)| slots);
+    // Shard by shard: the checksums in file order, the contexts with tasks
+    // in place order.
+    let (sums, with_tasks): (Vec<ShardSums>, Vec<_>) = shards
+        .into_iter()
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let with_tasks = with_tasks.into_iter().flatten();
     if crc != plan.checksum(&sums).to_le_bytes() {
         return None;
     }
@@ -582,14 +584,15 @@ impl<'a> Plan<'a> {
 
 /// What one thread of a load hands back.
 struct Done {
-    /// The checksums of the shards it took, by shard.
-    sums: Vec<(usize, ShardSums)>,
+    /// Each shard it took, by number.
+    shards: Vec<(usize, ShardDone)>,
     /// Its contexts in their tenants' listings.
     lists: HashMap<String, Vec<Listed>>,
-    /// By shard, the visible contexts that may have tasks to enter in the
-    /// task map, in place order.
-    with_tasks: Vec<(usize, Vec<Arc<ContextSlot>>)>,
 }
+
+/// What a load found of one shard: its parts' checksums, and its visible
+/// contexts that may have tasks to enter in the task map, in place order.
+type ShardDone = (ShardSums, Vec<Arc<ContextSlot>>);
 
 /// One thread's part of a load: the next shard not yet taken (`next`),
 /// checksummed and then installed, until none is left.
@@ -600,9 +603,8 @@ fn load_shards(plan: &Plan, index: &Index, next: &AtomicUsize) -> Option<Done> {
     let section = |(start, len)| Section::new(plan.map.clone(), start, len);
     let (records, tasks) = (section(plan.records)?, section(plan.tasks)?);
     let mut done = Done {
-        sums: Vec::new(),
+        shards: Vec::new(),
         lists: HashMap::new(),
-        with_tasks: Vec::new(),
     };
     let mut numbers = Vec::new();
     loop {
@@ -616,7 +618,6 @@ fn load_shards(plan: &Plan, index: &Index, next: &AtomicUsize) -> Option<Done> {
             sum.update(bytes);
             sum
         });
-        done.sums.push((shard, sums));
         if !all_decode::<TaskEntry>(parts.tasks) {
             return None;
         }
@@ -662,7 +663,7 @@ fn load_shards(plan: &Plan, index: &Index, next: &AtomicUsize) -> Option<Done> {
         if !bytes.is_empty() {
             return None;
         }
-        done.with_tasks.push((shard, with_tasks));
+        done.shards.push((shard, (sums, with_tasks)));
         let first = *plan.first_places.get(shard)?;
         plan.numbers
             .lock()

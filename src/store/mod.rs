@@ -1195,17 +1195,6 @@ impl Shared {
         self.context_records(key).record(loc, f)
     }
 
-    /// Hands the message of the history record at `loc` of the context
-    /// keyed `key` to `f` (see [`ContextRecords::message`]).
-    pub(crate) fn with_message<T>(
-        &self,
-        key: &ContextKey,
-        loc: RecordLoc,
-        f: impl FnOnce(&View, &[u8]) -> T,
-    ) -> Result<T> {
-        self.context_records(key).message(loc, f)
-    }
-
     /// The records of the context keyed `key`, for the reads of one request.
     fn context_records<'a>(&'a self, key: &'a ContextKey) -> ContextRecords<'a> {
         ContextRecords {

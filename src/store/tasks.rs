@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use super::{
-    bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms, Store,
+    bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms,
+    ContextRecords, Store,
 };
 use crate::a2a::json::{self, Members};
 use crate::a2a::lifecycle::Op;
@@ -865,8 +866,10 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
+        // The task's records, read under one lock of the segment set.
+        let mut records = self.context_records(at.key);
         let status = match task.status_loc() {
-            Some(loc) => self.read_json(at.key, loc)?,
+            Some(loc) => read_json(&mut records, loc)?,
             None => Stored::new(TaskStatus {
                 state: task.state(),
                 message: None,
@@ -879,7 +882,8 @@ impl Store {
             .history_newest()
             .take(history_length.unwrap_or(usize::MAX))
             .map(|loc| {
-                self.with_message(at.key, loc, |_, bytes| from_json::<Message>(bytes))?
+                records
+                    .message(loc, |_, bytes| from_json::<Message>(bytes))?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -887,7 +891,7 @@ impl Store {
         let artifacts = include_artifacts
             .then(|| {
                 task.artifacts()
-                    .map(|chunks| self.read_artifact(at.key, &chunks))
+                    .map(|chunks| read_artifact(&mut records, &chunks))
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
@@ -899,41 +903,6 @@ impl Store {
             history,
             metadata: None,
         })
-    }
-
-    /// An artifact whole. One chunk is served as it was stored; several are
-    /// joined around their parts: the first chunk's members in their order,
-    /// every later chunk's parts appended (each part's text as stored), and
-    /// any other member a later chunk sets (not to `null` or `[]`) taking
-    /// that chunk's value.
-    fn read_artifact(&self, key: &ContextKey, chunks: &[RecordLoc]) -> Result<Stored<Artifact>> {
-        let texts = chunks
-            .iter()
-            .map(|&loc| {
-                let text = self.with_record(key, loc, |_, blob| blob_text(blob))?;
-                text.map(|t| (loc, t))
-                    .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (first, rest) = texts
-            .split_first()
-            .ok_or_else(|| Error::corrupt(0, 0, "an artifact with no chunks"))?;
-        let bad = |e: String| Error::corrupt(first.0.segment, u64::from(first.0.offset), e);
-        let whole = if rest.is_empty() {
-            first.1.clone()
-        } else {
-            join_chunks(texts.iter().map(|(_, t)| t.as_str())).map_err(bad)?
-        };
-        from_json(whole.as_bytes()).map_err(bad)
-    }
-
-    fn read_json<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &ContextKey,
-        loc: RecordLoc,
-    ) -> Result<Stored<T>> {
-        self.with_record(key, loc, |_, blob| from_json(blob))?
-            .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
     }
 
     /// The slot of the live context of a task of this tenant.
@@ -1221,6 +1190,42 @@ fn status_blob(status: &Stored<TaskStatus>, timestamp_ms: u64) -> Result<Vec<u8>
         RawValue::from_string(serde_json::to_string(&stamp).map_err(invalid)?).map_err(invalid)?;
     members.set("timestamp", &stamp);
     Ok(members.to_text().into_bytes())
+}
+
+/// An artifact whole. One chunk is served as it was stored; several are
+/// joined around their parts: the first chunk's members in their order,
+/// every later chunk's parts appended (each part's text as stored), and
+/// any other member a later chunk sets (not to `null` or `[]`) taking
+/// that chunk's value.
+fn read_artifact(records: &mut ContextRecords, chunks: &[RecordLoc]) -> Result<Stored<Artifact>> {
+    let texts = chunks
+        .iter()
+        .map(|&loc| {
+            let text = records.record(loc, |_, blob| blob_text(blob))?;
+            text.map(|t| (loc, t))
+                .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (first, rest) = texts
+        .split_first()
+        .ok_or_else(|| Error::corrupt(0, 0, "an artifact with no chunks"))?;
+    let bad = |e: String| Error::corrupt(first.0.segment, u64::from(first.0.offset), e);
+    let whole = if rest.is_empty() {
+        first.1.clone()
+    } else {
+        join_chunks(texts.iter().map(|(_, t)| t.as_str())).map_err(bad)?
+    };
+    from_json(whole.as_bytes()).map_err(bad)
+}
+
+/// The record at `loc` as JSON.
+fn read_json<T: serde::de::DeserializeOwned>(
+    records: &mut ContextRecords,
+    loc: RecordLoc,
+) -> Result<Stored<T>> {
+    records
+        .record(loc, |_, blob| from_json(blob))?
+        .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
 }
 
 /// Several chunks of one artifact as one object (see `read_artifact`).

@@ -103,11 +103,27 @@ pub struct Layout {
     pub lens: BTreeMap<u64, u64>,
     /// Every segment header that validates, by id.
     pub headers: BTreeMap<u64, SegmentHeader>,
+    /// Why each other segment header does not, by id.
+    pub bad_headers: BTreeMap<u64, HeaderError>,
     /// The lowest segment id no file has.
     pub next_id: u64,
 }
 
 impl Layout {
+    /// Segment `id`'s header as the survey read it.
+    pub fn header(&self, id: u64) -> std::result::Result<SegmentHeader, HeaderError> {
+        match self.headers.get(&id) {
+            Some(header) => Ok(*header),
+            // (A segment the survey did not read is past the largest id,
+            // which an open refuses first.)
+            None => Err(self
+                .bad_headers
+                .get(&id)
+                .cloned()
+                .unwrap_or(HeaderError::Short)),
+        }
+    }
+
     /// A segment file named past the largest id a store uses (which no
     /// store of this format wrote; an open refuses it), if there is one.
     pub fn past_max(&self) -> Option<Error> {
@@ -148,6 +164,10 @@ pub fn survey_listed(fs: &dyn Fs, dir: &Path, files: Vec<(String, u64)>) -> Resu
         .iter()
         .filter_map(|(&id, h)| h.as_ref().ok().map(|h| (id, *h)))
         .collect();
+    let bad_headers = read
+        .iter()
+        .filter_map(|(&id, h)| h.as_ref().err().map(|e| (id, e.clone())))
+        .collect();
     let manifest = Manifest::read(fs, dir)?;
     let manifest_store = match &manifest {
         manifest::Read::Found(m) => m.store,
@@ -167,6 +187,7 @@ pub fn survey_listed(fs: &dyn Fs, dir: &Path, files: Vec<(String, u64)>) -> Resu
         next_id: lens.keys().next_back().map_or(1, |&id| id + 1),
         lens,
         headers,
+        bad_headers,
     };
     for (&id, h) in &layout.headers {
         if let Some(other) = h.store.filter(|&s| s != store) {

@@ -182,20 +182,8 @@ pub fn recover(
     for &id in &sealed {
         let path = segment_path(dir, id);
         let len = layout.lens.get(&id).copied().unwrap_or(0);
-        // Its header as the survey read it (one that did not decode is read
-        // again, to say why).
-        let header = match layout.headers.get(&id) {
-            Some(header) => {
-                scan.check_decoded_header(&path, id, header)?;
-                *header
-            }
-            None => {
-                let prefix = fs
-                    .read_prefix(&path, HEADER_LEN as usize)
-                    .map_err(|e| Error::io("read a segment header", &path, e))?;
-                scan.check_header(&path, id, &prefix)?
-            }
-        };
+        // Its header as the survey read it.
+        let header = scan.check_header(&path, id, layout.header(id))?;
         // A segment the checkpoint covers whole is not read: it is mapped
         // when a record in it is first read. (Not so beside a writer in
         // another process, whose next merge may remove it: a read-only
@@ -353,18 +341,18 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
         }
     }
 
-    fn check_header(&self, path: &Path, id: u64, bytes: &[u8]) -> Result<SegmentHeader> {
-        let header = decode_header(bytes).map_err(|e| match e {
+    /// Checks segment `id`'s header as it `decoded`: a version this build
+    /// reads, naming segment `id`.
+    fn check_header(
+        &self,
+        path: &Path,
+        id: u64,
+        decoded: std::result::Result<SegmentHeader, HeaderError>,
+    ) -> Result<SegmentHeader> {
+        let header = decoded.map_err(|e| match e {
             HeaderError::Short => Error::corrupt(id, 0, "the segment header is cut short"),
             HeaderError::Invalid => Error::corrupt(id, 0, "the segment header is invalid"),
         })?;
-        self.check_decoded_header(path, id, &header)?;
-        Ok(header)
-    }
-
-    /// Checks a header that decoded: a version this build reads, naming
-    /// segment `id`.
-    fn check_decoded_header(&self, path: &Path, id: u64, header: &SegmentHeader) -> Result<()> {
         if header.version != FORMAT_VERSION && header.version != LEGACY_VERSION {
             return Err(Error::UnsupportedFormat {
                 path: path.to_path_buf(),
@@ -379,7 +367,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                 format!("the header names segment {}", header.segment_id),
             ));
         }
-        Ok(())
+        Ok(header)
     }
 
     /// Walks the frames of one segment. In the newest segment, a bad frame
@@ -477,7 +465,9 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             self.report.removed_segments.push(id);
             return fresh_segment(fs, dir, fresh);
         }
-        let header_len = self.check_header(&path, id, bytes)?.records_start();
+        let header_len = self
+            .check_header(&path, id, decode_header(bytes))?
+            .records_start();
         let len = bytes.len() as u64;
         let from = self.start_of(id, len, header_len)?.unwrap_or(len);
         let cut = self.frames(id, bytes, true, from)?;
@@ -545,7 +535,9 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
             // A segment whose header is not written yet: nothing in it.
             return Ok(unwritable(Fresh { id, ..fresh }));
         }
-        let header_len = self.check_header(&path, id, &bytes)?.records_start();
+        let header_len = self
+            .check_header(&path, id, decode_header(&bytes))?
+            .records_start();
         let len = bytes.len() as u64;
         let from = self.start_of(id, len, header_len)?.unwrap_or(len);
         if let Some(cut) = self.frames(id, &bytes, true, from)? {

@@ -776,16 +776,12 @@ fn w3_reopen(scale: Scale, root: &Path) {
     }
     // After a kill right after the last durable commit, in this process
     // (as W3 measures it).
-    let dir = root.join("reopen-killed");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut child = filler(&["fill", "ctxlog", dir.to_str().unwrap(), &bytes]);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let t = Instant::now();
-    let store = Store::open(&dir, Options::default()).unwrap();
-    let raw = (t.elapsed(), store.open_report().replayed);
-    drop(store);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let raw = reopen_after_kill(
+        &root.join("reopen-killed"),
+        &["fill", "ctxlog"],
+        scale.reopen_bytes,
+        Options::default(),
+    );
     let exchanges = reopen_exchanges_after_kill(root, scale.reopen_bytes);
     println!(
         "- after a kill: the raw store {:.1} ms ({} records replayed after the checkpoint), the exchanges store {:.1} ms ({} replayed)",
@@ -833,19 +829,33 @@ fn fill_exchanges(dir: &Path, bytes: u64) -> Store {
 }
 
 /// Fills a store of exchanges in a child process, kills it once its last
-/// append is durable, and times the reopen: how long, and how many records
-/// it replayed after the checkpoint.
+/// append is durable, and times the reopen (see [`reopen_after_kill`]).
 fn reopen_exchanges_after_kill(root: &Path, bytes: u64) -> (Duration, u64) {
     let dir = root.join("w3-exchanges-killed");
-    let mut child = filler(&["fill-exchanges", dir.to_str().unwrap(), &bytes.to_string()]);
+    reopen_after_kill(&dir, &["fill-exchanges"], bytes, exchanges_options())
+}
+
+/// Fills `dir` with about `bytes` in a child process (`fill`: the child's
+/// subcommand and its arguments before the directory), kills it once its
+/// last append is durable, and times the reopen with `options`: how long,
+/// and how many records it replayed after the checkpoint.
+fn reopen_after_kill(dir: &Path, fill: &[&str], bytes: u64, options: Options) -> (Duration, u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let bytes = bytes.to_string();
+    let args: Vec<&str> = fill
+        .iter()
+        .copied()
+        .chain([dir.to_str().unwrap(), &bytes])
+        .collect();
+    let mut child = filler(&args);
     child.kill().unwrap();
     child.wait().unwrap();
     let t = Instant::now();
-    let store = Store::open(&dir, exchanges_options()).unwrap();
+    let store = Store::open(dir, options).unwrap();
     let opened = t.elapsed();
     let replayed = store.open_report().replayed;
     drop(store);
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
     (opened, replayed)
 }
 

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::index::entries::{Entries, Fixed, Span};
 use crate::index::tasks::{join_id, split_id, ArtifactEntry, IdKey, TaskEntry, TASK_BYTES};
 use crate::log::frame::u32_at;
-use crate::log::record::{take, take_str, take_u64, take_u8};
+use crate::log::record::{take, take_bool, take_str, take_u32, take_u64, take_u8};
 use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
@@ -202,17 +202,36 @@ pub struct Extra {
 impl Extra {
     /// Decodes the checkpoint's form of the extras (their serde form in
     /// the checkpoint's fixed-width little-endian bincode) from the front
-    /// of `bytes`, which it advances: by hand when they hold no task ids
-    /// the store did not make and no artifacts (a context past the scan
-    /// limit: its task order, and gaps if any), which an open decodes once
-    /// per such context; through `slow` otherwise.
-    fn decode_checkpoint(bytes: &mut &[u8], slow: fn(&mut &[u8]) -> Option<Extra>) -> Option<Self> {
+    /// of `bytes`, which it advances, by hand: an open decodes one per
+    /// context past the scan limit or with artifacts, and on a store whose
+    /// every task has an artifact, bincode's generic decoder made the open
+    /// about a sixth longer. `None` wherever bincode would refuse the
+    /// bytes.
+    fn decode_checkpoint(bytes: &mut &[u8]) -> Option<Self> {
         let mut rest = *bytes;
-        let gaps = usize::try_from(take_u64(&mut rest)?).ok()?;
-        let gaps = take(&mut rest, gaps.checked_mul(8)?)?;
-        if take_u64(&mut rest)? != 0 || take_u64(&mut rest)? != 0 {
-            return slow(bytes);
+        let gaps = take_fixed(&mut rest, 8)?
+            .chunks_exact(8)
+            .map(|g| (u32_at(g, 0), u32_at(g, 4)))
+            .collect();
+        let n = take_count(&mut rest, 4 + 8)?;
+        let mut other_ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            other_ids.push((take_u32(&mut rest)?, take_str(&mut rest)?.into()));
         }
+        let n = take_count(&mut rest, 4 + 8 + 8 + 1)?;
+        let mut artifacts = Vec::with_capacity(n);
+        for _ in 0..n {
+            artifacts.push(ArtifactEntry {
+                task: take_u32(&mut rest)?,
+                id: take_str(&mut rest)?.to_string(),
+                chunks: take_fixed(&mut rest, 4)?
+                    .chunks_exact(4)
+                    .map(|c| u32_at(c, 0))
+                    .collect(),
+                closed: take_bool(&mut rest)?,
+            });
+        }
+        // A byte string (its length, then its bytes), of whole entries.
         let order = usize::try_from(take_u64(&mut rest)?).ok()?;
         let order = take(&mut rest, order)?;
         if order.len() % u32::SIZE != 0 {
@@ -220,10 +239,9 @@ impl Extra {
         }
         *bytes = rest;
         Some(Extra {
-            gaps: gaps
-                .chunks_exact(8)
-                .map(|g| (u32_at(g, 0), u32_at(g, 4)))
-                .collect(),
+            gaps,
+            other_ids,
+            artifacts,
             order: order
                 .chunks_exact(u32::SIZE)
                 .map(|o| u32_at(o, 0))
@@ -231,6 +249,21 @@ impl Extra {
             ..Extra::default()
         })
     }
+}
+
+/// Takes a sequence's length, a u64, and returns it if the rest of `bytes`
+/// could hold that many items of at least `min` bytes each (so that it
+/// never reserves more than the bytes could fill).
+fn take_count(bytes: &mut &[u8], min: usize) -> Option<usize> {
+    let n = usize::try_from(take_u64(bytes)?).ok()?;
+    (n <= bytes.len() / min).then_some(n)
+}
+
+/// Takes a sequence of fixed-size items (its length, a u64, then `size`
+/// bytes per item) and returns their bytes.
+fn take_fixed<'a>(bytes: &mut &'a [u8], size: usize) -> Option<&'a [u8]> {
+    let n = usize::try_from(take_u64(bytes)?).ok()?;
+    take(bytes, n.checked_mul(size)?)
 }
 
 /// A context with at most this many tasks finds one by scanning them.
@@ -419,9 +452,13 @@ impl ContextState {
     /// Decodes the checkpoint's form of a state (its serde form in the
     /// checkpoint's fixed-width little-endian bincode) from the front of
     /// `bytes`, which it advances: the common fields by hand, as an open
-    /// decodes one per context, and the rare boxed ones through `rare`.
+    /// decodes one per context, and why it is gone, if it is, through
+    /// `gone`.
     /// `None` if it does not decode.
-    pub fn decode_checkpoint(bytes: &mut &[u8], rare: Rare) -> Option<Self> {
+    pub fn decode_checkpoint(
+        bytes: &mut &[u8],
+        gone: fn(&mut &[u8]) -> Option<Gone>,
+    ) -> Option<Self> {
         let meta = match take_u8(bytes)? {
             0 => None,
             1 => {
@@ -436,12 +473,12 @@ impl ContextState {
         let history = take_u64(bytes)?;
         let extra = match take_u8(bytes)? {
             0 => None,
-            1 => Some(Box::new(Extra::decode_checkpoint(bytes, rare.extra)?)),
+            1 => Some(Box::new(Extra::decode_checkpoint(bytes)?)),
             _ => return None,
         };
         let gone = match take_u8(bytes)? {
             0 => None,
-            1 => Some((rare.gone)(bytes)?),
+            1 => Some(gone(bytes)?),
             _ => return None,
         };
         Some(ContextState {
@@ -1006,19 +1043,11 @@ impl<'a> TaskView<'a> {
     }
 }
 
-/// How [`ContextState::decode_checkpoint`] decodes the parts it does not
-/// decode by hand (each from the front of the bytes, which it advances).
-pub struct Rare {
-    /// The boxed extras.
-    pub extra: fn(&mut &[u8]) -> Option<Extra>,
-    /// Why a context is gone.
-    pub gone: fn(&mut &[u8]) -> Option<Gone>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::index::entries::Section;
+    use proptest::prelude::*;
 
     fn at(offset: u32) -> RecordLoc {
         RecordLoc {
@@ -1289,5 +1318,90 @@ mod tests {
         rebuilt.sort_unstable();
         assert_eq!(rebuilt, (0..=n).collect::<Vec<_>>());
         assert_eq!(back.task_pos("one-more"), Some(n));
+    }
+
+    /// The checkpoint's bincode configuration.
+    fn config() -> impl bincode::config::Config {
+        bincode::config::standard()
+            .with_little_endian()
+            .with_fixed_int_encoding()
+            .with_limit::<{ 1 << 30 }>()
+    }
+
+    fn any_extra() -> impl Strategy<Value = Extra> {
+        use proptest::collection::vec;
+        let artifact = (
+            any::<u32>(),
+            ".{0,6}",
+            vec(any::<u32>(), 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(task, id, chunks, closed)| ArtifactEntry {
+                task,
+                id,
+                chunks,
+                closed,
+            });
+        (
+            vec((any::<u32>(), any::<u32>()), 0..3),
+            vec((any::<u32>(), ".{0,6}"), 0..3),
+            vec(artifact, 0..3),
+            vec(any::<u32>(), 0..5),
+        )
+            .prop_map(|(gaps, other_ids, artifacts, order)| Extra {
+                gaps,
+                other_ids: other_ids
+                    .into_iter()
+                    .map(|(p, id)| (p, id.into()))
+                    .collect(),
+                artifacts,
+                order,
+                ..Extra::default()
+            })
+    }
+
+    /// Whether the hand decoder and bincode agree on `bytes`: both refuse
+    /// them, or both read the same extras from the same number of bytes.
+    fn extras_agree(bytes: &[u8]) -> bool {
+        let mut rest = bytes;
+        let by_hand = Extra::decode_checkpoint(&mut rest);
+        let by_bincode = bincode::serde::decode_from_slice::<Extra, _>(bytes, config());
+        match (by_hand, by_bincode) {
+            (None, Err(_)) => true,
+            (Some(a), Ok((b, used))) => {
+                let encode = |x: &Extra| bincode::serde::encode_to_vec(x, config()).unwrap();
+                used == bytes.len() - rest.len() && encode(&a) == encode(&b)
+            }
+            _ => false,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn extras_decode_by_hand_as_bincode_decodes_them(extra in any_extra()) {
+            let bytes = bincode::serde::encode_to_vec(&extra, config()).unwrap();
+            prop_assert!(extras_agree(&bytes));
+            let mut rest = &bytes[..];
+            let back = Extra::decode_checkpoint(&mut rest).unwrap();
+            prop_assert!(rest.is_empty());
+            prop_assert_eq!(back.artifacts.len(), extra.artifacts.len());
+        }
+
+        /// Any byte changed, or the bytes cut short: the hand decoder
+        /// refuses exactly what bincode refuses.
+        #[test]
+        fn extras_refused_by_hand_as_bincode_refuses_them(
+            extra in any_extra(),
+            at in any::<prop::sample::Index>(),
+            byte: u8,
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut bytes = bincode::serde::encode_to_vec(&extra, config()).unwrap();
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            prop_assert!(extras_agree(&bytes));
+            bytes.truncate(cut.index(bytes.len()));
+            prop_assert!(extras_agree(&bytes));
+        }
     }
 }

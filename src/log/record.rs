@@ -332,7 +332,7 @@ pub fn take_u8(bytes: &mut &[u8]) -> Option<u8> {
 }
 
 /// Takes a bool: one byte, 0 or 1.
-fn take_bool(bytes: &mut &[u8]) -> Option<bool> {
+pub fn take_bool(bytes: &mut &[u8]) -> Option<bool> {
     match take_u8(bytes)? {
         0 => Some(false),
         1 => Some(true),
@@ -346,7 +346,7 @@ fn take_option(bytes: &mut &[u8]) -> Option<bool> {
 }
 
 /// Takes a little-endian u32 (an enum's variant index).
-fn take_u32(bytes: &mut &[u8]) -> Option<u32> {
+pub fn take_u32(bytes: &mut &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(*take(bytes, 4)?.first_chunk()?))
 }
 

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::index::context::Rare;
 use crate::index::context::RECORD_BYTES;
 use crate::index::entries::{all_decode, Section, Span};
 use crate::index::idem_run::{put_entry, IdemRun, Numbers, ENTRY_BYTES};
@@ -311,11 +310,7 @@ fn decode_from<T: serde::de::DeserializeOwned>(bytes: &mut &[u8]) -> Option<T> {
 fn decode_entry(bytes: &mut &[u8]) -> Option<Entry> {
     let version = *take(bytes, 1)?.first()?;
     let digest = *take(bytes, 32)?.first_chunk()?;
-    let rare = Rare {
-        extra: decode_from,
-        gone: decode_from,
-    };
-    let state = ContextState::decode_checkpoint(bytes, rare)?;
+    let state = ContextState::decode_checkpoint(bytes, decode_from)?;
     let mut n = || take_u64(bytes);
     let spans = ((n()?, n()?), (n()?, n()?));
     Some((version, digest, state, spans))
@@ -911,8 +906,7 @@ mod tests {
         let index = Index::default();
         assert!(load(options.fs.as_ref(), dir, &index, || ()).is_some());
         let mut kinds = (0, 0, 0);
-        // Extras decoded through bincode (artifacts) and by hand (a task
-        // order alone).
+        // Extras with artifacts, and with a task order alone.
         let mut extras = (0, 0);
         for slot in index.all_slots() {
             let state = slot.state.read();

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::a2a::lifecycle::{check, Op};
 use crate::a2a::TaskState;
 use crate::error::Result;
+use crate::index::artifacts::Artifacts;
 use crate::index::entries::{Entries, Fixed, Span};
 use crate::index::tasks::{join_id, split_id, ArtifactEntry, IdKey, TaskEntry, TASK_BYTES};
 use crate::log::frame::u32_at;
-use crate::log::record::{take, take_bool, take_str, take_u32, take_u64, take_u8};
+use crate::log::record::{take, take_str, take_u32, take_u64, take_u8};
 use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
@@ -186,8 +187,8 @@ pub struct Extra {
     /// Ascending by position.
     other_ids: Vec<(u32, Box<str>)>,
     /// Every artifact of the context's tasks, in the order they were first
-    /// created.
-    artifacts: Vec<ArtifactEntry>,
+    /// created (as a loaded checkpoint held them until first read).
+    artifacts: Artifacts,
     /// Once the context has more than [`SCAN_TASKS`] tasks: their positions
     /// ordered by id, for a binary search. Checkpointed, and checked on its
     /// first use after a load ([`ContextState::order_sound`]).
@@ -202,11 +203,10 @@ pub struct Extra {
 impl Extra {
     /// Decodes the checkpoint's form of the extras (their serde form in
     /// the checkpoint's fixed-width little-endian bincode) from the front
-    /// of `bytes`, which it advances, by hand: an open decodes one per
-    /// context past the scan limit or with artifacts, and on a store whose
-    /// every task has an artifact, bincode's generic decoder made the open
-    /// about a sixth longer. `None` wherever bincode would refuse the
-    /// bytes.
+    /// of `bytes`, which it advances, by hand (an open decodes one per
+    /// context past the scan limit or with artifacts), the artifacts
+    /// checked and kept packed until first read. `None` wherever bincode
+    /// would refuse the bytes.
     fn decode_checkpoint(bytes: &mut &[u8]) -> Option<Self> {
         let mut rest = *bytes;
         let gaps = take_fixed(&mut rest, 8)?
@@ -218,19 +218,7 @@ impl Extra {
         for _ in 0..n {
             other_ids.push((take_u32(&mut rest)?, take_str(&mut rest)?.into()));
         }
-        let n = take_count(&mut rest, 4 + 8 + 8 + 1)?;
-        let mut artifacts = Vec::with_capacity(n);
-        for _ in 0..n {
-            artifacts.push(ArtifactEntry {
-                task: take_u32(&mut rest)?,
-                id: take_str(&mut rest)?.to_string(),
-                chunks: take_fixed(&mut rest, 4)?
-                    .chunks_exact(4)
-                    .map(|c| u32_at(c, 0))
-                    .collect(),
-                closed: take_bool(&mut rest)?,
-            });
-        }
+        let artifacts = Artifacts::take_packed(&mut rest)?;
         // A byte string (its length, then its bytes), of whole entries.
         let order = usize::try_from(take_u64(&mut rest)?).ok()?;
         let order = take(&mut rest, order)?;
@@ -517,11 +505,7 @@ impl ContextState {
                 + x.order.capacity() * 4
                 + x.other_ids.capacity() * size_of::<(u32, Box<str>)>()
                 + x.other_ids.iter().map(|(_, id)| id.len()).sum::<usize>()
-                + x.artifacts.capacity() * size_of::<ArtifactEntry>()
-                + x.artifacts
-                    .iter()
-                    .map(|a| a.id.capacity() + a.chunks.capacity() * 4)
-                    .sum::<usize>()
+                + x.artifacts.heap_bytes()
         });
         meta + self.recs.bytes() + self.tasks.bytes() + extra
     }
@@ -560,6 +544,16 @@ impl ContextState {
             matches!(self.recs, Entries::Mapped(_)),
             matches!(self.tasks, Entries::Mapped(_)),
         )
+    }
+
+    /// Whether its artifacts are still packed as a checkpoint held them,
+    /// and whether they were read since.
+    #[cfg(test)]
+    pub fn artifacts_packed(&self) -> Option<bool> {
+        match self.extra.as_deref().map(|x| &x.artifacts) {
+            Some(Artifacts::Packed(_, read)) => Some(read.get().is_some()),
+            _ => None,
+        }
     }
 
     /// Whether the context can be used now, under `retention`.
@@ -723,7 +717,7 @@ impl ContextState {
 
     /// Records the artifact chunk at position `pos` of task `task`.
     pub fn add_chunk(&mut self, task: u32, pos: u32, artifact_id: &str, append: bool, last: bool) {
-        let artifacts = &mut self.extra_mut().artifacts;
+        let artifacts = self.extra_mut().artifacts.get_mut();
         let at = artifacts
             .iter()
             .position(|a| a.task == task && a.id == artifact_id);
@@ -758,7 +752,7 @@ impl ContextState {
     }
 
     fn artifacts(&self) -> &[ArtifactEntry] {
-        self.extra.as_deref().map_or(&[], |x| &x.artifacts)
+        self.extra.as_deref().map_or(&[], |x| x.artifacts.get())
     }
 
     fn other_ids(&self) -> &[(u32, Box<str>)] {
@@ -1354,7 +1348,7 @@ mod tests {
                     .into_iter()
                     .map(|(p, id)| (p, id.into()))
                     .collect(),
-                artifacts,
+                artifacts: Artifacts::Owned(artifacts),
                 order,
                 ..Extra::default()
             })
@@ -1384,7 +1378,7 @@ mod tests {
             let mut rest = &bytes[..];
             let back = Extra::decode_checkpoint(&mut rest).unwrap();
             prop_assert!(rest.is_empty());
-            prop_assert_eq!(back.artifacts.len(), extra.artifacts.len());
+            prop_assert_eq!(back.artifacts.get().len(), extra.artifacts.get().len());
         }
 
         /// Any byte changed, or the bytes cut short: the hand decoder

@@ -4,6 +4,7 @@
 //! shards, so looking up one context never waits on a write to another's shard
 //! entry for long. Each context then has its own slot with its own locks.
 
+mod artifacts;
 pub mod context;
 pub mod entries;
 pub mod idem_run;

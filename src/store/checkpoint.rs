@@ -1002,4 +1002,82 @@ mod tests {
         let store = Store::open(dir, options).unwrap();
         assert_eq!(contents(&store), want);
     }
+
+    /// Every task of every context of the varied store, as `list_tasks`
+    /// answers (artifacts included).
+    fn every_task(store: &Store) -> Vec<String> {
+        let mut out = Vec::new();
+        for tenant in ["t", "u", "w"] {
+            for c in (0..11).map(|c| format!("c{c}")).chain(["many".to_string()]) {
+                let query = crate::ListTasksQuery {
+                    context_id: Some(c),
+                    include_artifacts: true,
+                    ..Default::default()
+                };
+                out.push(match store.list_tasks(tenant, &query) {
+                    Ok(page) => serde_json::to_string(&page.tasks).unwrap(),
+                    Err(e) => e.to_string(),
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn artifacts_stay_packed_until_read_and_answer_as_a_scanned_store_does() {
+        let dir = Path::new("/s");
+        let options = varied_store(dir);
+        // What the log alone says, read with the checkpoint set aside.
+        let fs = options.fs.clone();
+        let set_aside = dir.join("set-aside");
+        fs.rename(&dir.join(CHECKPOINT), &set_aside).unwrap();
+        let store = Store::open(dir, options.clone()).unwrap();
+        assert!(!store.open_report().from_checkpoint);
+        let want = every_task(&store);
+        assert!(want.iter().any(|t| t.contains(r#""artifactId":"a5""#)));
+        store.close().unwrap();
+        fs.rename(&set_aside, &dir.join(CHECKPOINT)).unwrap();
+        let packed = |store: &Store| {
+            let slots = store.index.all_slots();
+            let states: Vec<_> = slots
+                .iter()
+                .filter_map(|s| s.state.read().artifacts_packed())
+                .collect();
+            (states.len(), states.iter().filter(|read| **read).count())
+        };
+        let store = Store::open(dir, options.clone()).unwrap();
+        assert!(store.open_report().from_checkpoint);
+        let (with_artifacts, read) = packed(&store);
+        assert!(with_artifacts > 0 && read == 0, "{with_artifacts} {read}");
+        // A checkpoint written before any is read keeps their bytes.
+        store.write_checkpoint().unwrap();
+        store.close().unwrap();
+        let store = Store::open(dir, options.clone()).unwrap();
+        assert_eq!(packed(&store), (with_artifacts, 0));
+        assert_eq!(every_task(&store), want);
+        assert_eq!(packed(&store), (with_artifacts, with_artifacts));
+        // A new artifact takes its context's off the packed bytes.
+        let task = store
+            .list_tasks(
+                "t",
+                &crate::ListTasksQuery {
+                    context_id: Some("c0".into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .tasks[0]
+            .id
+            .clone();
+        let event = format!(
+            r#"{{"artifactUpdate":{{"taskId":"{task}","contextId":"c0","artifact":{{"artifactId":"new","parts":[{{"text":"y"}}]}}}}}}"#
+        );
+        store.apply_event("t", event.as_bytes()).unwrap();
+        assert_eq!(packed(&store).0, with_artifacts - 1);
+        let want = every_task(&store);
+        assert!(want.iter().any(|t| t.contains(r#""artifactId":"new""#)));
+        store.close().unwrap();
+        let store = Store::open(dir, options).unwrap();
+        assert_eq!(every_task(&store), want);
+    }
 }

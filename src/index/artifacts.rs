@@ -21,12 +21,29 @@ use crate::log::record::{take, take_bool, take_str, take_u32, take_u64};
 /// created: packed as the checkpoint held them, decoded on first read.
 #[derive(Debug)]
 pub enum Artifacts {
-    /// The checkpoint's bytes of them (a count, then each artifact, in
-    /// bincode's fixed-width little-endian form), checked when loaded, and
-    /// them decoded from these bytes on first read.
-    Packed(Box<[u8]>, OnceLock<Vec<ArtifactEntry>>),
+    /// As a loaded checkpoint held them (boxed, so that the enum takes no
+    /// more room in a context's extras than the list alone).
+    Packed(Box<Packed>),
     /// Them, on the heap: none yet, or changed since the load.
     Owned(Vec<ArtifactEntry>),
+}
+
+/// A context's artifacts as a loaded checkpoint held them.
+#[derive(Debug)]
+pub struct Packed {
+    /// The checkpoint's bytes of them (a count, then each artifact, in
+    /// bincode's fixed-width little-endian form), checked when loaded.
+    bytes: Box<[u8]>,
+    /// Them, decoded from `bytes` on first read.
+    decoded: OnceLock<Vec<ArtifactEntry>>,
+}
+
+impl Packed {
+    /// Whether they were read since loaded.
+    #[cfg(test)]
+    pub fn is_read(&self) -> bool {
+        self.decoded.get().is_some()
+    }
 }
 
 impl Default for Artifacts {
@@ -79,7 +96,10 @@ impl Artifacts {
         Some(if n == 0 {
             Self::default()
         } else {
-            Artifacts::Packed(whole.get(..used)?.into(), OnceLock::new())
+            Artifacts::Packed(Box::new(Packed {
+                bytes: whole.get(..used)?.into(),
+                decoded: OnceLock::new(),
+            }))
         })
     }
 
@@ -90,18 +110,19 @@ impl Artifacts {
             // The bytes were checked by `walk` when loaded, so they decode;
             // were they not to, the context would show no artifacts rather
             // than fail.
-            Artifacts::Packed(bytes, decoded) => {
-                decoded.get_or_init(|| decode(bytes).unwrap_or_default())
-            }
+            Artifacts::Packed(p) => p
+                .decoded
+                .get_or_init(|| decode(&p.bytes).unwrap_or_default()),
         }
     }
 
     /// The artifacts, to change: on the heap from now on.
     pub fn get_mut(&mut self) -> &mut Vec<ArtifactEntry> {
-        if let Artifacts::Packed(bytes, decoded) = self {
-            let list = decoded
+        if let Artifacts::Packed(p) = self {
+            let list = p
+                .decoded
                 .take()
-                .unwrap_or_else(|| decode(bytes).unwrap_or_default());
+                .unwrap_or_else(|| decode(&p.bytes).unwrap_or_default());
             *self = Artifacts::Owned(list);
         }
         match self {
@@ -126,7 +147,9 @@ impl Artifacts {
         };
         match self {
             Artifacts::Owned(l) => list(l),
-            Artifacts::Packed(bytes, decoded) => bytes.len() + decoded.get().map_or(0, list),
+            Artifacts::Packed(p) => {
+                std::mem::size_of::<Packed>() + p.bytes.len() + p.decoded.get().map_or(0, list)
+            }
         }
     }
 }
@@ -138,9 +161,9 @@ impl Serialize for Artifacts {
             // Unchanged since loaded (a change makes them owned): the bytes
             // of a list's form in the checkpoint's bincode, as they were
             // loaded (bincode writes a tuple of bytes as they are).
-            Artifacts::Packed(bytes, _) => {
-                let mut t = s.serialize_tuple(bytes.len())?;
-                for byte in bytes.iter() {
+            Artifacts::Packed(p) => {
+                let mut t = s.serialize_tuple(p.bytes.len())?;
+                for byte in p.bytes.iter() {
                     t.serialize_element(byte)?;
                 }
                 t.end()
@@ -187,7 +210,12 @@ mod tests {
         let mut packed = Artifacts::take_packed(&mut rest).unwrap();
         assert_eq!(rest, b"next");
         assert!(
-            matches!(&packed, Artifacts::Packed(b, d) if d.get().is_none() && b.len() == bytes.len() - 4)
+            matches!(&packed, Artifacts::Packed(p) if !p.is_read() && p.bytes.len() == bytes.len() - 4)
+        );
+        // No more room in a context's extras than the list alone.
+        assert_eq!(
+            std::mem::size_of::<Artifacts>(),
+            std::mem::size_of::<Vec<ArtifactEntry>>()
         );
         // Written back as they were loaded, before and after a read.
         let written = bincode::serde::encode_to_vec(&packed, config()).unwrap();

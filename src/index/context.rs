@@ -551,7 +551,7 @@ impl ContextState {
     #[cfg(test)]
     pub fn artifacts_packed(&self) -> Option<bool> {
         match self.extra.as_deref().map(|x| &x.artifacts) {
-            Some(Artifacts::Packed(_, read)) => Some(read.get().is_some()),
+            Some(Artifacts::Packed(p)) => Some(p.is_read()),
             _ => None,
         }
     }

@@ -719,7 +719,8 @@ fn open_in_child(engine: &str, dir: &Path) -> Duration {
 }
 
 /// W3's clean reopens, many times: the stores of about `reopen_bytes` (raw
-/// 1 KiB messages, for ctxlog and redb; and ctxlog's A2A exchanges) filled
+/// 1 KiB messages, for ctxlog and redb; and ctxlog's A2A exchanges, without
+/// and with an artifact per task) filled
 /// once and closed, then each opened in a fresh process, as a command or a
 /// cold start opens it, by turns, `rounds` times: the medians and the
 /// spread, and ctxlog's against redb's, the two measured in alternation.
@@ -727,13 +728,14 @@ fn w3_reopen(scale: Scale, root: &Path) {
     let rounds = if scale.reopen_bytes >= 1 << 30 { 21 } else { 7 };
     let bytes = scale.reopen_bytes.to_string();
     let mut dirs = Vec::new();
-    for name in ["ctxlog", "redb", "ctxlog-exchanges"] {
+    for name in ["ctxlog", "redb", "ctxlog-exchanges", "ctxlog-artifacts"] {
         let dir = root.join(format!("reopen-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut child = if name == "ctxlog-exchanges" {
-            filler(&["fill-exchanges", dir.to_str().unwrap(), &bytes])
-        } else {
-            filler(&["fill", name, dir.to_str().unwrap(), &bytes])
+        let path = dir.to_str().unwrap();
+        let mut child = match name {
+            "ctxlog-exchanges" => filler(&["fill-exchanges", path, &bytes]),
+            "ctxlog-artifacts" => filler(&["fill-exchanges-artifacts", path, &bytes]),
+            _ => filler(&["fill", name, path, &bytes]),
         };
         drop(child.stdin.take());
         child.wait().unwrap();
@@ -767,9 +769,10 @@ fn w3_reopen(scale: Scale, root: &Path) {
         );
     }
     println!(
-        "\n- ctxlog's raw store against redb's, p50: {:.2}x (target <= 2x); the exchanges store's p50: {:.2} ms (target <= 10 ms)",
+        "\n- ctxlog's raw store against redb's, p50: {:.2}x (target <= 2x); the exchanges store's p50: {:.2} ms (target <= 10 ms); with an artifact per task: {:.2} ms",
         p50[0] / p50[1],
-        p50[2]
+        p50[2],
+        p50[3]
     );
     for (_, dir) in dirs {
         std::fs::remove_dir_all(&dir).unwrap();
@@ -799,8 +802,9 @@ fn exchanges_options() -> Options {
 }
 
 /// Fills `dir` with about `bytes` of A2A exchanges (see [`w3_exchanges`])
-/// and syncs them.
-fn fill_exchanges(dir: &Path, bytes: u64) -> Store {
+/// and syncs them; with `artifacts`, each task's agent also streams it a
+/// small artifact (one chunk) before its reply.
+fn fill_exchanges(dir: &Path, bytes: u64, artifacts: bool) -> Store {
     let store = Store::open(dir, exchanges_options()).unwrap();
     let contexts: u64 = if bytes >= 1 << 30 { 10_000 } else { 50 };
     let text: String = "Please refund the duplicate charge. "
@@ -817,6 +821,13 @@ fn fill_exchanges(dir: &Path, bytes: u64) -> Store {
                 r#"{{"messageId":"m{n}","role":"ROLE_USER","contextId":"ctx-{c}","parts":[{{"text":"{text}"}}]}}"#
             );
             let r = store.receive_message("bench", msg.as_bytes()).unwrap();
+            if artifacts {
+                let artifact = format!(
+                    r#"{{"artifactUpdate":{{"taskId":"{}","contextId":"ctx-{c}","artifact":{{"artifactId":"refund-{n}","parts":[{{"text":"refund issued"}}]}},"lastChunk":true}}}}"#,
+                    r.task_id
+                );
+                store.apply_event("bench", artifact.as_bytes()).unwrap();
+            }
             let reply = format!(
                 r#"{{"statusUpdate":{{"taskId":"{}","contextId":"ctx-{c}","status":{{"state":"TASK_STATE_COMPLETED","message":{{"messageId":"a{n}","role":"ROLE_AGENT","parts":[{{"text":"{text}"}}]}}}}}}}}"#,
                 r.task_id
@@ -868,7 +879,7 @@ fn reopen_after_kill(dir: &Path, fill: &[&str], bytes: u64, options: Options) ->
 fn w3_exchanges(scale: Scale, root: &Path) {
     let dir = root.join("w3-exchanges");
     let t = Instant::now();
-    let store = fill_exchanges(&dir, scale.reopen_bytes);
+    let store = fill_exchanges(&dir, scale.reopen_bytes, false);
     let filled = t.elapsed();
     store.close().unwrap();
     let t = Instant::now();
@@ -1259,19 +1270,22 @@ fn main() {
         child_fill(&args[1], Path::new(&args[2]), args[3].parse().unwrap());
         return;
     }
-    if args.first().map(String::as_str) == Some("fill-exchanges") {
-        let store = fill_exchanges(Path::new(&args[1]), args[2].parse().unwrap());
+    if let Some(kind @ ("fill-exchanges" | "fill-exchanges-artifacts")) =
+        args.first().map(String::as_str)
+    {
+        let artifacts = kind == "fill-exchanges-artifacts";
+        let store = fill_exchanges(Path::new(&args[1]), args[2].parse().unwrap(), artifacts);
         committed_then_wait();
         drop(store);
         return;
     }
     if args.first().map(String::as_str) == Some("open") {
         // A child of `reopen`: `open <engine> <dir>` opens an existing store
-        // once (ctxlog's exchanges store with `ctxlog-exchanges`) and prints
-        // how long that took, in ns.
+        // once (ctxlog's exchanges store with `ctxlog-exchanges` or
+        // `ctxlog-artifacts`) and prints how long that took, in ns.
         let dir = Path::new(&args[2]);
         let t = Instant::now();
-        if args[1] == "ctxlog-exchanges" {
+        if args[1] == "ctxlog-exchanges" || args[1] == "ctxlog-artifacts" {
             let store = Store::open(dir, exchanges_options()).unwrap();
             println!("{}", t.elapsed().as_nanos());
             drop(store);

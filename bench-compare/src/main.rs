@@ -786,13 +786,7 @@ fn w3_reopen(scale: Scale, root: &Path) {
         Options::default(),
     );
     let exchanges = reopen_exchanges_after_kill(root, scale.reopen_bytes);
-    println!(
-        "- after a kill: the raw store {:.1} ms ({} records replayed after the checkpoint), the exchanges store {:.1} ms ({} replayed)",
-        raw.0.as_secs_f64() * 1e3,
-        raw.1,
-        exchanges.0.as_secs_f64() * 1e3,
-        exchanges.1
-    );
+    println!("- after a kill: the raw store {raw}; the exchanges store {exchanges}");
 }
 
 /// The options of the exchanges store: appends are made durable in
@@ -841,16 +835,39 @@ fn fill_exchanges(dir: &Path, bytes: u64, artifacts: bool) -> Store {
 
 /// Fills a store of exchanges in a child process, kills it once its last
 /// append is durable, and times the reopen (see [`reopen_after_kill`]).
-fn reopen_exchanges_after_kill(root: &Path, bytes: u64) -> (Duration, u64) {
+fn reopen_exchanges_after_kill(root: &Path, bytes: u64) -> Killed {
     let dir = root.join("w3-exchanges-killed");
     reopen_after_kill(&dir, &["fill-exchanges"], bytes, exchanges_options())
 }
 
+/// A reopen after a kill: how long it took, how many records it replayed
+/// after the checkpoint, and why it set the checkpoint aside, if it did
+/// (then it read the whole log).
+struct Killed {
+    opened: Duration,
+    replayed: u64,
+    ignored: Option<String>,
+}
+
+impl std::fmt::Display for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} ms ({} records replayed after the checkpoint",
+            self.opened.as_secs_f64() * 1e3,
+            self.replayed
+        )?;
+        match &self.ignored {
+            Some(why) => write!(f, "; the checkpoint was set aside: {why})"),
+            None => write!(f, ")"),
+        }
+    }
+}
+
 /// Fills `dir` with about `bytes` in a child process (`fill`: the child's
 /// subcommand and its arguments before the directory), kills it once its
-/// last append is durable, and times the reopen with `options`: how long,
-/// and how many records it replayed after the checkpoint.
-fn reopen_after_kill(dir: &Path, fill: &[&str], bytes: u64, options: Options) -> (Duration, u64) {
+/// last append is durable, and times the reopen with `options`.
+fn reopen_after_kill(dir: &Path, fill: &[&str], bytes: u64, options: Options) -> Killed {
     std::fs::create_dir_all(dir).unwrap();
     let bytes = bytes.to_string();
     let args: Vec<&str> = fill
@@ -864,10 +881,15 @@ fn reopen_after_kill(dir: &Path, fill: &[&str], bytes: u64, options: Options) ->
     let t = Instant::now();
     let store = Store::open(dir, options).unwrap();
     let opened = t.elapsed();
-    let replayed = store.open_report().replayed;
+    let report = store.open_report();
+    let killed = Killed {
+        opened,
+        replayed: report.replayed,
+        ignored: report.checkpoint_ignored.clone(),
+    };
     drop(store);
     std::fs::remove_dir_all(dir).unwrap();
-    (opened, replayed)
+    killed
 }
 
 /// A store of about `reopen_bytes` of A2A exchanges (ctxlog only): per task
@@ -896,10 +918,8 @@ fn w3_exchanges(scale: Scale, root: &Path) {
         filled.as_secs_f64()
     );
     println!(
-        "- reopen after clean close: {:.1} ms; after the writer was killed: {:.1} ms ({} records replayed after the checkpoint)",
+        "- reopen after clean close: {:.1} ms; after the writer was killed: {killed}",
         reopened.as_secs_f64() * 1e3,
-        killed.0.as_secs_f64() * 1e3,
-        killed.1
     );
     println!(
         "- index bytes per stored message: {:.1} (target <= 64)",

@@ -184,6 +184,20 @@ fn a_crash_at_each_step_of_compaction_leaves_a_store_that_opens_correctly() {
         drop(store);
         let store = Store::open(dir.path(), options())
             .unwrap_or_else(|e| panic!("open after a crash at {step:?}: {e}"));
+        // After the switch and before the checkpoint that follows it, the
+        // checkpoint on disk describes the log before the switch: set
+        // aside, and said why.
+        let report = store.open_report();
+        let stale = report
+            .checkpoint_ignored
+            .as_deref()
+            .is_some_and(|why| why.contains("before a compaction or merge switched it"));
+        assert_eq!(stale, step == CompactStep::Switched, "{step:?}: {report:?}");
+        assert_eq!(
+            report.from_checkpoint,
+            step != CompactStep::Switched,
+            "{step:?}"
+        );
         check_all(&store, &model).unwrap_or_else(|e| panic!("after a crash at {step:?}: {e}"));
         // A later compaction finishes the job.
         store.compact().unwrap();

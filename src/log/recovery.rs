@@ -241,7 +241,7 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
             reason: format!("it names store {}; this store is {}", r.store, layout.store),
         });
     }
-    if r.generation != layout.manifest.generation || layout.salvage || !layout.lost.is_empty() {
+    if stale(r, layout).is_some() || layout.salvage || !layout.lost.is_empty() {
         return Err(Error::corrupt(
             r.segment,
             r.offset,
@@ -261,6 +261,22 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
         .error());
     }
     Ok(())
+}
+
+/// Why a checkpoint's resume point is of another manifest than the one in
+/// force, if it is: a compaction or merge switched the log after the
+/// checkpoint was written, and a crash came before the checkpoint that
+/// follows every switch (see DESIGN.md §4). Its index then points into
+/// segments the log no longer has, so the whole log is read instead.
+pub fn stale(r: &Resume, layout: &super::layout::Layout) -> Option<String> {
+    (r.generation != layout.manifest.generation).then(|| {
+        format!(
+            "the checkpoint describes the log before a compaction or merge switched it \
+             (manifest generation {}, the log's is {}), and the store stopped before the \
+             checkpoint that follows the switch was written",
+            r.generation, layout.manifest.generation
+        )
+    })
 }
 
 /// What an open finds in `dir`: the `*.tmp` files (segments or a manifest

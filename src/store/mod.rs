@@ -313,9 +313,19 @@ impl Store {
         // other threads load it.
         let mut looked = None;
         let look = || looked = Some(recovery::look(fs.as_ref(), &dir, options.read_only));
-        let attempt = checkpoint::load(fs.as_ref(), &dir, &first, look).map(|loaded| {
+        // A checkpoint written before the last switch of the log (a crash
+        // came between a merge's switch and its checkpoint) is set aside
+        // with its reason.
+        let mut stale = None;
+        let attempt = checkpoint::load(fs.as_ref(), &dir, &first, look).and_then(|loaded| {
+            if let Some(Ok(layout)) = &looked {
+                stale = recovery::stale(&loaded.resume, layout);
+                if stale.is_some() {
+                    return None;
+                }
+            }
             let segments = Arc::new(Segments::default());
-            (
+            Some((
                 scan_log(
                     &dir,
                     &options,
@@ -324,7 +334,7 @@ impl Store {
                     Some((loaded, looked.take())),
                 ),
                 segments,
-            )
+            ))
         });
         let (index, segments, recovered, report) = match attempt {
             Some((Ok((recovered, report)), segments))
@@ -383,6 +393,7 @@ impl Store {
                         }
                         Some(format!("{e}"))
                     }
+                    _ if stale.is_some() => stale,
                     _ if fs.exists(&dir.join(checkpoint::CHECKPOINT)) => {
                         Some("the checkpoint is damaged or of another version".to_string())
                     }

@@ -398,15 +398,16 @@ impl Shared {
         // lock, which the remap waited for: nothing reads the inputs any more.
         for id in &inputs {
             self.segments.remove(*id);
+            let path = segment_path(&dir, *id);
+            fs.remove_file(&path)
+                .map_err(|e| Error::io("remove a compacted-away segment", &path, e))?;
         }
+        self.writer.sync_dir()?;
         // The index now points into the new segments: a checkpoint may be
         // written again, and one is written now, so that a reopen after a
         // crash need not read the whole log (the one on disk names the
-        // manifest before this merge, which an open sets aside). If it
-        // fails, the next is due at once (at the latest at close). It comes
-        // before the inputs' files are removed, which an open would remove
-        // as leftovers anyway, so that a crash finds the old checkpoint
-        // for as short a time as can be.
+        // manifest before this merge, which an open ignores). If it fails,
+        // the next is due at once (at the latest at close).
         self.no_checkpoint
             .store(false, std::sync::atomic::Ordering::Release);
         self.since_checkpoint
@@ -416,12 +417,6 @@ impl Shared {
             self.since_checkpoint
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
-        for id in &inputs {
-            let path = segment_path(&dir, *id);
-            fs.remove_file(&path)
-                .map_err(|e| Error::io("remove a compacted-away segment", &path, e))?;
-        }
-        self.writer.sync_dir()?;
         tracing::info!(
             input_segments = report.input_segments,
             input_bytes = report.input_bytes,

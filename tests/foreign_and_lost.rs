@@ -50,6 +50,10 @@ fn verify(dir: &Path) -> ctxlog::VerifyReport {
 #[test]
 fn a_checkpoint_of_another_store_is_ignored_and_the_log_is_read() {
     let a = store_of("bob", 3, Options::default());
+    // Of another manifest generation too: still named another store's.
+    let store = Store::open(a.path(), Options::default()).unwrap();
+    store.compact().unwrap();
+    store.close().unwrap();
     let b = store_of("alice", 3, Options::default());
     fs::copy(a.path().join("CHECKPOINT"), b.path().join("CHECKPOINT")).unwrap();
     assert!(verify(b.path())

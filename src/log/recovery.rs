@@ -241,7 +241,7 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
             reason: format!("it names store {}; this store is {}", r.store, layout.store),
         });
     }
-    if stale(r, layout).is_some() || layout.salvage || !layout.lost.is_empty() {
+    if r.generation != layout.manifest.generation || layout.salvage || !layout.lost.is_empty() {
         return Err(Error::corrupt(
             r.segment,
             r.offset,
@@ -263,13 +263,14 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
     Ok(())
 }
 
-/// Why a checkpoint's resume point is of another manifest than the one in
-/// force, if it is: a compaction or merge switched the log after the
-/// checkpoint was written, and a crash came before the checkpoint that
-/// follows every switch (see DESIGN.md §4). Its index then points into
-/// segments the log no longer has, so the whole log is read instead.
+/// Why a checkpoint of this store has a resume point of another manifest
+/// than the one in force, if it does: a compaction or merge switched the
+/// log after the checkpoint was written, and a crash came before the
+/// checkpoint that follows every switch (see DESIGN.md §4). Its index then
+/// points into segments the log no longer has, so the whole log is read
+/// instead. (A checkpoint of another store is `check_resume`'s to name.)
 pub fn stale(r: &Resume, layout: &super::layout::Layout) -> Option<String> {
-    (r.generation != layout.manifest.generation).then(|| {
+    (r.store == layout.store && r.generation != layout.manifest.generation).then(|| {
         format!(
             "the checkpoint describes the log before a compaction or merge switched it \
              (manifest generation {}, the log's is {}), and the store stopped before the \

@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::index::tasks::ArtifactEntry;
 use crate::log::frame::u32_at;
-use crate::log::record::{take, take_bool, take_str, take_u32, take_u64};
+use crate::log::record::{take_bool, take_count, take_items, take_str, take_u32};
 
 /// Every artifact of a context's tasks, in the order they were first
 /// created: packed as the checkpoint held them, decoded on first read.
@@ -59,12 +59,10 @@ fn walk<'a>(
     bytes: &mut &'a [u8],
     mut each: impl FnMut(u32, &'a str, &'a [u8], bool),
 ) -> Option<()> {
-    let n = usize::try_from(take_u64(bytes)?).ok()?;
-    for _ in 0..n {
+    for _ in 0..take_count(bytes, 4 + 8 + 8 + 1)? {
         let task = take_u32(bytes)?;
         let id = take_str(bytes)?;
-        let chunks = usize::try_from(take_u64(bytes)?).ok()?;
-        let chunks = take(bytes, chunks.checked_mul(4)?)?;
+        let chunks = take_items(bytes, 4)?;
         each(task, id, chunks, take_bool(bytes)?);
     }
     Some(())
@@ -182,11 +180,7 @@ impl<'de> Deserialize<'de> for Artifacts {
 mod tests {
     use super::*;
 
-    fn config() -> impl bincode::config::Config {
-        bincode::config::standard()
-            .with_little_endian()
-            .with_fixed_int_encoding()
-    }
+    use crate::store::checkpoint::config;
 
     fn entry(task: u32, id: &str, chunks: &[u32], closed: bool) -> ArtifactEntry {
         ArtifactEntry {

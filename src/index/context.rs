@@ -12,7 +12,7 @@ use crate::index::artifacts::Artifacts;
 use crate::index::entries::{Entries, Fixed, Span};
 use crate::index::tasks::{join_id, split_id, ArtifactEntry, IdKey, TaskEntry, TASK_BYTES};
 use crate::log::frame::u32_at;
-use crate::log::record::{take, take_str, take_u32, take_u64, take_u8};
+use crate::log::record::{take_count, take_items, take_str, take_u32, take_u64, take_u8};
 use crate::log::segments::{PackedLoc, RecordLoc};
 
 /// The most records one context holds: seqs fit in 4 bytes in the index.
@@ -209,7 +209,7 @@ impl Extra {
     /// would refuse the bytes.
     fn decode_checkpoint(bytes: &mut &[u8]) -> Option<Self> {
         let mut rest = *bytes;
-        let gaps = take_fixed(&mut rest, 8)?
+        let gaps = take_items(&mut rest, 8)?
             .chunks_exact(8)
             .map(|g| (u32_at(g, 0), u32_at(g, 4)))
             .collect();
@@ -220,8 +220,7 @@ impl Extra {
         }
         let artifacts = Artifacts::take_packed(&mut rest)?;
         // A byte string (its length, then its bytes), of whole entries.
-        let order = usize::try_from(take_u64(&mut rest)?).ok()?;
-        let order = take(&mut rest, order)?;
+        let order = take_items(&mut rest, 1)?;
         if order.len() % u32::SIZE != 0 {
             return None;
         }
@@ -237,21 +236,6 @@ impl Extra {
             ..Extra::default()
         })
     }
-}
-
-/// Takes a sequence's length, a u64, and returns it if the rest of `bytes`
-/// could hold that many items of at least `min` bytes each (so that it
-/// never reserves more than the bytes could fill).
-fn take_count(bytes: &mut &[u8], min: usize) -> Option<usize> {
-    let n = usize::try_from(take_u64(bytes)?).ok()?;
-    (n <= bytes.len() / min).then_some(n)
-}
-
-/// Takes a sequence of fixed-size items (its length, a u64, then `size`
-/// bytes per item) and returns their bytes.
-fn take_fixed<'a>(bytes: &mut &'a [u8], size: usize) -> Option<&'a [u8]> {
-    let n = usize::try_from(take_u64(bytes)?).ok()?;
-    take(bytes, n.checked_mul(size)?)
 }
 
 /// A context with at most this many tasks finds one by scanning them.
@@ -1314,13 +1298,7 @@ mod tests {
         assert_eq!(back.task_pos("one-more"), Some(n));
     }
 
-    /// The checkpoint's bincode configuration.
-    fn config() -> impl bincode::config::Config {
-        bincode::config::standard()
-            .with_little_endian()
-            .with_fixed_int_encoding()
-            .with_limit::<{ 1 << 30 }>()
-    }
+    use crate::store::checkpoint::config;
 
     fn any_extra() -> impl Strategy<Value = Extra> {
         use proptest::collection::vec;

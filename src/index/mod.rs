@@ -655,15 +655,20 @@ impl Index {
             let number = self.get(&key).map_or(u32::MAX, |s| s.number);
             Excluded((ms, listing_head(&key), number))
         });
-        if self.tenants.read().loaded.contains_key(tenant) {
-            self.tenants.write().set_mut(tenant);
-        }
-        let listed: Vec<Listed> = {
+        let page = |set: Option<&BTreeSet<Listed>>| -> Vec<Listed> {
+            set.map_or_else(Vec::new, |set| {
+                set.range((from, Unbounded)).take(limit).copied().collect()
+            })
+        };
+        let listed = {
             let tenants = self.tenants.read();
-            let Some(set) = tenants.sets.get(tenant) else {
-                return Vec::new();
-            };
-            set.range((from, Unbounded)).take(limit).copied().collect()
+            if tenants.loaded.contains_key(tenant) {
+                // Its first use since a load: built under the write lock.
+                drop(tenants);
+                page(self.tenants.write().set_mut(tenant).map(|set| &*set))
+            } else {
+                page(tenants.sets.get(tenant))
+            }
         };
         listed
             .into_iter()

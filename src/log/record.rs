@@ -357,8 +357,22 @@ pub fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
 
 /// Takes a string: its length as a u64, then its UTF-8 bytes.
 pub fn take_str<'a>(bytes: &mut &'a [u8]) -> Option<&'a str> {
-    let len = usize::try_from(take_u64(bytes)?).ok()?;
-    std::str::from_utf8(take(bytes, len)?).ok()
+    std::str::from_utf8(take_items(bytes, 1)?).ok()
+}
+
+/// Takes a sequence of fixed-size items (its length as a u64, then `size`
+/// bytes per item) and returns their bytes.
+pub fn take_items<'a>(bytes: &mut &'a [u8], size: usize) -> Option<&'a [u8]> {
+    let n = usize::try_from(take_u64(bytes)?).ok()?;
+    take(bytes, n.checked_mul(size)?)
+}
+
+/// Takes a sequence's length (a u64) and returns it if the rest of `bytes`
+/// could hold that many items of at least `min` bytes each, so that a
+/// reader never reserves more than the bytes could fill.
+pub fn take_count(bytes: &mut &[u8], min: usize) -> Option<usize> {
+    let n = usize::try_from(take_u64(bytes)?).ok()?;
+    (n <= bytes.len() / min.max(1)).then_some(n)
 }
 
 #[cfg(test)]

@@ -241,7 +241,9 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
             reason: format!("it names store {}; this store is {}", r.store, layout.store),
         });
     }
-    if r.generation != layout.manifest.generation || layout.salvage || !layout.lost.is_empty() {
+    // (Of this store, checked above: `stale` says whether the generation
+    // differs.)
+    if stale(r, layout).is_some() || layout.salvage || !layout.lost.is_empty() {
         return Err(Error::corrupt(
             r.segment,
             r.offset,

@@ -79,7 +79,8 @@ impl Header {
 /// messageId map.
 type Entry = (u8, [u8; 32], ContextState, ((u64, u64), (u64, u64)));
 
-fn config() -> impl bincode::config::Config {
+/// The checkpoint's bincode: fixed-width little-endian, at most 1 GiB.
+pub(crate) fn config() -> impl bincode::config::Config {
     bincode::config::standard()
         .with_little_endian()
         .with_fixed_int_encoding()

@@ -17,7 +17,7 @@ use crate::log::segments::{Reading, RecordLoc, Segments};
 use crate::log::verify::{verify_dir, VerifyReport};
 use crate::log::writer::LogWriter;
 
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod compact;
 mod maintain;
 mod messages;

@@ -376,10 +376,11 @@ const STATES: [&str; 8] = [
     "TASK_STATE_REJECTED",
 ];
 
-/// Target `ops`: a sequence of raw appends, received A2A messages (new tasks,
-/// follow-ups, resends), status updates, artifact chunks, deletes,
-/// compactions, maintenance's merges, reopens and crashes (a power loss at that instant, with the
-/// unsynced bytes and names torn as the input says), checked after each
+/// Target `ops`: a sequence of raw appends, received A2A messages (new
+/// tasks, follow-ups, resends), status updates, artifact chunks, deletes,
+/// compactions, maintenance's merges, reopens (with the checkpoint or
+/// reading the whole log) and crashes (a power loss at that instant, with
+/// the unsynced bytes and names torn as the input says), checked after each
 /// step against a plain model. Every step that returned is durable (with
 /// `Sync`, or with `GroupCommit`, whose syncer thread writes and syncs the
 /// frames: an input of odd length picks it, so that the same bytes mean the
@@ -437,6 +438,10 @@ pub fn ops(data: &[u8]) {
             }
             4 => {
                 store.take().unwrap().close().unwrap();
+                if op / 50 % 2 == 1 {
+                    // Without the checkpoint: the open reads the whole log.
+                    let _ = fs.remove_file(&dir.join("CHECKPOINT"));
+                }
                 store = Some(Store::open(&dir, on(&fs, options.clone())).unwrap());
             }
             5 => {

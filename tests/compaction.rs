@@ -65,13 +65,24 @@ fn check_all(store: &Store, model: &Model) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Removes the store's checkpoint, if it has one: the next open reads the
+/// whole log.
+fn drop_checkpoint(dir: &Path) {
+    match fs::remove_file(dir.join("CHECKPOINT")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{e}"),
+        _ => {}
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Append(u8, Vec<u8>),
     Delete(u8),
     Compact,
     Maintain,
-    Reopen,
+    /// Close and open again; `true`: without the checkpoint, reading the
+    /// whole log.
+    Reopen(bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -80,7 +91,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..6u8).prop_map(Op::Delete),
         1 => Just(Op::Compact),
         2 => Just(Op::Maintain),
-        1 => Just(Op::Reopen),
+        1 => any::<bool>().prop_map(Op::Reopen),
     ]
 }
 
@@ -124,14 +135,21 @@ proptest! {
                 Op::Maintain => {
                     store.maintain().map_err(|e| TestCaseError::fail(e.to_string()))?;
                 }
-                Op::Reopen => {
+                Op::Reopen(whole) => {
                     store.close().unwrap();
+                    if whole {
+                        drop_checkpoint(dir.path());
+                    }
                     store = Store::open(dir.path(), options()).unwrap();
                 }
             }
             check_all(&store, &model)?;
         }
         store.close().unwrap();
+        let store = Store::open(dir.path(), options()).unwrap();
+        check_all(&store, &model)?;
+        store.close().unwrap();
+        drop_checkpoint(dir.path());
         let store = Store::open(dir.path(), options()).unwrap();
         check_all(&store, &model)?;
     }

@@ -255,3 +255,78 @@ fn the_space_of_deleted_contexts_comes_back_without_compact() {
         }
     }
 }
+
+/// Opens `dir` again with its checkpoint removed: the whole log is read.
+fn reopen_reading_everything(dir: &std::path::Path, options: Options) -> Store {
+    std::fs::remove_file(dir.join("CHECKPOINT")).unwrap();
+    let store = Store::open(dir, options).unwrap();
+    assert!(!store.open_report().from_checkpoint);
+    store
+}
+
+/// What broke: a merge of part of the log writes a tombstone for a gone
+/// context's records there, while its later records stay in later segments
+/// until a later merge. An open that read the whole log refused it as
+/// damaged ("record seq 14 where the context expects 10", or "a record
+/// after its context was deleted").
+#[test]
+fn a_gone_context_tombstoned_in_part_of_the_log_reads_back_from_the_whole_log() {
+    let options = Options::default()
+        .durability(Durability::Buffered)
+        .segment_bytes(4096)
+        .maintenance(Some(Maintenance::default().background(false)));
+    let fill = |store: &Store, others: &str, n: usize| {
+        for i in 0..n {
+            store.append_message("t", "x", &[b'x'; 300]).unwrap();
+            store
+                .append_message("t", &format!("{others}{}", i % 2), &[b'o'; 300])
+                .unwrap();
+        }
+    };
+    // x deleted: its records lie in a run, in the tail, and in the active
+    // segment with its delete record.
+    let dir = common::tmp();
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    fill(&store, "a", 10);
+    store.compact().unwrap();
+    fill(&store, "b", 10);
+    store.delete_context("t", "x").unwrap();
+    assert!(store.maintain().unwrap().is_some());
+    store.close().unwrap();
+    let store = reopen_reading_everything(dir.path(), options.clone());
+    assert!(matches!(
+        store.last_messages("t", "x", 1),
+        Err(ctxlog::Error::ContextNotFound)
+    ));
+    assert!(store.append_message("t", "x", b"again").is_err());
+    for other in ["a0", "a1", "b0", "b1"] {
+        assert_eq!(store.last_messages("t", other, 100).unwrap().len(), 5);
+    }
+    store.close().unwrap();
+
+    // x expired: the first merge after a reopen under a retention every
+    // context has outlived tombstones the records of the tail it merges.
+    let dir = common::tmp();
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    fill(&store, "a", 10);
+    store.compact().unwrap();
+    fill(&store, "b", 40);
+    store.close().unwrap();
+    let expiring = options.clone().retention(Some(Duration::ZERO));
+    let store = Store::open(dir.path(), expiring).unwrap();
+    let merged = store.maintain().unwrap().unwrap();
+    assert!(merged.records_dropped > 0);
+    store.close().unwrap();
+    let store = reopen_reading_everything(dir.path(), options);
+    for context in ["x", "b0", "b1"] {
+        assert!(matches!(
+            store.last_messages("t", context, 1),
+            Err(ctxlog::Error::ContextNotFound)
+        ));
+    }
+    // The contexts whose records the merge did not touch read as before
+    // (retention is off now).
+    for context in ["a0", "a1"] {
+        assert_eq!(store.last_messages("t", context, 100).unwrap().len(), 5);
+    }
+}

@@ -1416,15 +1416,35 @@ fn apply_recovered(
     if from_checkpoint && state.meta.is_some() && body.seq < state.next_seq {
         return Ok(());
     }
-    let tombstone = matches!(body.kind, RecordKind::Gone { .. });
-    // A compaction's tombstone opens and closes a context in one record, at
-    // the seq the context had reached; a tombstone after a tombstone (the
-    // context expired again in the tail) changes nothing.
-    if tombstone && (state.gone.is_some() || (state.meta.is_none() && body.opens.is_some())) {
-        if state.gone.is_none() {
-            check_owner(&body, key)?;
+    // Once a context is gone its later records are skipped. A merge writes
+    // a tombstone for a gone context's records in the segments it merges,
+    // and its records in later segments (up to its delete record, if it was
+    // deleted) stay there until a later merge drops them; a tombstone after
+    // a tombstone changes nothing.
+    if state.gone.is_some() {
+        return Ok(());
+    }
+    // A merge's tombstone (it names its context) stands at the seq of the
+    // last record it replaced: it opens and closes a context none of whose
+    // records came before it, or closes one whose earlier records lie in
+    // runs before the merged segments.
+    if matches!(body.kind, RecordKind::Gone { .. }) && body.opens.is_some() {
+        check_owner(&body, key)?;
+        if state.meta.is_none() {
             apply(index, &slot, &mut state, &body, loc);
+            return Ok(());
         }
+        if body.seq < state.next_seq {
+            return Err(format!(
+                "a tombstone at seq {} where the context expects {} or later",
+                body.seq, state.next_seq
+            ));
+        }
+        let closes = RecordBody {
+            opens: None,
+            ..body
+        };
+        apply(index, &slot, &mut state, &closes, loc);
         return Ok(());
     }
     if body.seq > MAX_SEQ {
@@ -1470,9 +1490,6 @@ fn check_owner(body: &RecordBody, key: ContextKey) -> std::result::Result<(), St
 /// checked it before appending: the task it names exists (or, for one that
 /// opens a task, does not yet), and the lifecycle allows it.
 fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Result<(), String> {
-    if state.gone.is_some() {
-        return Err("a record after its context was deleted or expired".into());
-    }
     let (task_id, op) = match &body.kind {
         RecordKind::Message { task: None } | RecordKind::Gone { .. } => return Ok(()),
         RecordKind::Message { task: Some(link) } if link.opens_task => {

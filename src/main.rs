@@ -782,16 +782,19 @@ fn check(g: &Global, full: bool) -> Outcome {
     let verified = full.then(|| verify_report(g)).transpose()?;
     let store = open_read(g)?;
     let r = store.open_report();
-    // What the open read, and what it took from the checkpoint unread.
+    // What the open read (the records replayed, and those re-pointed at a
+    // merge's output it read whole), and what it took from the checkpoint
+    // unread.
+    let read = r.replayed + r.repointed;
     let unread = if r.from_checkpoint {
-        r.records.saturating_sub(r.replayed)
+        r.records.saturating_sub(read)
     } else {
         0
     };
     // The library's report, with what the command adds after its keys.
     let mut out = json!(r);
     out["readOnly"] = json!(store.is_read_only());
-    out["recordsRead"] = json!(r.replayed);
+    out["recordsRead"] = json!(read);
     out["recordsFromCheckpointUnread"] = json!(unread);
     if unread > 0 && verified.is_none() {
         out["note"] = json!(

@@ -203,19 +203,19 @@ fn a_crash_at_each_step_of_compaction_leaves_a_store_that_opens_correctly() {
         let store = Store::open(dir.path(), options())
             .unwrap_or_else(|e| panic!("open after a crash at {step:?}: {e}"));
         // After the switch and before the checkpoint that follows it, the
-        // checkpoint on disk describes the log before the switch: set
-        // aside, and said why.
+        // checkpoint on disk describes the log before the switch: it is
+        // loaded, and every live record it holds is found in the merge's
+        // output and pointed at there.
         let report = store.open_report();
-        let stale = report
-            .checkpoint_ignored
-            .as_deref()
-            .is_some_and(|why| why.contains("before a compaction or merge switched it"));
-        assert_eq!(stale, step == CompactStep::Switched, "{step:?}: {report:?}");
-        assert_eq!(
-            report.from_checkpoint,
-            step != CompactStep::Switched,
-            "{step:?}"
-        );
+        assert!(report.from_checkpoint, "{step:?}: {report:?}");
+        assert_eq!(report.checkpoint_ignored, None, "{step:?}");
+        let live: usize = model.values().flatten().map(Vec::len).sum();
+        let repointed = if step == CompactStep::Switched {
+            live
+        } else {
+            0
+        };
+        assert_eq!(report.repointed, repointed as u64, "{step:?}");
         check_all(&store, &model).unwrap_or_else(|e| panic!("after a crash at {step:?}: {e}"));
         // A later compaction finishes the job.
         store.compact().unwrap();
@@ -229,6 +229,30 @@ fn a_crash_at_each_step_of_compaction_leaves_a_store_that_opens_correctly() {
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
+}
+
+/// A checkpoint two switches behind (the checkpoint after the first was
+/// lost too) cannot be re-pointed: it is set aside, said why, and the whole
+/// log is read.
+#[test]
+fn a_checkpoint_two_switches_behind_is_set_aside_and_the_whole_log_read() {
+    let dir = common::tmp();
+    let model = populate(dir.path());
+    let old = fs::read(dir.path().join("CHECKPOINT")).unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    store.compact().unwrap();
+    store.compact().unwrap();
+    store.close().unwrap();
+    fs::write(dir.path().join("CHECKPOINT"), old).unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    let report = store.open_report();
+    assert!(!report.from_checkpoint, "{report:?}");
+    let why = report.checkpoint_ignored.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("before a compaction or merge switched it"),
+        "{why}"
+    );
+    check_all(&store, &model).unwrap();
 }
 
 #[test]
@@ -354,4 +378,134 @@ fn space_after_compaction_is_close_to_the_live_payload() {
         ratio <= 1.15,
         "{on_disk} bytes on disk for {live} live bytes: {ratio:.3}x"
     );
+}
+
+/// A step of the workload before a merge that a crash interrupts.
+#[derive(Debug, Clone)]
+enum Before {
+    Append(u8, usize),
+    /// A message received in a context: a new task.
+    Receive(u8),
+    Delete(u8),
+    Maintain,
+    Compact,
+    Reopen,
+}
+
+fn before() -> impl Strategy<Value = Before> {
+    prop_oneof![
+        8 => (0..6u8, 0..400usize).prop_map(|(c, n)| Before::Append(c, n)),
+        3 => (0..6u8).prop_map(Before::Receive),
+        1 => (0..6u8).prop_map(Before::Delete),
+        1 => Just(Before::Maintain),
+        1 => Just(Before::Compact),
+        1 => Just(Before::Reopen),
+    ]
+}
+
+/// What a store answers of the contexts `c0`..`c5` of tenant `t`: their
+/// messages (seq and bytes), their tasks with history and artifacts, and
+/// the tenant's listing.
+fn answers(store: &Store) -> Vec<String> {
+    let mut out: Vec<String> = (0..6)
+        .flat_map(|c| {
+            let context = format!("c{c}");
+            let messages = match store.last_messages("t", &context, usize::MAX) {
+                Ok(m) => format!(
+                    "{:?}",
+                    m.iter().map(|m| (m.seq, &m.raw)).collect::<Vec<_>>()
+                ),
+                Err(e) => e.to_string(),
+            };
+            let query = ctxlog::ListTasksQuery {
+                context_id: Some(context),
+                history_length: Some(100),
+                include_artifacts: true,
+                ..Default::default()
+            };
+            let tasks = match store.list_tasks("t", &query) {
+                Ok(page) => serde_json::to_string(&page.tasks).unwrap(),
+                Err(e) => e.to_string(),
+            };
+            [messages, tasks]
+        })
+        .collect();
+    let listed = store.list_contexts("t", 100, None).unwrap().contexts;
+    out.push(format!("{listed:?}"));
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A crash between a merge's switch and its checkpoint leaves a
+    /// checkpoint of the log before the switch: the open loads it, finds
+    /// the records it holds in the merge's output, and answers exactly as
+    /// an open that reads the whole log does, then and after a reopen.
+    #[test]
+    fn after_a_crash_between_a_switch_and_its_checkpoint_the_checkpoint_is_repointed(
+        steps in proptest::collection::vec(before(), 1..60),
+        compact in any::<bool>(),
+        expire in any::<bool>(),
+    ) {
+        let options = || options().checkpoint_interval(Some(2048));
+        let dir = common::tmp();
+        let mut store = Store::open(dir.path(), options()).unwrap();
+        for (i, step) in steps.into_iter().enumerate() {
+            let context = |c: u8| format!("c{c}");
+            match step {
+                Before::Append(c, n) => {
+                    // A gone context refuses it.
+                    let _ = store.append_message("t", &context(c), &vec![b'a' + c; n]);
+                }
+                Before::Receive(c) => {
+                    let m = json!({
+                        "messageId": format!("m{i}"), "contextId": context(c),
+                        "role": "ROLE_USER", "parts": [{ "text": format!("{i}") }],
+                    });
+                    let _ = store.receive_message("t", &serde_json::to_vec(&m).unwrap());
+                }
+                Before::Delete(c) => {
+                    let _ = store.delete_context("t", &context(c));
+                }
+                Before::Maintain => {
+                    store.maintain().unwrap();
+                }
+                Before::Compact => {
+                    store.compact().unwrap();
+                }
+                Before::Reopen => {
+                    store.close().unwrap();
+                    store = Store::open(dir.path(), options()).unwrap();
+                }
+            }
+        }
+        if expire {
+            // Every context has outlived this retention: the merge
+            // tombstones the ones it finds.
+            store.close().unwrap();
+            store = Store::open(dir.path(), options().retention(Some(std::time::Duration::ZERO))).unwrap();
+        }
+        let switched = if compact {
+            store.compact_until(CompactStep::Switched).map(|r| r.records_kept).unwrap()
+        } else {
+            store.maintain_until(CompactStep::Switched).unwrap().map_or(0, |r| r.records_kept)
+        };
+        // The process dies here.
+        drop(store);
+        let whole = common::tmp();
+        copy_dir(dir.path(), whole.path());
+        drop_checkpoint(whole.path());
+        let read_all = Store::open(whole.path(), options()).unwrap();
+        let want = answers(&read_all);
+        let store = Store::open(dir.path(), options()).unwrap();
+        let report = store.open_report();
+        prop_assert_eq!(&report.checkpoint_ignored, &None);
+        prop_assert!(report.repointed <= switched, "{:?}", report);
+        prop_assert_eq!(&answers(&store), &want);
+        store.close().unwrap();
+        let store = Store::open(dir.path(), options()).unwrap();
+        prop_assert!(store.open_report().from_checkpoint);
+        prop_assert_eq!(&answers(&store), &want);
+    }
 }

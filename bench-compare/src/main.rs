@@ -841,11 +841,13 @@ fn reopen_exchanges_after_kill(root: &Path, bytes: u64) -> Killed {
 }
 
 /// A reopen after a kill: how long it took, how many records it replayed
-/// after the checkpoint, and why it set the checkpoint aside, if it did
-/// (then it read the whole log).
+/// after the checkpoint, how many it re-pointed at a merge's output (the
+/// kill came between the merge's switch and its checkpoint), and why it
+/// set the checkpoint aside, if it did (then it read the whole log).
 struct Killed {
     opened: Duration,
     replayed: u64,
+    repointed: u64,
     ignored: Option<String>,
 }
 
@@ -857,6 +859,9 @@ impl std::fmt::Display for Killed {
             self.opened.as_secs_f64() * 1e3,
             self.replayed
         )?;
+        if self.repointed > 0 {
+            write!(f, ", {} re-pointed at a merge's output", self.repointed)?;
+        }
         match &self.ignored {
             Some(why) => write!(f, "; the checkpoint was set aside: {why})"),
             None => write!(f, ")"),
@@ -885,6 +890,7 @@ fn reopen_after_kill(dir: &Path, fill: &[&str], bytes: u64, options: Options) ->
     let killed = Killed {
         opened,
         replayed: report.replayed,
+        repointed: report.repointed,
         ignored: report.checkpoint_ignored.clone(),
     };
     drop(store);

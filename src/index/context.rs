@@ -171,6 +171,13 @@ impl Rec {
     fn has(self, flag: u32) -> bool {
         self.loc.len & flag != 0
     }
+
+    /// Points it at `loc`, keeping its flags.
+    fn move_to(&mut self, loc: RecordLoc) {
+        let flags = self.loc.len & FLAGS;
+        self.loc = PackedLoc::from(loc);
+        self.loc.len = (self.loc.len & !FLAGS) | flags;
+    }
 }
 
 /// The rarer parts of a context's entry, boxed so that a context without
@@ -763,12 +770,41 @@ impl ContextState {
     /// Moves every record to where `to` says (after a compaction).
     pub fn remap(&mut self, to: &impl Fn(&mut RecordLoc)) {
         for rec in self.recs.owned().iter_mut() {
-            let flags = rec.loc.len & FLAGS;
             let mut loc = rec.loc();
             to(&mut loc);
-            rec.loc = PackedLoc::from(loc);
-            rec.loc.len = (rec.loc.len & !FLAGS) | flags;
+            rec.move_to(loc);
         }
+    }
+
+    /// Moves the records that lie in segments a merge rewrote (`gone`
+    /// says which) to `moved`, (seq, new place) of each of them in the
+    /// same order, as the merge's output holds them. Changes nothing and
+    /// returns `false` unless the two match one for one, by seq and length.
+    pub fn repoint(&mut self, gone: &impl Fn(u64) -> bool, moved: &[(u64, RecordLoc)]) -> bool {
+        let mut next = moved.iter();
+        let mut to = Vec::with_capacity(moved.len());
+        for (pos, rec) in self.recs.iter().enumerate() {
+            let loc = rec.loc();
+            if !gone(loc.segment) {
+                continue;
+            }
+            match next.next() {
+                Some(&(seq, new)) if seq == self.seq_at(pos) && new.len == loc.len => {
+                    to.push((pos, new));
+                }
+                _ => return false,
+            }
+        }
+        if next.next().is_some() {
+            return false;
+        }
+        let recs = self.recs.owned();
+        for (pos, new) in to {
+            if let Some(rec) = recs.get_mut(pos) {
+                rec.move_to(new);
+            }
+        }
+        true
     }
 
     /// The id of task `task`, as a lookup compares it.
@@ -1083,6 +1119,58 @@ mod tests {
             vec![at(12), at(11)]
         );
         assert_eq!(task.status_loc(), Some(at(15)));
+    }
+
+    #[test]
+    fn repoint_moves_exactly_the_records_of_the_rewritten_segments_or_nothing() {
+        let place = |segment: u64, offset: u32, len: u32| RecordLoc {
+            segment,
+            offset,
+            len,
+        };
+        // Seqs 0-5 (a gap after 1: records skipped as damaged), in
+        // segments 1, 2, 2, 3, 4, 4; segments 2 and 3 were a merge's inputs.
+        let mut s = ContextState::default();
+        let old = [(0, 1), (1, 2), (4, 2), (5, 3), (6, 4), (7, 4)];
+        for (i, (seq, segment)) in old.into_iter().enumerate() {
+            let kind = if i == 2 {
+                Kind::Artifact
+            } else {
+                Kind::Message
+            };
+            s.push_record(
+                seq,
+                place(segment, i as u32 * 100, 10 + i as u32),
+                kind,
+                None,
+            );
+        }
+        let gone = |segment: u64| segment == 2 || segment == 3;
+        let moved = [
+            (1, place(9, 64, 11)),
+            (4, place(9, 99, 12)),
+            (5, place(9, 140, 13)),
+        ];
+        let before: Vec<RecordLoc> = s.record_locs().collect();
+        // One too few, one too many, a seq or a length that differs: no.
+        for wrong in [
+            &moved[..2],
+            &[moved[0], moved[1], moved[2], (6, place(9, 200, 14))][..],
+            &[moved[0], (3, moved[1].1), moved[2]][..],
+            &[moved[0], moved[1], (5, place(9, 140, 99))][..],
+        ] {
+            assert!(!s.repoint(&gone, wrong));
+            assert_eq!(s.record_locs().collect::<Vec<_>>(), before);
+        }
+        assert!(s.repoint(&gone, &moved));
+        let after: Vec<RecordLoc> = s.record_locs().collect();
+        assert_eq!(after[0], before[0]);
+        assert_eq!(&after[1..4], &moved.map(|(_, loc)| loc));
+        assert_eq!(&after[4..], &before[4..]);
+        // The record kinds (kept in the length's top bits) stay.
+        assert_eq!(s.history_len(), 5);
+        assert_eq!(s.message_at(4), None, "an artifact is not a message");
+        assert_eq!(s.message_at(5), Some(moved[2].1));
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub struct OpenReport {
     pub replayed: u64,
     /// Why a checkpoint there was not used (the whole log was read instead).
     pub checkpoint_ignored: Option<String>,
+    /// Records the checkpoint placed in segments that a merge rewrote after
+    /// it was written (a crash came between the merge's switch and its own
+    /// checkpoint): found in the merge's output, which was read whole, and
+    /// pointed at there.
+    pub repointed: u64,
 }
 
 /// A torn tail that recovery cut off.
@@ -163,6 +168,10 @@ pub fn recover(
     if !layout.leftovers.is_empty() && !read_only {
         sync_dir(fs, dir)?;
     }
+    // After one switch since the checkpoint, its output is read whole, and
+    // all of the tail if the checkpoint's resume segment was merged.
+    let switch = resume.and_then(|r| last_switch(&r, &layout));
+    let resume_merged = switch.as_ref().is_some_and(|s| s.resume_merged);
     let mut scan = Scan {
         mode,
         read_only,
@@ -171,6 +180,7 @@ pub fn recover(
         on_record: &mut on_record,
         resume,
         reached: resume.is_none(),
+        whole: switch.map(|s| s.output).unwrap_or_default(),
     };
     let (tail, compacted) = (&layout.tail, &layout.compacted);
     let sealed: Vec<u64> = compacted
@@ -179,7 +189,8 @@ pub fn recover(
         .chain(tail.iter().copied().take(tail.len().saturating_sub(1)))
         .collect();
     let mut last = None;
-    for &id in &sealed {
+    for (i, &id) in sealed.iter().enumerate() {
+        scan.reached |= resume_merged && i >= compacted.len();
         let path = segment_path(dir, id);
         let len = layout.lens.get(&id).copied().unwrap_or(0);
         // Its header as the survey read it.
@@ -209,6 +220,7 @@ pub fn recover(
         store: layout.store,
         prev: last,
     };
+    scan.reached |= resume_merged;
     let active = match tail.last() {
         Some(&newest) => scan.newest(fs, dir, newest, fresh)?,
         None if read_only => unwritable(fresh),
@@ -250,7 +262,8 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
             "the checkpoint does not match the log",
         ));
     }
-    if !layout.tail.contains(&r.segment) {
+    let merged = last_switch(r, layout).is_some_and(|s| s.resume_merged);
+    if !layout.tail.contains(&r.segment) && !merged {
         return Err(Lost {
             segment: r.segment,
             expected: r.offset,
@@ -265,20 +278,60 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
     Ok(())
 }
 
-/// Why a checkpoint of this store has a resume point of another manifest
-/// than the one in force, if it does: a compaction or merge switched the
-/// log after the checkpoint was written, and a crash came before the
-/// checkpoint that follows every switch (see DESIGN.md §4). Its index then
-/// points into segments the log no longer has, so the whole log is read
-/// instead. (A checkpoint of another store is `check_resume`'s to name.)
+/// Why a checkpoint of this store cannot be used with the manifest in
+/// force, if it cannot: compactions or merges switched the log more than
+/// once since it was written (a crash came before the checkpoint that
+/// follows every switch, and that one failed too; see DESIGN.md §4), or
+/// the manifest is older than it. Its index then points into segments the
+/// log no longer has, so the whole log is read instead. (One switch since
+/// is [`last_switch`]'s; a checkpoint of another store is `check_resume`'s
+/// to name.)
 pub fn stale(r: &Resume, layout: &super::layout::Layout) -> Option<String> {
-    (r.store == layout.store && r.generation != layout.manifest.generation).then(|| {
+    let behind = r.generation != layout.manifest.generation;
+    (r.store == layout.store && behind && last_switch(r, layout).is_none()).then(|| {
         format!(
             "the checkpoint describes the log before a compaction or merge switched it \
              (manifest generation {}, the log's is {}), and the store stopped before the \
              checkpoint that follows the switch was written",
             r.generation, layout.manifest.generation
         )
+    })
+}
+
+/// A checkpoint written under the manifest generation just before the one
+/// in force: one merge (or compaction) switched the log since, and a crash
+/// came before the checkpoint that follows it. Its index points into that
+/// merge's inputs, whose records (of contexts still live then) are in its
+/// output, in the same order, byte for byte: the open reads the output
+/// whole and re-points the index at it (DESIGN.md §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastSwitch {
+    /// The merge's output segments, in log order: the compacted segments
+    /// whose run is the manifest's generation.
+    pub output: Vec<u64>,
+    /// The checkpoint's resume segment was one of the merge's inputs (a
+    /// tail segment below the new `tail_from`): everything after the
+    /// merge's output is read.
+    pub resume_merged: bool,
+}
+
+/// The switch since checkpoint `r` was written, if exactly one merge of
+/// this store's log came since (see [`LastSwitch`]).
+pub fn last_switch(r: &Resume, layout: &super::layout::Layout) -> Option<LastSwitch> {
+    let m = &layout.manifest;
+    if r.store != layout.store || r.generation.checked_add(1) != Some(m.generation) {
+        return None;
+    }
+    let output = m
+        .compacted
+        .iter()
+        .zip(&m.runs)
+        .filter(|(_, run)| **run == m.generation)
+        .map(|(id, _)| *id)
+        .collect();
+    Some(LastSwitch {
+        output,
+        resume_merged: r.segment < m.tail_from && !layout.tail.contains(&r.segment),
     })
 }
 
@@ -327,6 +380,9 @@ struct Scan<'a, F> {
     resume: Option<Resume>,
     /// Whether the replay has passed the checkpoint's position.
     reached: bool,
+    /// Segments read whole wherever they lie: the output of a merge that
+    /// switched the log after the checkpoint was written.
+    whole: Vec<u64>,
 }
 
 impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
@@ -336,7 +392,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
     /// has lost acknowledged records: every record before its resume point
     /// was durable when it was written.
     fn start_of(&mut self, id: u64, len: u64, first: u64) -> Result<Option<u64>> {
-        if self.reached {
+        if self.reached || self.whole.contains(&id) {
             return Ok(Some(first));
         }
         match self.resume {

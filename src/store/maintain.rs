@@ -74,8 +74,15 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn maintain(&self) -> Result<Option<CompactReport>> {
+        self.maintain_until(CompactStep::Done)
+    }
+
+    /// [`maintain`](Self::maintain), its merge stopped after `step` as if
+    /// the process died there (for crash tests).
+    #[doc(hidden)]
+    pub fn maintain_until(&self, step: CompactStep) -> Result<Option<CompactReport>> {
         let policy = self.options.maintenance.clone().unwrap_or_default();
-        self.maintain_step(&policy, true, true, &mut |_| true)
+        self.maintain_step(&policy, true, true, step, &mut |_| true)
     }
 }
 
@@ -113,12 +120,14 @@ impl Shared {
     /// One step of maintenance: the merge `policy` picks first, if any.
     /// `idle`: no append for a while (the tail is then merged however
     /// short, and a well-filled active segment sealed first); `garbage`:
-    /// look for runs with records of gone contexts to drop.
+    /// look for runs with records of gone contexts to drop; the merge
+    /// stops after `step` (`Done` but in crash tests).
     pub(crate) fn maintain_step(
         &self,
         policy: &Maintenance,
         idle: bool,
         garbage: bool,
+        step: CompactStep,
         pace: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<CompactReport>> {
         if self.options.read_only {
@@ -164,7 +173,7 @@ impl Shared {
             *self.maintained.weighed.lock() = Some(seen);
             return Ok(None);
         };
-        let report = self.merge(&job, CompactStep::Done, &mut |_, _| {}, pace)?;
+        let report = self.merge(&job, step, &mut |_, _| {}, pace)?;
         if let Some(r) = &report {
             self.maintained.merges.fetch_add(1, Ordering::Relaxed);
             self.maintained
@@ -409,7 +418,7 @@ fn run(shared: &Shared, policy: &Maintenance, stop: &Stop) {
             let due = Duration::from_secs_f64(written as f64 / rate);
             stop.sleep(due.saturating_sub(started.elapsed()))
         };
-        wait = match shared.maintain_step(policy, idle, garbage, &mut pace) {
+        wait = match shared.maintain_step(policy, idle, garbage, CompactStep::Done, &mut pace) {
             // More may be due at once.
             Ok(Some(_)) => Duration::ZERO,
             Ok(None) => policy.interval,

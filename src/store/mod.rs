@@ -338,15 +338,18 @@ impl Store {
         });
         let (index, segments, recovered, report) = match attempt {
             Some((Ok((recovered, report)), segments))
-                if options.recovery == RecoveryMode::Strict =>
+                if options.recovery == RecoveryMode::Strict
+                    && report.checkpoint_ignored.is_none() =>
             {
                 (first, segments, recovered, report)
             }
-            // Skipping damage needs every record read: a checkpoint indexes
-            // records it does not read, so a damaged one would fail each
-            // read of its context instead of being skipped. The checkpoint
-            // was still checked against the log (what it says was
-            // acknowledged and is gone is reported as lost, below).
+            // Read everything again if the checkpoint did not match a
+            // merge's output (see `repoint`), or to skip damage: that needs
+            // every record read (a checkpoint indexes records it does not
+            // read, so a damaged one would fail each read of its context
+            // instead of being skipped). The checkpoint was still checked
+            // against the log (what it says was acknowledged and is gone is
+            // reported as lost, below).
             Some((Ok((_, first_report)), _)) => {
                 let index = Index::default();
                 let segments = Arc::new(Segments::default());
@@ -360,10 +363,11 @@ impl Store {
                     .extend(first_report.removed_segments);
                 report.removed_segments.sort_unstable();
                 report.removed_segments.dedup();
-                report.checkpoint_ignored = Some(
-                    "recovery skip-corrupt reads every record rather than trust the checkpoint"
-                        .into(),
-                );
+                report.checkpoint_ignored =
+                    Some(first_report.checkpoint_ignored.unwrap_or_else(|| {
+                        "recovery skip-corrupt reads every record rather than trust the checkpoint"
+                            .into()
+                    }));
                 (index, segments, recovered, report)
             }
             other => {
@@ -416,7 +420,8 @@ impl Store {
             recovered.next_id,
             recovered.store,
         );
-        let stale_at_open = u64::from(!report.from_checkpoint || report.replayed > 0);
+        let stale_at_open =
+            u64::from(!report.from_checkpoint || report.replayed > 0 || report.repointed > 0);
         let shared = Arc::new(Shared {
             options,
             segments,
@@ -1367,9 +1372,24 @@ fn scan_log(
     loaded: Option<(checkpoint::Loaded, Option<Result<Layout>>)>,
 ) -> Result<(crate::log::recovery::Recovered, OpenReport)> {
     let (loaded, looked) = match loaded {
+        Some((loaded, None)) => {
+            let looked = recovery::look(options.fs.as_ref(), dir, options.read_only);
+            (Some(loaded), Some(looked))
+        }
         Some((loaded, looked)) => (Some(loaded), looked),
         None => (None, None),
     };
+    // The output of a merge that switched the log after the checkpoint was
+    // written (`recover` reads it whole): its records that the checkpoint
+    // holds are re-pointed there, the others replayed.
+    let output = match (&loaded, &looked) {
+        (Some(loaded), Some(Ok(layout))) => recovery::last_switch(&loaded.resume, layout)
+            .map(|s| s.output)
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let mut moved = Moved::default();
+    let mut in_output = (u64::MAX, false);
     let mut report = OpenReport::default();
     let resumed = loaded.is_some();
     let mut served = loaded.as_ref().map_or(0, |l| l.records);
@@ -1382,9 +1402,21 @@ fn scan_log(
         segments,
         &mut report,
         |loc, payload| {
+            // (Asked once a segment: records come a segment at a time.)
+            if in_output.0 != loc.segment {
+                in_output = (loc.segment, output.contains(&loc.segment));
+            }
+            let rewritten = in_output.1;
+            // Viewed, not decoded: most of a merge's output is held already.
+            if rewritten && record::view(payload).is_ok_and(|v| moved.held(index, &v, loc)) {
+                return Ok(());
+            }
             match record::decode(payload).map_err(|e| e.0)? {
                 Decoded::ForeignNamespace(_) => foreign += 1,
                 Decoded::Current { key, body, .. } => {
+                    if rewritten && closes(index, key, &body, loc) {
+                        return Ok(());
+                    }
                     apply_recovered(index, key, body, loc, options.recovery, resumed)?;
                     served += 1;
                 }
@@ -1392,12 +1424,130 @@ fn scan_log(
             Ok(())
         },
     )?;
+    if resumed && !output.is_empty() {
+        // A mismatch sets the checkpoint aside: the open reads everything.
+        match moved.repoint(index, segments, recovered.active.id) {
+            Ok(count) => report.repointed = count,
+            Err(why) => report.checkpoint_ignored = Some(why),
+        }
+    }
     report.replayed = served - loaded.as_ref().map_or(0, |l| l.records);
     report.records = served;
     report.foreign_namespace_records = foreign;
     report.contexts = index.visible_contexts();
     report.from_checkpoint = loaded.is_some();
     Ok((recovered, report))
+}
+
+/// The records of a merge's output (one that switched the log after the
+/// checkpoint was written) that the loaded index holds already, at their
+/// places in the merge's inputs: per context, in the output's order, the
+/// seq and new place of each. A merge writes each context's records
+/// together, so a context's come in one group.
+#[derive(Default)]
+struct Moved {
+    groups: Vec<(Arc<ContextSlot>, Vec<SeqAt>)>,
+}
+
+/// A record's seq and place.
+type SeqAt = (u64, RecordLoc);
+
+impl Moved {
+    /// Whether the record `view`, at `loc` in the merge's output, is one
+    /// the index holds already (of a context it holds live, with a seq
+    /// below the context's next): then it is noted, to be re-pointed.
+    fn held(&mut self, index: &Index, view: &record::View<'_>, loc: RecordLoc) -> bool {
+        if view.kind == record::ViewKind::Gone {
+            return false;
+        }
+        let slot = match self.groups.last() {
+            Some((slot, _)) if slot.key == view.key => slot.clone(),
+            _ => match index.get(&view.key) {
+                Some(slot) => slot,
+                None => return false,
+            },
+        };
+        {
+            let state = slot.state.read();
+            if state.meta.is_none() || state.gone.is_some() || view.seq >= state.next_seq {
+                return false;
+            }
+        }
+        match self.groups.last_mut() {
+            Some((last, moved)) if Arc::ptr_eq(last, &slot) => moved.push((view.seq, loc)),
+            _ => self.groups.push((slot, vec![(view.seq, loc)])),
+        }
+        true
+    }
+
+    /// Points each context's records that lie in segments no longer in the
+    /// log (a merge's inputs) at their noted places in its output; returns
+    /// how many. Why not (the open then reads the whole log) if they do not
+    /// match one for one, or if any record the index holds is still in a
+    /// segment the log no longer has.
+    fn repoint(
+        &self,
+        index: &Index,
+        segments: &Segments,
+        active: u64,
+    ) -> std::result::Result<u64, String> {
+        // The sealed segments `recover` found, and the one it hands the
+        // writer.
+        let mut present = segments.ids();
+        present.push(active);
+        present.sort_unstable();
+        let gone = |segment: u64| present.binary_search(&segment).is_err();
+        let mismatch = |reason: String| {
+            format!("the checkpoint describes the log before a merge switched it, and {reason}")
+        };
+        let mut count = 0;
+        for (slot, moved) in &self.groups {
+            if !slot.state.write().repoint(&gone, moved) {
+                return Err(mismatch(format!(
+                    "context {} has other records in the merge's inputs than its output holds",
+                    slot.key
+                )));
+            }
+            count += moved.len() as u64;
+        }
+        for slot in index.all_slots() {
+            let state = slot.state.read();
+            if state.gone.is_none() {
+                if let Some(loc) = state.record_locs().find(|loc| gone(loc.segment)) {
+                    return Err(mismatch(format!(
+                        "a record it holds at offset {} of segment {} is not in the merge's output",
+                        loc.offset, loc.segment
+                    )));
+                }
+            }
+        }
+        Ok(count)
+    }
+}
+
+/// Whether `body`, in a merge's output that switched the log after the
+/// checkpoint was written, is the merge's tombstone of a context the loaded
+/// index holds live: then the context is closed, as a replay of the log
+/// would close it (the merge found it gone: expired, or deleted after the
+/// checkpoint).
+fn closes(index: &Index, key: ContextKey, body: &RecordBody, loc: RecordLoc) -> bool {
+    if !matches!(body.kind, RecordKind::Gone { .. }) || body.opens.is_none() {
+        return false;
+    }
+    let Some(slot) = index.get(&key) else {
+        return false;
+    };
+    let mut state = slot.state.write();
+    if state.meta.is_none() || state.gone.is_some() || check_owner(body, key).is_err() {
+        return false;
+    }
+    let closes = RecordBody {
+        seq: body.seq.max(state.next_seq),
+        opens: None,
+        ..body.clone()
+    };
+    apply(index, &slot, &mut state, &closes, loc);
+    true
 }
 
 /// Rebuilds the index from one recovered record; a refusal names what is wrong.
@@ -1750,6 +1900,7 @@ fn trace_open(dir: &Path, report: &OpenReport) {
         contexts = report.contexts,
         from_checkpoint = report.from_checkpoint,
         replayed = report.replayed,
+        repointed = report.repointed,
         "store opened"
     );
     if let Some(t) = &report.torn_tail {

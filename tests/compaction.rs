@@ -447,11 +447,12 @@ proptest! {
         steps in proptest::collection::vec(before(), 1..60),
         compact in any::<bool>(),
         expire in any::<bool>(),
+        after in proptest::collection::vec(before(), 0..6),
     ) {
         let options = || options().checkpoint_interval(Some(2048));
         let dir = common::tmp();
-        let mut store = Store::open(dir.path(), options()).unwrap();
-        for (i, step) in steps.into_iter().enumerate() {
+        // One step; `i` makes received messageIds unique.
+        let run = |store: Store, i: usize, step: Before| -> Store {
             let context = |c: u8| format!("c{c}");
             match step {
                 Before::Append(c, n) => {
@@ -476,9 +477,14 @@ proptest! {
                 }
                 Before::Reopen => {
                     store.close().unwrap();
-                    store = Store::open(dir.path(), options()).unwrap();
+                    return Store::open(dir.path(), options()).unwrap();
                 }
             }
+            store
+        };
+        let mut store = Store::open(dir.path(), options()).unwrap();
+        for (i, step) in steps.into_iter().enumerate() {
+            store = run(store, i, step);
         }
         if expire {
             // Every context has outlived this retention: the merge
@@ -491,7 +497,13 @@ proptest! {
         } else {
             store.maintain_until(CompactStep::Switched).unwrap().map_or(0, |r| r.records_kept)
         };
-        // The process dies here.
+        // Writes go on after the switch (not maintenance, which the
+        // stopped merge would still hold), then the process dies.
+        for (i, step) in after.into_iter().enumerate() {
+            if matches!(step, Before::Append(..) | Before::Receive(_) | Before::Delete(_)) {
+                store = run(store, 1000 + i, step);
+            }
+        }
         drop(store);
         let whole = common::tmp();
         copy_dir(dir.path(), whole.path());

@@ -1501,16 +1501,29 @@ impl Moved {
             format!("the checkpoint describes the log before a merge switched it, and {reason}")
         };
         let mut count = 0;
+        let mut matched = Vec::with_capacity(self.groups.len());
         for (slot, moved) in &self.groups {
-            if !slot.state.write().repoint(&gone, moved) {
+            let mut state = slot.state.write();
+            // Deleted after the switch (in the tail): nothing to re-point.
+            if state.gone.is_some() {
+                continue;
+            }
+            if !state.repoint(&gone, moved) {
                 return Err(mismatch(format!(
                     "context {} has other records in the merge's inputs than its output holds",
                     slot.key
                 )));
             }
             count += moved.len() as u64;
+            matched.push(slot.number);
         }
+        // The contexts just re-pointed hold nothing in the inputs any more;
+        // every other must hold nothing there either.
+        matched.sort_unstable();
         for slot in index.all_slots() {
+            if matched.binary_search(&slot.number).is_ok() {
+                continue;
+            }
             let state = slot.state.read();
             if state.gone.is_none() {
                 if let Some(loc) = state.record_locs().find(|loc| gone(loc.segment)) {

@@ -1,7 +1,8 @@
 //! Compaction and maintenance's merges: every live record kept byte for
 //! byte, deleted contexts stay deleted, a crash at each step leaves a store
-//! that opens correctly, reads and writes go on meanwhile, and the space
-//! comes back.
+//! that opens correctly (a checkpoint written before the switch is
+//! re-pointed at the merge's output), reads and writes go on meanwhile,
+//! and the space comes back.
 
 mod common;
 
@@ -255,6 +256,33 @@ fn a_checkpoint_two_switches_behind_is_set_aside_and_the_whole_log_read() {
     check_all(&store, &model).unwrap();
 }
 
+/// A checkpoint of this store, one generation behind, that the merge's
+/// output does not match (here: written by a copy of the store that went
+/// further) is set aside with the reason, and the whole log is read.
+#[test]
+fn a_checkpoint_the_merge_output_does_not_match_is_set_aside() {
+    let dir = common::tmp();
+    let model = populate(dir.path());
+    let copy = common::tmp();
+    copy_dir(dir.path(), copy.path());
+    let store = Store::open(copy.path(), options()).unwrap();
+    store
+        .append_message("t", "c0", b"only in the copy")
+        .unwrap();
+    store.close().unwrap();
+    let further = fs::read(copy.path().join("CHECKPOINT")).unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    store.compact_until(CompactStep::Switched).unwrap();
+    drop(store);
+    fs::write(dir.path().join("CHECKPOINT"), further).unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    let report = store.open_report();
+    assert!(!report.from_checkpoint, "{report:?}");
+    let why = report.checkpoint_ignored.as_deref().unwrap_or_default();
+    assert!(why.contains("before a merge switched it"), "{why}");
+    check_all(&store, &model).unwrap();
+}
+
 #[test]
 fn tasks_survive_compaction_with_their_history_and_artifacts() {
     let dir = common::tmp();
@@ -380,7 +408,8 @@ fn space_after_compaction_is_close_to_the_live_payload() {
     );
 }
 
-/// A step of the workload before a merge that a crash interrupts.
+/// A step of the workload before a merge that a crash interrupts (its
+/// writes come after the merge's switch too).
 #[derive(Debug, Clone)]
 enum Before {
     Append(u8, usize),

@@ -201,6 +201,18 @@ fn a_crash_at_each_step_of_compaction_leaves_a_store_that_opens_correctly() {
         store.compact_until(step).unwrap();
         // The process dies here: nothing more is written or cleaned up.
         drop(store);
+        // A read-only open (it removes nothing: the inputs are still
+        // there after the switch) answers the same.
+        let reader = Store::open_read_only(dir.path(), options()).unwrap();
+        check_all(&reader, &model).unwrap_or_else(|e| panic!("read-only at {step:?}: {e}"));
+        let read = reader.open_report();
+        assert_eq!(read.checkpoint_ignored, None, "{step:?}");
+        assert_eq!(
+            read.repointed > 0,
+            step == CompactStep::Switched,
+            "{step:?}"
+        );
+        drop(reader);
         let store = Store::open(dir.path(), options())
             .unwrap_or_else(|e| panic!("open after a crash at {step:?}: {e}"));
         // After the switch and before the checkpoint that follows it, the

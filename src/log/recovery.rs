@@ -109,11 +109,16 @@ pub struct Recovered {
     pub next_id: u64,
     /// The store's identity.
     pub store: StoreId,
+    /// The checkpoint was written just before the last merge's switch: that
+    /// merge's output was read whole (see [`LastSwitch`]).
+    pub after_switch: bool,
 }
 
 /// Scans the log under `dir` in replay order (see [`Manifest`]), registering
-/// every segment in `segments` and handing each valid record to `on_record`,
-/// which may refuse one (a reason string) as damaged. Leftovers of an
+/// every segment in `segments` and handing each valid record to `on_record`
+/// (with whether it lies in the output of a merge that switched the log
+/// after the checkpoint was written), which may refuse one (a reason
+/// string) as damaged. Leftovers of an
 /// interrupted compaction are removed. Files of another store, and
 /// acknowledged records found missing, are refused under `Strict`, and
 /// reported and left alone under `SkipCorrupt`. `looked`: what [`look`]
@@ -125,7 +130,7 @@ pub fn recover(
     looked: Option<Result<Layout>>,
     segments: &Segments,
     report: &mut OpenReport,
-    mut on_record: impl FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>,
+    mut on_record: impl FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>,
 ) -> Result<Recovered> {
     let fs = options.fs.as_ref();
     let (mode, max_record) = (options.recovery, options.max_record_bytes);
@@ -152,8 +157,13 @@ pub fn recover(
     report.store_id = layout.store.to_string();
     report.foreign.clone_from(&layout.foreign);
     report.lost.clone_from(&layout.lost);
+    // After one switch since the checkpoint, its output is read whole, and
+    // all of the tail if the checkpoint's resume segment was merged.
+    let switch = resume.and_then(|r| last_switch(&r, &layout));
+    let after_switch = switch.is_some();
+    let resume_merged = switch.as_ref().is_some_and(|s| s.resume_merged);
     if let Some(r) = resume {
-        check_resume(dir, &r, &layout)?;
+        check_resume(dir, &r, &layout, resume_merged)?;
     }
     if layout.identity != Identity::Found && !read_only {
         identity::write(fs, dir, layout.store)?;
@@ -168,10 +178,6 @@ pub fn recover(
     if !layout.leftovers.is_empty() && !read_only {
         sync_dir(fs, dir)?;
     }
-    // After one switch since the checkpoint, its output is read whole, and
-    // all of the tail if the checkpoint's resume segment was merged.
-    let switch = resume.and_then(|r| last_switch(&r, &layout));
-    let resume_merged = switch.as_ref().is_some_and(|s| s.resume_merged);
     let mut scan = Scan {
         mode,
         read_only,
@@ -239,14 +245,21 @@ pub fn recover(
         manifest: layout.manifest,
         next_id,
         store: layout.store,
+        after_switch,
     })
 }
 
 /// Whether a checkpoint's resume point fits the log: of this store, under
-/// the manifest in force, in a tail segment that is still as long. Every
+/// the manifest in force (or the one before it), in a tail segment that is
+/// still as long (or that the last merge took: `resume_merged`). Every
 /// record before it was durable when the checkpoint was written, so a
 /// segment shorter than that has lost acknowledged records.
-fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Result<()> {
+fn check_resume(
+    dir: &Path,
+    r: &Resume,
+    layout: &super::layout::Layout,
+    resume_merged: bool,
+) -> Result<()> {
     if r.store != layout.store {
         return Err(Error::ForeignFile {
             path: dir.join(CHECKPOINT),
@@ -262,8 +275,7 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
             "the checkpoint does not match the log",
         ));
     }
-    let merged = last_switch(r, layout).is_some_and(|s| s.resume_merged);
-    if !layout.tail.contains(&r.segment) && !merged {
+    if !layout.tail.contains(&r.segment) && !resume_merged {
         return Err(Lost {
             segment: r.segment,
             expected: r.offset,
@@ -288,7 +300,7 @@ fn check_resume(dir: &Path, r: &Resume, layout: &super::layout::Layout) -> Resul
 /// to name.)
 pub fn stale(r: &Resume, layout: &super::layout::Layout) -> Option<String> {
     let behind = r.generation != layout.manifest.generation;
-    (r.store == layout.store && behind && last_switch(r, layout).is_none()).then(|| {
+    (r.store == layout.store && behind && !one_switch_behind(r, layout)).then(|| {
         format!(
             "the checkpoint describes the log before a compaction or merge switched it \
              (manifest generation {}, the log's is {}), and the store stopped before the \
@@ -318,10 +330,10 @@ pub struct LastSwitch {
 /// The switch since checkpoint `r` was written, if exactly one merge of
 /// this store's log came since (see [`LastSwitch`]).
 pub fn last_switch(r: &Resume, layout: &super::layout::Layout) -> Option<LastSwitch> {
-    let m = &layout.manifest;
-    if r.store != layout.store || r.generation.checked_add(1) != Some(m.generation) {
+    if !one_switch_behind(r, layout) {
         return None;
     }
+    let m = &layout.manifest;
     let output = m
         .compacted
         .iter()
@@ -333,6 +345,12 @@ pub fn last_switch(r: &Resume, layout: &super::layout::Layout) -> Option<LastSwi
         output,
         resume_merged: r.segment < m.tail_from && !layout.tail.contains(&r.segment),
     })
+}
+
+/// Whether checkpoint `r` is of this store and exactly one merge switched
+/// its log since.
+fn one_switch_behind(r: &Resume, layout: &super::layout::Layout) -> bool {
+    r.store == layout.store && r.generation.checked_add(1) == Some(layout.manifest.generation)
 }
 
 /// What an open finds in `dir`: the `*.tmp` files (segments or a manifest
@@ -385,7 +403,7 @@ struct Scan<'a, F> {
     whole: Vec<u64>,
 }
 
-impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
+impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'_, F> {
     /// Where to start reading segment `id` (`len` bytes, its records
     /// starting at `first`), in replay order: `None` for a segment the
     /// checkpoint covers whole. A segment shorter than the checkpoint says
@@ -449,6 +467,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
     /// with nothing valid after it is a torn tail: its offset is returned.
     fn frames(&mut self, id: u64, bytes: &[u8], newest: bool, from: u64) -> Result<Option<u64>> {
         let end = bytes.len() as u64;
+        let rewritten = self.whole.contains(&id);
         let mut at = from;
         while at < end {
             let reason = match decode_frame(bytes, id, at, self.max_record) {
@@ -458,7 +477,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
                         offset: at as u32,
                         len: frame.len,
                     };
-                    match (self.on_record)(loc, frame.payload(bytes)) {
+                    match (self.on_record)(loc, frame.payload(bytes), rewritten) {
                         Ok(()) => {
                             at = frame.end();
                             continue;
@@ -590,7 +609,7 @@ impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> 
     }
 }
 
-impl<F: FnMut(RecordLoc, &[u8]) -> std::result::Result<(), String>> Scan<'_, F> {
+impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'_, F> {
     /// [`newest`](Self::newest) for a read-only open: the segment's bytes
     /// up to its last whole record, nothing written. A writer may be
     /// appending to it: what follows the last record that decodes is its

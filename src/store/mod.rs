@@ -313,9 +313,9 @@ impl Store {
         // other threads load it.
         let mut looked = None;
         let look = || looked = Some(recovery::look(fs.as_ref(), &dir, options.read_only));
-        // A checkpoint written before the last switch of the log (a crash
-        // came between a merge's switch and its checkpoint) is set aside
-        // with its reason.
+        // A checkpoint written before the last two switches of the log (or
+        // more) is set aside with its reason; one switch behind, it is
+        // re-pointed (`scan_log`).
         let mut stale = None;
         let attempt = checkpoint::load(fs.as_ref(), &dir, &first, look).and_then(|loaded| {
             if let Some(Ok(layout)) = &looked {
@@ -1372,24 +1372,13 @@ fn scan_log(
     loaded: Option<(checkpoint::Loaded, Option<Result<Layout>>)>,
 ) -> Result<(crate::log::recovery::Recovered, OpenReport)> {
     let (loaded, looked) = match loaded {
-        Some((loaded, None)) => {
-            let looked = recovery::look(options.fs.as_ref(), dir, options.read_only);
-            (Some(loaded), Some(looked))
-        }
         Some((loaded, looked)) => (Some(loaded), looked),
         None => (None, None),
     };
-    // The output of a merge that switched the log after the checkpoint was
-    // written (`recover` reads it whole): its records that the checkpoint
-    // holds are re-pointed there, the others replayed.
-    let output = match (&loaded, &looked) {
-        (Some(loaded), Some(Ok(layout))) => recovery::last_switch(&loaded.resume, layout)
-            .map(|s| s.output)
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
+    // Of the output of a merge that switched the log after the checkpoint
+    // was written (`recover` reads it whole, `rewritten`), the records the
+    // checkpoint holds are re-pointed there, the others replayed.
     let mut moved = Moved::default();
-    let mut in_output = (u64::MAX, false);
     let mut report = OpenReport::default();
     let resumed = loaded.is_some();
     let mut served = loaded.as_ref().map_or(0, |l| l.records);
@@ -1401,12 +1390,7 @@ fn scan_log(
         looked,
         segments,
         &mut report,
-        |loc, payload| {
-            // (Asked once a segment: records come a segment at a time.)
-            if in_output.0 != loc.segment {
-                in_output = (loc.segment, output.contains(&loc.segment));
-            }
-            let rewritten = in_output.1;
+        |loc, payload, rewritten| {
             // Viewed, not decoded: most of a merge's output is held already.
             if rewritten && record::view(payload).is_ok_and(|v| moved.held(index, &v, loc)) {
                 return Ok(());
@@ -1414,9 +1398,6 @@ fn scan_log(
             match record::decode(payload).map_err(|e| e.0)? {
                 Decoded::ForeignNamespace(_) => foreign += 1,
                 Decoded::Current { key, body, .. } => {
-                    if rewritten && closes(index, key, &body, loc) {
-                        return Ok(());
-                    }
                     apply_recovered(index, key, body, loc, options.recovery, resumed)?;
                     served += 1;
                 }
@@ -1424,7 +1405,7 @@ fn scan_log(
             Ok(())
         },
     )?;
-    if resumed && !output.is_empty() {
+    if recovered.after_switch {
         // A mismatch sets the checkpoint aside: the open reads everything.
         match moved.repoint(index, segments, recovered.active.id) {
             Ok(count) => report.repointed = count,
@@ -1538,31 +1519,6 @@ impl Moved {
     }
 }
 
-/// Whether `body`, in a merge's output that switched the log after the
-/// checkpoint was written, is the merge's tombstone of a context the loaded
-/// index holds live: then the context is closed, as a replay of the log
-/// would close it (the merge found it gone: expired, or deleted after the
-/// checkpoint).
-fn closes(index: &Index, key: ContextKey, body: &RecordBody, loc: RecordLoc) -> bool {
-    if !matches!(body.kind, RecordKind::Gone { .. }) || body.opens.is_none() {
-        return false;
-    }
-    let Some(slot) = index.get(&key) else {
-        return false;
-    };
-    let mut state = slot.state.write();
-    if state.meta.is_none() || state.gone.is_some() || check_owner(body, key).is_err() {
-        return false;
-    }
-    let closes = RecordBody {
-        seq: body.seq.max(state.next_seq),
-        opens: None,
-        ..body.clone()
-    };
-    apply(index, &slot, &mut state, &closes, loc);
-    true
-}
-
 /// Rebuilds the index from one recovered record; a refusal names what is wrong.
 fn apply_recovered(
     index: &Index,
@@ -1574,11 +1530,6 @@ fn apply_recovered(
 ) -> std::result::Result<(), String> {
     let slot = index.get_or_insert(&key);
     let mut state = slot.state.write();
-    // A checkpoint taken while appends were in flight resumes from the
-    // earliest of them: records after it that it already holds come again.
-    if from_checkpoint && state.meta.is_some() && body.seq < state.next_seq {
-        return Ok(());
-    }
     // Once a context is gone its later records are skipped. A merge writes
     // a tombstone for a gone context's records in the segments it merges,
     // and its records in later segments (up to its delete record, if it was
@@ -1597,17 +1548,27 @@ fn apply_recovered(
             apply(index, &slot, &mut state, &body, loc);
             return Ok(());
         }
-        if body.seq < state.next_seq {
+        // Below the seq expected: in a log read whole, damage; after a
+        // checkpoint, the tombstone of a merge that switched the log after
+        // it was written, of records it holds (DESIGN.md §4): it closes the
+        // context all the same.
+        if body.seq < state.next_seq && !from_checkpoint {
             return Err(format!(
                 "a tombstone at seq {} where the context expects {} or later",
                 body.seq, state.next_seq
             ));
         }
         let closes = RecordBody {
+            seq: body.seq.max(state.next_seq),
             opens: None,
             ..body
         };
         apply(index, &slot, &mut state, &closes, loc);
+        return Ok(());
+    }
+    // A checkpoint taken while appends were in flight resumes from the
+    // earliest of them: records after it that it already holds come again.
+    if from_checkpoint && state.meta.is_some() && body.seq < state.next_seq {
         return Ok(());
     }
     if body.seq > MAX_SEQ {

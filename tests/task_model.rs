@@ -151,6 +151,12 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                             prop_assert_eq!(&r.task_id, &t.id);
                             prop_assert_eq!(&r.context_id, &t.context);
                             model.tasks[i].history.push(m.clone());
+                            // The client's answer is taken: the task works
+                            // on it until the agent writes again.
+                            let state = &mut model.tasks[i].state;
+                            if matches!(state, TaskState::InputRequired | TaskState::AuthRequired) {
+                                *state = TaskState::Working;
+                            }
                             model.received.insert((tenant, msg), (m, r));
                         }
                     }

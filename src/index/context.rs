@@ -706,6 +706,16 @@ impl ContextState {
         }
     }
 
+    /// Records a client's message that joined task `task` at `at_ms` (the
+    /// record is already pushed): the task's status time moves to it, as
+    /// the state it reads in does ([`TaskView::state`]).
+    pub fn message_joined(&mut self, task: u32, at_ms: u64) {
+        if let Some(entry) = self.tasks.owned().get_mut(task as usize) {
+            let state = entry.state;
+            entry.set_status(state, at_ms);
+        }
+    }
+
     /// Records the artifact chunk at position `pos` of task `task`.
     pub fn add_chunk(&mut self, task: u32, pos: u32, artifact_id: &str, append: bool, last: bool) {
         let artifacts = self.extra_mut().artifacts.get_mut();
@@ -982,9 +992,26 @@ impl<'a> TaskView<'a> {
         self.context.id_key(self.task as usize)
     }
 
-    /// The current state.
+    /// The current state: the latest status's, except that a task
+    /// interrupted for input whose latest event is the client's answer is
+    /// WORKING (the answer is taken; the agent has yet to write for it).
     pub fn state(&self) -> TaskState {
-        self.entry.state
+        match self.entry.state {
+            TaskState::InputRequired | TaskState::AuthRequired if self.awaits_turn() => {
+                TaskState::Working
+            }
+            state => state,
+        }
+    }
+
+    /// Whether the task's latest event is a message the client sent: its
+    /// turn is due, and the agent has written nothing for it yet (a crash
+    /// there leaves the turn to the restart policy).
+    pub fn awaits_turn(&self) -> bool {
+        self.context
+            .recs
+            .get(self.entry.last as usize)
+            .is_some_and(|r| r.task == self.task && r.has(MESSAGE) && !r.has(STATUS))
     }
 
     /// When the current status was recorded (ms since the epoch).

@@ -1678,6 +1678,9 @@ fn apply(
             } else {
                 let task = state.task_pos(&link.task_id);
                 state.push_record(body.seq, loc, Kind::Message, task);
+                if let Some(task) = task {
+                    state.message_joined(task, body.timestamp_ms);
+                }
             }
         }
         RecordKind::Status {

@@ -868,7 +868,10 @@ impl Store {
     ) -> Result<Task> {
         // The task's records, read under one lock of the segment set.
         let mut records = self.context_records(at.key);
-        let status = match task.status_loc() {
+        // A task whose turn is due reads as its state says (SUBMITTED, or
+        // WORKING on the client's answer), not as its last status: that
+        // status's question is answered.
+        let status = match task.status_loc().filter(|_| !task.awaits_turn()) {
             Some(loc) => read_json(&mut records, loc)?,
             None => Stored::new(TaskStatus {
                 state: task.state(),

@@ -707,11 +707,14 @@ impl ContextState {
     }
 
     /// Records a client's message that joined task `task` at `at_ms` (the
-    /// record is already pushed): the task's status time moves to it, as
-    /// the state it reads in does ([`TaskView::state`]).
+    /// record is already pushed): an interrupted task works on the answer
+    /// (WORKING), and the task's status time moves to the message.
     pub fn message_joined(&mut self, task: u32, at_ms: u64) {
         if let Some(entry) = self.tasks.owned().get_mut(task as usize) {
-            let state = entry.state;
+            let state = match entry.state {
+                TaskState::InputRequired | TaskState::AuthRequired => TaskState::Working,
+                state => state,
+            };
             entry.set_status(state, at_ms);
         }
     }
@@ -992,9 +995,9 @@ impl<'a> TaskView<'a> {
         self.context.id_key(self.task as usize)
     }
 
-    /// The current state: the latest status's, except that a task
-    /// interrupted for input whose latest event is the client's answer is
-    /// WORKING (the answer is taken; the agent has yet to write for it).
+    /// The current state: the latest status's, or WORKING once the client
+    /// answered an interrupted task (set when the answer joins it; derived
+    /// here too for an entry a checkpoint written before that rule holds).
     pub fn state(&self) -> TaskState {
         match self.entry.state {
             TaskState::InputRequired | TaskState::AuthRequired if self.awaits_turn() => {
@@ -1002,6 +1005,17 @@ impl<'a> TaskView<'a> {
             }
             state => state,
         }
+    }
+
+    /// Where the status record that says the task's state is: its latest
+    /// status, unless a message the client sent came after it (or it has
+    /// none yet): then no record says it (the state is SUBMITTED, or the
+    /// WORKING the answer put it in) and this is `None`.
+    pub fn status_record(&self) -> Option<RecordLoc> {
+        self.newest()
+            .find(|r| r.has(STATUS) || r.has(MESSAGE))
+            .filter(|r| r.has(STATUS))
+            .map(Rec::loc)
     }
 
     /// Whether the task's latest event is a message the client sent: its
@@ -1047,11 +1061,6 @@ impl<'a> TaskView<'a> {
     /// The events that carry a message (the task's history), newest first.
     pub fn history_newest(&self) -> impl Iterator<Item = RecordLoc> + 'a {
         self.newest().filter(|r| r.has(MESSAGE)).map(Rec::loc)
-    }
-
-    /// Where the latest status record is (`None` while submitted).
-    pub fn status_loc(&self) -> Option<RecordLoc> {
-        self.newest().find(|r| r.has(STATUS)).map(Rec::loc)
     }
 
     /// The task's artifacts, in the order they were first created, each
@@ -1127,7 +1136,7 @@ mod tests {
             task.history_newest().collect::<Vec<_>>(),
             vec![at(2), at(1)]
         );
-        assert_eq!(task.status_loc(), Some(at(5)));
+        assert_eq!(task.status_record(), Some(at(5)));
         assert_eq!((task.state(), task.status_ms()), (TaskState::Completed, 7));
         assert_eq!(task.artifacts().collect::<Vec<_>>(), vec![vec![at(3)]]);
         assert_eq!(s.history_len(), 4);
@@ -1145,7 +1154,51 @@ mod tests {
             task.history_newest().collect::<Vec<_>>(),
             vec![at(12), at(11)]
         );
-        assert_eq!(task.status_loc(), Some(at(15)));
+        assert_eq!(task.status_record(), Some(at(15)));
+    }
+
+    #[test]
+    fn an_answer_puts_an_interrupted_task_to_work_until_its_next_status() {
+        let mut s = ContextState::default();
+        s.open_task("t", 1, 1, at(1));
+        let t = s.task_pos("t").unwrap();
+        s.push_record(2, at(2), Kind::Status { with_message: true }, Some(t));
+        s.set_status(t, TaskState::InputRequired, 2);
+        let view = s.task("t").unwrap();
+        assert_eq!(
+            (view.state(), view.status_record()),
+            (TaskState::InputRequired, Some(at(2)))
+        );
+        // The client's answer joins: WORKING, and no record says so.
+        s.push_record(3, at(3), Kind::Message, Some(t));
+        s.message_joined(t, 3);
+        let view = s.task("t").unwrap();
+        assert_eq!((view.state(), view.status_ms()), (TaskState::Working, 3));
+        assert!(view.awaits_turn());
+        assert_eq!(view.status_record(), None);
+        // An artifact of the turn: still WORKING on the answer.
+        s.push_record(4, at(4), Kind::Artifact, Some(t));
+        let view = s.task("t").unwrap();
+        assert!(!view.awaits_turn());
+        assert_eq!(
+            (view.state(), view.status_record()),
+            (TaskState::Working, None)
+        );
+        // The turn's status says the state again.
+        s.push_record(
+            5,
+            at(5),
+            Kind::Status {
+                with_message: false,
+            },
+            Some(t),
+        );
+        s.set_status(t, TaskState::Completed, 5);
+        let view = s.task("t").unwrap();
+        assert_eq!(
+            (view.state(), view.status_record()),
+            (TaskState::Completed, Some(at(5)))
+        );
     }
 
     #[test]
@@ -1285,7 +1338,7 @@ mod tests {
                         view.state(),
                         view.status_ms(),
                         view.events(),
-                        view.status_loc(),
+                        view.status_record(),
                         view.history_newest().collect::<Vec<_>>(),
                     )
                 })

@@ -868,10 +868,10 @@ impl Store {
     ) -> Result<Task> {
         // The task's records, read under one lock of the segment set.
         let mut records = self.context_records(at.key);
-        // A task whose turn is due reads as its state says (SUBMITTED, or
-        // WORKING on the client's answer), not as its last status: that
-        // status's question is answered.
-        let status = match task.status_loc().filter(|_| !task.awaits_turn()) {
+        // A task the client wrote to since its latest status reads as its
+        // state says (SUBMITTED, or WORKING on the client's answer), not as
+        // that status: its question is answered.
+        let status = match task.status_record() {
             Some(loc) => read_json(&mut records, loc)?,
             None => Stored::new(TaskStatus {
                 state: task.state(),

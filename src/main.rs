@@ -759,6 +759,14 @@ fn verify_report(g: &Global) -> Result<ctxlog::VerifyReport, Failure> {
 fn verify(g: &Global) -> Outcome {
     let report = verify_report(g)?;
     print_json(&report)?;
+    if let Some(t) = &report.torn_tail {
+        eprintln!(
+            "note: segment {} ends in a torn tail of {} bytes at offset {} ({} record(s) never \
+             acknowledged, as a crash or a failed write leaves them): the next open cuts it, and \
+             loses nothing that was acknowledged",
+            t.segment, t.bytes, t.offset, t.records
+        );
+    }
     damage_error(&report)
 }
 

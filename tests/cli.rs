@@ -312,6 +312,13 @@ fn check_reports_a_torn_tail_it_cut() {
     let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
     f.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
     drop(f);
+    // Verify (which changes nothing) calls it what the open will.
+    let out = ctxlog(dir.path(), &["verify"], b"");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let verified: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verified["clean"], true);
+    assert_eq!(verified["tornTail"]["bytes"], 6);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("torn tail of 6 bytes"));
     let report = ok_json(dir.path(), &["check"], b"");
     assert_eq!(report["tornTail"]["bytes"], 6);
     assert_eq!(report["records"], 1);

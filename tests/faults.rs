@@ -362,3 +362,35 @@ fn a_poisoning_rotation_wakes_group_commit_waiters() {
         Err(Error::Poisoned)
     ));
 }
+
+/// What broke: after a full disk cut a group commit's flush short, `ctxlog
+/// verify` called the unfinished frame damage ("restore it from a backup")
+/// while the next open cut it as a torn tail and lost nothing acknowledged.
+#[test]
+fn verify_and_open_agree_on_the_torn_tail_a_full_disk_leaves() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::GroupCommit);
+    let store = Store::open(dir.path(), options).unwrap();
+    store.append_message("t", "c", b"one").unwrap();
+    plan.short_next(9);
+    assert!(store.append_message("t", "c", b"two").is_err());
+    assert!(store.is_poisoned());
+    drop(store);
+    let disk = plan.disk.lock().unwrap().clone();
+    let report = Store::verify_on(&disk, dir.path(), &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let torn = report
+        .torn_tail
+        .clone()
+        .expect("verify reports the torn tail");
+    assert_eq!(torn.records, 1);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["tornTail"]["offset"], torn.offset);
+    let store = Store::open(dir.path(), plan.plain()).unwrap();
+    assert_eq!(store.open_report().torn_tail, Some(torn));
+    assert_eq!(bodies(&store, "c"), vec![b"one".to_vec()]);
+    drop(store);
+    // Cut, the tail is gone for verify too.
+    let after = Store::verify_on(&disk, dir.path(), &mut |_, _| {}).unwrap();
+    assert!(after.is_clean() && after.torn_tail.is_none(), "{after:?}");
+}

@@ -295,6 +295,41 @@ pub fn find_next_frame(segment: &[u8], segment_id: u64, from: u64, max_len: u32)
     None
 }
 
+/// Whether a valid frame after `at` carries a durable watermark past `at`,
+/// proving that the bytes at `at` had been synced before it was written. A
+/// bad frame in the newest segment that nothing vouches for lies in bytes
+/// that were never synced, so never acknowledged: a torn tail (the one rule
+/// both an open and a verify apply).
+pub fn vouched_for(segment: &[u8], segment_id: u64, at: u64, max_len: u32) -> bool {
+    let mut from = at + 1;
+    while let Some(next) = find_next_frame(segment, segment_id, from, max_len) {
+        match decode_frame(segment, segment_id, next, max_len) {
+            Ok(frame) if u64::from(frame.durable) > at => return true,
+            Ok(frame) => from = frame.end(),
+            Err(_) => from = next + 1,
+        }
+    }
+    false
+}
+
+/// Follows length fields from `from` to count the frames that had started in
+/// a torn tail (at least one: there are bytes there).
+pub fn count_started_frames(bytes: &[u8], from: u64, max_record: u32) -> u64 {
+    let end = bytes.len() as u64;
+    let mut at = from;
+    let mut n = 0;
+    while at < end {
+        let len = u32_at(bytes, at as usize);
+        // No frame starts here: zeros (preallocated space) or garbage.
+        if len == 0 || len > max_record {
+            break;
+        }
+        n += 1;
+        at += FRAME_HEADER_LEN + u64::from(len);
+    }
+    n.max(1)
+}
+
 /// The little-endian u32 at `at` of `bytes`; 0 if they end before it.
 pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
     le_u32(bytes.get(at..at.saturating_add(4)).unwrap_or_default())

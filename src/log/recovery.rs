@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::frame::{
-    decode_frame, decode_header, encode_header, find_next_frame, is_preallocated, u32_at,
-    HeaderError, Link, SegmentHeader, StoreId, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
-    LEGACY_VERSION,
+    count_started_frames, decode_frame, decode_header, encode_header, find_next_frame,
+    is_preallocated, vouched_for, HeaderError, Link, SegmentHeader, StoreId, FORMAT_VERSION,
+    HEADER_LEN, LEGACY_VERSION,
 };
 use super::identity;
 use super::layout::{list, survey_listed, Foreign, Identity, Layout, Lost};
@@ -82,6 +82,19 @@ pub struct TornTail {
     /// Records that had started in those bytes but were not complete
     /// (frame starts found by following length fields; at least 1).
     pub records: u64,
+}
+
+/// The torn tail of the newest segment `id` (its `bytes`) from `cut`, the
+/// first bad frame no later frame vouches for: `None` if only preallocated
+/// zeros lie there (no record had started). An open cuts it; a verify
+/// reports it, as the same thing.
+pub fn torn_tail(bytes: &[u8], id: u64, cut: u64, max_record: u32) -> Option<TornTail> {
+    (!is_preallocated(bytes, cut)).then(|| TornTail {
+        segment: id,
+        offset: cut,
+        bytes: (bytes.len() as u64).saturating_sub(cut),
+        records: count_started_frames(bytes, cut, max_record),
+    })
 }
 
 /// A damaged range skipped under [`RecoveryMode::SkipCorrupt`].
@@ -494,7 +507,7 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
             // In the newest segment, a bad frame that no later frame vouches
             // for (a watermark past it) lies in bytes that were never synced:
             // a torn tail.
-            if newest && !self.vouched_for(bytes, id, at) {
+            if newest && !vouched_for(bytes, id, at, self.max_record) {
                 return Ok(Some(at));
             }
             let next = find_next_frame(bytes, id, at + 1, self.max_record).unwrap_or(end);
@@ -502,20 +515,6 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
             at = next;
         }
         Ok(None)
-    }
-
-    /// Whether a valid frame after `at` carries a durable watermark past
-    /// `at`, proving that the bytes at `at` had been synced before it was written.
-    fn vouched_for(&self, bytes: &[u8], id: u64, at: u64) -> bool {
-        let mut from = at + 1;
-        while let Some(next) = find_next_frame(bytes, id, from, self.max_record) {
-            match decode_frame(bytes, id, next, self.max_record) {
-                Ok(frame) if u64::from(frame.durable) > at => return true,
-                Ok(frame) => from = frame.end(),
-                Err(_) => from = next + 1,
-            }
-        }
-        false
     }
 
     fn damage(&mut self, segment: u64, offset: u64, until: u64, reason: String) -> Result<()> {
@@ -571,12 +570,7 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
             Some(cut) => {
                 // Only zeros: preallocated space, where no record had started
                 // (or none left a byte).
-                let torn = (!is_preallocated(bytes, cut)).then(|| TornTail {
-                    segment: id,
-                    offset: cut,
-                    bytes: len - cut,
-                    records: count_started_frames(bytes, cut, self.max_record),
-                });
+                let torn = torn_tail(bytes, id, cut, self.max_record);
                 drop(map);
                 file.set_len(cut)
                     .and_then(|()| file.sync_data())
@@ -706,22 +700,4 @@ fn fresh_segment(fs: &dyn Fs, dir: &Path, fresh: Fresh) -> Result<ActiveSegment>
         bytes: header.to_vec(),
         header_len: HEADER_LEN,
     })
-}
-
-/// Follows length fields from `from` to count the frames that had started in
-/// a torn tail (at least one: there are bytes there).
-fn count_started_frames(bytes: &[u8], from: u64, max_record: u32) -> u64 {
-    let end = bytes.len() as u64;
-    let mut at = from;
-    let mut n = 0;
-    while at < end {
-        let len = u32_at(bytes, at as usize);
-        // No frame starts here: zeros (preallocated space) or garbage.
-        if len == 0 || len > max_record {
-            break;
-        }
-        n += 1;
-        at += FRAME_HEADER_LEN + u64::from(len);
-    }
-    n.max(1)
 }

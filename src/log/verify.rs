@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use super::frame::{
-    decode_frame, decode_header, find_next_frame, is_preallocated, FORMAT_VERSION, LEGACY_VERSION,
+    decode_frame, decode_header, find_next_frame, vouched_for, FORMAT_VERSION, LEGACY_VERSION,
 };
 use super::layout::survey;
-use super::recovery::Resume;
+use super::recovery::{torn_tail, Resume, TornTail};
 use super::segments::segment_path;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -37,11 +37,14 @@ pub struct VerifyReport {
     pub records: u64,
     /// Bytes scanned.
     pub bytes: u64,
-    /// Damage anywhere (including bytes after the newest segment's last
-    /// valid record, which an open would cut as a torn tail, unless they are
-    /// all zeros: the writer's preallocated space), acknowledged records
-    /// found missing, and files of another store.
+    /// Damage anywhere, acknowledged records found missing, and files of
+    /// another store: what an open refuses.
     pub damage: Vec<Damage>,
+    /// The newest segment's torn tail, which an open cuts (reported the same
+    /// way in its [`OpenReport`](crate::OpenReport)): bytes after its last
+    /// valid record that no later record vouches for, so never synced and
+    /// never acknowledged. Not damage: a crash or a failed write leaves one.
+    pub torn_tail: Option<TornTail>,
 }
 
 impl VerifyReport {
@@ -51,16 +54,17 @@ impl VerifyReport {
     }
 }
 
-/// `{"clean", "segments", "records", "bytes", "damage"}`.
+/// `{"clean", "segments", "records", "bytes", "damage", "tornTail"}`.
 impl serde::Serialize for VerifyReport {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut out = s.serialize_struct("VerifyReport", 5)?;
+        let mut out = s.serialize_struct("VerifyReport", 6)?;
         out.serialize_field("clean", &self.is_clean())?;
         out.serialize_field("segments", &self.segments)?;
         out.serialize_field("records", &self.records)?;
         out.serialize_field("bytes", &self.bytes)?;
         out.serialize_field("damage", &self.damage)?;
+        out.serialize_field("tornTail", &self.torn_tail)?;
         out.end()
     }
 }
@@ -108,9 +112,10 @@ pub fn verify_dir(
         );
         report.damage.push(damage(0, 0, &reason));
     }
-    if let Some(r) = checkpoint.filter(|r| {
+    let resume = checkpoint.filter(|r| {
         r.store == layout.store && r.generation == layout.manifest.generation && !layout.salvage
-    }) {
+    });
+    if let Some(r) = resume {
         let actual = if layout.tail.contains(&r.segment) {
             layout.lens.get(&r.segment).copied().unwrap_or(0)
         } else {
@@ -167,13 +172,20 @@ pub fn verify_dir(
                 supported: FORMAT_VERSION,
             });
         }
-        let newest = newest == Some(id);
+        // What the checkpoint says the log reached is acknowledged: a bad
+        // frame before it is damage, never a torn tail (an open does not
+        // even scan it, and its read finds the damage).
+        let tail_from = match (newest == Some(id), resume) {
+            (false, _) => None,
+            (true, Some(r)) if r.segment == id => Some(r.offset),
+            (true, _) => Some(0),
+        };
         scan_frames(
             id,
             &bytes,
             header.records_start(),
-            newest,
-            live && newest,
+            tail_from,
+            live,
             &mut report,
         );
     }
@@ -181,14 +193,16 @@ pub fn verify_dir(
     Ok(report)
 }
 
-/// Checks every frame of a segment from `from`. In the newest segment,
-/// preallocated zeros end the scan; with `unfinished` (a writer may be
-/// appending), so do bytes that no whole record follows.
+/// Checks every frame of a segment from `from`. In the newest segment
+/// (`tail_from`: where a torn tail may start), a bad frame that no later
+/// frame vouches for ends the scan: preallocated zeros, or a torn tail
+/// (reported as such, as an open cuts it), or with `unfinished` (a writer
+/// may be appending) its unfinished append.
 fn scan_frames(
     id: u64,
     bytes: &[u8],
     from: u64,
-    newest: bool,
+    tail_from: Option<u64>,
     unfinished: bool,
     report: &mut VerifyReport,
 ) {
@@ -203,11 +217,14 @@ fn scan_frames(
                 }
                 at = frame.end();
             }
-            Err(_) if newest && is_preallocated(bytes, at) => break,
             Err(_)
-                if unfinished && find_next_frame(bytes, id, at + 1, MAX_RECORD_BYTES).is_none() =>
+                if tail_from.is_some_and(|t| at >= t)
+                    && !vouched_for(bytes, id, at, MAX_RECORD_BYTES) =>
             {
-                break
+                if !unfinished {
+                    report.torn_tail = torn_tail(bytes, id, at, MAX_RECORD_BYTES);
+                }
+                break;
             }
             Err(e) => {
                 report.damage.push(damage(id, at, &e.reason()));

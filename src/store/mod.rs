@@ -601,6 +601,20 @@ impl Store {
         &self.report
     }
 
+    /// The directory the store was opened in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// assert_eq!(store.dir(), dir.path());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn dir(&self) -> &Path {
+        self.writer.dir()
+    }
+
     /// The options the store was opened with.
     ///
     /// # Examples

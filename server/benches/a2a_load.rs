@@ -154,10 +154,7 @@ fn a2a_sdk_server(python: &Path, kind: &str, db: &Path) -> Process {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    Process {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    }
+    Process::of(child, format!("http://127.0.0.1:{port}"))
 }
 
 /// `clients` clients, each on its own connection, sending `total`

@@ -9,12 +9,12 @@ use ctxlog::{ListTasksQuery, Receipt, TurnGuard};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::instrument;
 
 use crate::error::{busy, from_store, A2aError};
 use crate::sse::{Follow, Start};
-use crate::state::{Shared, Written};
+use crate::state::{Follower, Shared};
 use crate::turns::{self, DIRECT_REPLY};
 
 /// `SendMessageRequest` (the message kept as the text the client sent).
@@ -106,7 +106,7 @@ fn history_length(n: Option<i64>) -> Result<Option<usize>, A2aError> {
 struct Begun {
     receipt: Receipt,
     /// Follows the task; taken before the turn starts.
-    events: watch::Receiver<Written>,
+    events: Follower,
 }
 
 /// `SendMessage`.
@@ -129,11 +129,9 @@ pub(crate) async fn send(
     let settled_task = if config.return_immediately.unwrap_or(false) {
         None
     } else {
-        // A resend waits for the task as it is; a new turn for what it writes.
-        let (base, read_first) = match begun.receipt.duplicate {
-            true => (0, true),
-            false => (begun.receipt.event, false),
-        };
+        // Both wait for what the message's turn writes; a resend reads the
+        // task first, as that turn may be over already.
+        let (base, read_first) = (begun.receipt.event, begun.receipt.duplicate);
         settle(shared, &want, begun.events, base, read_first).await?
     };
     answer(shared, &want, settled_task).await
@@ -177,20 +175,23 @@ fn check_config(config: &SendConfig) -> Result<(), A2aError> {
 }
 
 /// Receives the message (durable before anything else happens) and,
-/// unless it was received before, starts its turn.
+/// unless it was received before, starts its turn. At the bound on turns,
+/// a resend is still answered (it starts none); any other message is
+/// refused before anything is stored.
 async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result<Begun, A2aError> {
-    let permit = shared
-        .turns
-        .permit()
-        .ok_or(A2aError::Overloaded(shared.turns.max()))?;
+    let permit = shared.turns.permit();
+    let at_bound = permit.is_none();
     let raw = message.get().as_bytes().to_vec();
     let t = tenant.to_string();
     let single = shared.config.single_active_turn;
     let locks = shared.clone();
     // The receive, and (for a new turn) what its agent is called with, in
     // one call to the blocking pool.
-    let (receipt, lease, prepared) = shared
+    let received = shared
         .blocking_raw(move |store| {
+            if at_bound {
+                return Ok(store.find_received(&t, &raw)?.map(|r| (r, None, None)));
+            }
             let (receipt, lease) = if single {
                 receive_single(store, &locks, &t, &raw)?
             } else {
@@ -202,15 +203,19 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
                     turns::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
                 }
             };
-            Ok((receipt, lease, prepared))
+            Ok(Some((receipt, lease, prepared)))
         })
         .await
         .map_err(|e| match e {
             ctxlog::Error::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
             e => from_store(e),
         })?;
-    let events = shared.hub.subscribe(tenant, &receipt.task_id);
-    if !receipt.duplicate {
+    let Some((receipt, lease, prepared)) = received else {
+        return Err(A2aError::Overloaded(shared.turns.max()));
+    };
+    crate::crashpoint::point("received");
+    let events = shared.hub.follow(tenant, &receipt.task_id);
+    if let (false, Some(permit)) = (receipt.duplicate, permit) {
         start_turn(shared, tenant, &receipt, lease, permit, prepared);
     }
     Ok(Begun { receipt, events })
@@ -321,7 +326,7 @@ impl Want<'_> {
 async fn settle(
     shared: &Arc<Shared>,
     want: &Want<'_>,
-    mut events: watch::Receiver<Written>,
+    mut events: Follower,
     base: u64,
     read_first: bool,
 ) -> Result<Option<Task>, A2aError> {
@@ -330,7 +335,7 @@ async fn settle(
     let mut look = read_first;
     loop {
         if look {
-            events.borrow_and_update();
+            events.seen();
             let (task, count) = want.read(shared).await?;
             if count > base && settled(task.status.state) {
                 return Ok(Some(task));
@@ -343,11 +348,11 @@ async fn settle(
             deadline = deadline.min(grace);
         }
         tokio::select! {
-            changed = events.changed() => {
-                if changed.is_err() {
-                    return Ok(None);
+            () = events.changed() => {
+                let written = events.seen();
+                if let Some(e) = written.failed {
+                    return Err(e);
                 }
-                let written = events.borrow_and_update().clone();
                 // The turn that ended read the task for us.
                 if let Some(done) = written.settled.filter(|d| d.count > base) {
                     return Ok(Some(want.trim(&done.task)));
@@ -495,7 +500,9 @@ pub(crate) async fn cancel_task(
 /// `SubscribeToTask`: the task's snapshot, then its events as they are
 /// stored, until it is terminal. With `last_event_id` (a reconnect), the
 /// events after it instead, replayed from the store, then live ones; that
-/// also serves a task that has become terminal meanwhile.
+/// also serves a task that has become terminal meanwhile. A reconnect at
+/// the end of a terminal task gets nothing more and closes; one past the
+/// task's last event names no event of it and is refused.
 #[instrument(level = "debug", skip_all, fields(tenant = %tenant, task = %params.id))]
 pub(crate) async fn subscribe(
     shared: &Arc<Shared>,
@@ -503,14 +510,23 @@ pub(crate) async fn subscribe(
     params: IdParams,
     last_event_id: Option<u64>,
 ) -> Result<Follow, A2aError> {
-    let events = shared.hub.subscribe(tenant, &params.id);
+    let events = shared.hub.follow(tenant, &params.id);
     let (t, id) = (tenant.to_string(), params.id.clone());
-    let task = shared
-        .blocking(move |store| store.get_task(&t, &id, Some(0), false))
+    let (task, count) = shared
+        .blocking(move |store| store.task_snapshot(&t, &id, Some(0), false))
         .await?;
+    let terminal = task.status.state.is_terminal();
     let start = match last_event_id {
+        Some(after) if after > count => {
+            return Err(A2aError::invalid(format!(
+                "Last-Event-ID: {after} names no event of task {}: it has {count}; resume \
+                 from the id of the last event you received from this task's stream",
+                params.id
+            )))
+        }
+        Some(after) if after == count && terminal => Start::Ended,
         Some(after) => Start::After(after),
-        None if task.status.state.is_terminal() => {
+        None if terminal => {
             return Err(A2aError::unsupported(format!(
                 "the task is {}, a terminal state: there is nothing to subscribe to (GetTask \
                  reads it; a reconnecting stream sends Last-Event-ID)",

@@ -59,6 +59,15 @@ pub enum A2aError {
     PayloadTooLarge(usize),
     /// The server runs as many turns as it may.
     Overloaded(usize),
+    /// The store cannot write now: the disk is full (`full`), or a failed
+    /// write or sync made it refuse writes until it is reopened (which the
+    /// server does by itself).
+    Unavailable {
+        /// What happened and what to do.
+        message: String,
+        /// The disk is full.
+        full: bool,
+    },
 }
 
 impl A2aError {
@@ -93,7 +102,9 @@ impl A2aError {
             A2aError::InvalidRequest(_) | A2aError::PayloadTooLarge(_) => -32600,
             A2aError::MethodNotFound(_) => -32601,
             A2aError::Parse(_) => -32700,
-            A2aError::Internal(_) | A2aError::Overloaded(_) => -32603,
+            A2aError::Internal(_) | A2aError::Overloaded(_) | A2aError::Unavailable { .. } => {
+                -32603
+            }
             // JSON-RPC leaves -32000 to the server; A2A uses -32001 on.
             A2aError::Unauthenticated => -32000,
         }
@@ -108,6 +119,8 @@ impl A2aError {
             A2aError::Unauthenticated => 401,
             A2aError::PayloadTooLarge(_) => 413,
             A2aError::Overloaded(_) => 503,
+            A2aError::Unavailable { full: true, .. } => 507,
+            A2aError::Unavailable { full: false, .. } => 503,
             _ => 400,
         }
     }
@@ -121,7 +134,10 @@ impl A2aError {
             }
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => "INTERNAL",
             A2aError::Unauthenticated => "UNAUTHENTICATED",
-            A2aError::PayloadTooLarge(_) | A2aError::Overloaded(_) => "RESOURCE_EXHAUSTED",
+            A2aError::PayloadTooLarge(_)
+            | A2aError::Overloaded(_)
+            | A2aError::Unavailable { full: true, .. } => "RESOURCE_EXHAUSTED",
+            A2aError::Unavailable { full: false, .. } => "UNAVAILABLE",
             _ => "FAILED_PRECONDITION",
         }
     }
@@ -145,6 +161,8 @@ impl A2aError {
             A2aError::Unauthenticated => "UNAUTHENTICATED",
             A2aError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             A2aError::Overloaded(_) => "TOO_MANY_TURNS",
+            A2aError::Unavailable { full: true, .. } => "STORAGE_FULL",
+            A2aError::Unavailable { full: false, .. } => "STORE_UNAVAILABLE",
         }
     }
 
@@ -187,6 +205,7 @@ impl A2aError {
             A2aError::Overloaded(max) => {
                 format!("the server is running its maximum of {max} turns at once; retry shortly")
             }
+            A2aError::Unavailable { message, .. } => message.clone(),
         }
     }
 
@@ -252,10 +271,27 @@ pub fn from_store(e: ctxlog::Error) -> A2aError {
             reason: Some("IDEMPOTENCY_CONFLICT"),
         },
         E::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
-        E::Poisoned => A2aError::Internal(
-            "the store refuses writes after a failed sync to disk; the server must be restarted"
+        E::Poisoned => A2aError::Unavailable {
+            message: "the store refuses writes after a failed write or sync to disk, and the \
+                      server is reopening it: retry shortly (GET /healthz answers 200 once it \
+                      takes writes again)"
                 .into(),
-        ),
+            full: false,
+        },
+        E::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+            A2aError::Unavailable {
+                message: "the server's disk is full: nothing was stored; retry once space is \
+                          freed (GET /healthz answers 200 once the store takes writes)"
+                    .into(),
+                full: true,
+            }
+        }
+        E::Io { .. } => A2aError::Unavailable {
+            message: "the store could not write to disk: nothing more was stored; retry shortly \
+                      (GET /healthz says whether the store takes writes)"
+                .into(),
+            full: false,
+        },
         E::Corrupt { .. } | E::MissingRecords { .. } => {
             A2aError::Internal("stored data could not be read".into())
         }
@@ -326,6 +362,22 @@ mod tests {
                 400,
                 "VERSION_NOT_SUPPORTED",
             ),
+            (
+                from_store(ctxlog::Error::Io {
+                    op: "append",
+                    path: "/secret/path".into(),
+                    source: std::io::ErrorKind::StorageFull.into(),
+                }),
+                -32603,
+                507,
+                "STORAGE_FULL",
+            ),
+            (
+                from_store(ctxlog::Error::Poisoned),
+                -32603,
+                503,
+                "STORE_UNAVAILABLE",
+            ),
         ];
         for (e, code, status, reason) in table {
             assert_eq!(
@@ -337,6 +389,7 @@ mod tests {
             assert_eq!(keys, ["code", "data", "message"]);
             assert_eq!(rpc["data"][0]["domain"], DOMAIN);
             assert_eq!(e.rest_body()["error"]["details"][0]["reason"], reason);
+            assert!(!e.message().contains("/secret"), "no path: {}", e.message());
         }
     }
 }

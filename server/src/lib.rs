@@ -33,9 +33,12 @@ pub mod auth;
 mod card;
 pub mod config;
 mod core;
+#[doc(hidden)]
+pub mod crashpoint;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod health;
 mod rest;
 mod restart;
 mod rpc;
@@ -105,12 +108,13 @@ impl Server {
     ) -> Self {
         let (shutdown, watching) = watch::channel(false);
         let cards = card::Cards::new(&config, &agent.describe(), tokens.is_some());
-        let shared = Arc::new(Shared {
-            store: Arc::new(store),
+        let shared = Arc::new_cyclic(|me| Shared {
+            me: me.clone(),
+            store: health::StoreCell::new(store),
             agent,
             turns: turns::Turns::new(config.max_turns.max(1)),
             config,
-            hub: state::Hub::default(),
+            hub: Arc::new(state::Hub::default()),
             cards,
             tokens,
             shutdown: watching,
@@ -125,7 +129,7 @@ impl Server {
         Router::new()
             .route("/", post(rpc::endpoint))
             .route("/.well-known/agent-card.json", get(agent_card))
-            .route("/healthz", get(healthz))
+            .route("/healthz", get(health::healthz))
             .merge(rest::routes())
             .fallback(rest::not_found)
             .layer(tower_http::trace::TraceLayer::new_for_http())
@@ -170,8 +174,9 @@ impl Server {
                         &shared,
                         &tenant,
                         &task,
-                        "The turn was interrupted: the server shut down while it ran. Send \
-                         the message again to retry.",
+                        "The turn was interrupted: the server shut down while it ran. To \
+                         retry, send it again as a new message (a new messageId, with \
+                         referenceTaskIds naming this task).",
                     )
                     .await;
                 }
@@ -208,12 +213,14 @@ async fn close(shared: Arc<Shared>) {
     for _ in 0..200 {
         match Arc::try_unwrap(shared) {
             Ok(s) => {
-                let store = s.store;
-                let closed = tokio::task::spawn_blocking(move || match Arc::try_unwrap(store) {
-                    Ok(store) => store.close().map_err(|e| e.to_string()),
-                    Err(_) => Err("the store is still in use".to_string()),
-                })
-                .await;
+                let store = s.store.take();
+                let closed =
+                    tokio::task::spawn_blocking(move || match store.map(Arc::try_unwrap) {
+                        Some(Ok(store)) => store.close().map_err(|e| e.to_string()),
+                        Some(Err(_)) => Err("the store is still in use".to_string()),
+                        None => Err("the store was being reopened".to_string()),
+                    })
+                    .await;
                 match closed {
                     Ok(Ok(())) => info!("the store is closed"),
                     Ok(Err(e)) => warn!(error = %e, "the store did not close cleanly"),
@@ -279,17 +286,4 @@ async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         cards.public.clone(),
     )
         .into_response()
-}
-
-/// 200 while the store takes writes; 503 once a failed sync poisoned it.
-async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.store.is_poisoned() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the store refuses writes after a failed sync; restart the server\n",
-        )
-            .into_response()
-    } else {
-        (StatusCode::OK, "ok\n").into_response()
-    }
 }

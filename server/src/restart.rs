@@ -1,6 +1,10 @@
-//! On start: the turns a process that died left running (tasks SUBMITTED
-//! or WORKING) are resolved by the configured policy, before any request
-//! is served, so a client reconnecting to such a task sees the outcome.
+//! On start: the turns a process that died left running are resolved by
+//! the configured policy, before any request is served, so a client
+//! reconnecting to such a task sees the outcome. A turn is running from the
+//! receive of its message until its task is terminal or interrupted: the
+//! tasks that read as SUBMITTED or WORKING, which includes a task whose
+//! client answered its question just before the crash (it reads as WORKING
+//! until the agent writes for that answer).
 
 use std::sync::Arc;
 
@@ -14,7 +18,8 @@ use crate::turns;
 
 /// The message a task failed by a restart carries.
 pub(crate) const INTERRUPTED: &str = "The turn was interrupted: the server stopped while it ran. \
-                                      Send the message again to retry.";
+                                      To retry, send it again as a new message (a new messageId, \
+                                      with referenceTaskIds naming this task).";
 
 /// Resolves every interrupted turn; returns how many there were.
 pub(crate) async fn recover(shared: &Arc<Shared>) -> usize {
@@ -28,6 +33,12 @@ pub(crate) async fn recover(shared: &Arc<Shared>) -> usize {
             return 0;
         }
     };
+    // After a reopen of the store (not at start), turns of this process
+    // may still run: they resolve their own tasks.
+    let mid: Vec<_> = mid
+        .into_iter()
+        .filter(|t| !shared.turns.runs(&t.tenant, &t.task_id))
+        .collect();
     for task in &mid {
         match shared.config.on_restart {
             OnRestart::Fail => {

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::core::{direct_reply, settled};
 use crate::error::A2aError;
-use crate::state::{Shared, Written};
+use crate::state::{Follower, Shared};
 
 /// Where a stream starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,8 @@ pub(crate) enum Start {
     After(u64),
     /// With the next events (the start was sent).
     Events,
+    /// Nothing: the client has every event of a finished task.
+    Ended,
 }
 
 /// One item of a stream: its event number, and the object (as JSON) or
@@ -49,7 +51,7 @@ pub(crate) struct Follow {
     shared: Arc<Shared>,
     tenant: String,
     task_id: String,
-    events: watch::Receiver<Written>,
+    events: Follower,
     shutdown: watch::Receiver<bool>,
     start: Start,
     /// The last event sent (or skipped).
@@ -66,7 +68,7 @@ impl Follow {
         shared: &Arc<Shared>,
         tenant: &str,
         task_id: &str,
-        events: watch::Receiver<Written>,
+        events: Follower,
         start: Start,
         close_on_interrupt: bool,
         history: Option<usize>,
@@ -88,7 +90,7 @@ impl Follow {
             close_on_interrupt,
             history,
             pending: VecDeque::new(),
-            done: false,
+            done: start == Start::Ended,
         }
     }
 
@@ -103,9 +105,9 @@ impl Follow {
             }
             // Marked seen before the store is read: a write after the read
             // is then never missed.
-            self.events.borrow_and_update();
+            self.events.seen();
             let progressed = match self.start {
-                Start::Events | Start::After(_) => self.read_events().await,
+                Start::Events | Start::After(_) | Start::Ended => self.read_events().await,
                 Start::Snapshot => self.snapshot(None).await,
                 Start::FirstAgentEvent(base) => self.snapshot(Some(base)).await,
             };
@@ -125,11 +127,7 @@ impl Follow {
                 continue;
             }
             tokio::select! {
-                changed = self.events.changed() => {
-                    if changed.is_err() {
-                        self.done = true;
-                    }
-                }
+                () = self.events.changed() => {}
                 _ = self.shutdown.changed() => self.done = true,
             }
         }

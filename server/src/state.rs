@@ -13,14 +13,17 @@ use crate::auth::Tokens;
 use crate::card::Cards;
 use crate::config::Config;
 use crate::error::{from_store, A2aError};
+use crate::health::StoreCell;
 use crate::turns::Turns;
 
 /// The server's shared state.
 pub(crate) struct Shared {
-    pub(crate) store: Arc<Store>,
+    /// Itself, for what must outlive a call (a reopen of the store).
+    pub(crate) me: std::sync::Weak<Shared>,
+    pub(crate) store: StoreCell,
     pub(crate) agent: Arc<dyn AgentExecutor>,
     pub(crate) config: Config,
-    pub(crate) hub: Hub,
+    pub(crate) hub: Arc<Hub>,
     pub(crate) turns: Turns,
     pub(crate) cards: Cards,
     pub(crate) tokens: Option<Tokens>,
@@ -33,18 +36,28 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Runs a store call on the blocking pool (never on the async workers).
+    /// A store that is being reopened (after a failed write or sync)
+    /// answers `Poisoned` at once; a call that finds the store poisoned
+    /// starts its reopen.
     pub(crate) async fn blocking_raw<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Store) -> ctxlog::Result<T> + Send + 'static,
     ) -> ctxlog::Result<T> {
-        let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || f(&store)).await {
+        let Some(store) = self.store.get() else {
+            return Err(ctxlog::Error::Poisoned);
+        };
+        let held = store.clone();
+        let result = match tokio::task::spawn_blocking(move || f(&held)).await {
             Ok(result) => result,
             Err(_) => Err(ctxlog::Error::InvalidParams {
                 field: "store",
                 reason: "a store call panicked".into(),
             }),
+        };
+        if let Err(e) = &result {
+            crate::health::check(self, &store, e);
         }
+        result
     }
 
     /// [`blocking_raw`](Self::blocking_raw), its error as the caller sees it.
@@ -63,6 +76,12 @@ impl Shared {
 /// events) and, when a turn ended while someone waited, the task as read
 /// from the store right after that write (so the waiter need not read it
 /// again).
+///
+/// A task has an entry exactly while someone follows it: the entry is made
+/// by the first [`Follower`] and removed when the last one is dropped, so
+/// what the hub holds is bounded by the streams and waits open now, never
+/// by the tasks that ever were (a write to a task nobody follows costs a
+/// lookup and nothing else).
 #[derive(Default)]
 pub(crate) struct Hub {
     tasks: Mutex<HashMap<(String, String), watch::Sender<Written>>>,
@@ -79,6 +98,10 @@ pub(crate) struct Written {
     /// The task as read right after the status that ended a turn (when a
     /// send was waiting for it), so the waiter need not read it again.
     pub(crate) settled: Option<Arc<Settled>>,
+    /// Why the turn's last write failed (the store refused it: a full
+    /// disk, a failed sync), so a waiting send answers at once with the
+    /// error instead of waiting for an end that cannot be written.
+    pub(crate) failed: Option<A2aError>,
 }
 
 /// A task read right after the status that ended its turn.
@@ -90,50 +113,117 @@ pub(crate) struct Settled {
     pub(crate) count: u64,
 }
 
+/// One follower of a task: its receiver, and its share of the task's hub
+/// entry (the last follower dropped removes the entry).
+pub(crate) struct Follower {
+    hub: Arc<Hub>,
+    key: (String, String),
+    // `None` only inside `drop`.
+    rx: Option<watch::Receiver<Written>>,
+}
+
+impl Follower {
+    /// Marks the latest write seen; returns it.
+    pub(crate) fn seen(&mut self) -> Written {
+        self.rx
+            .as_mut()
+            .map(|rx| rx.borrow_and_update().clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits for a write after the last one seen. (The hub keeps the
+    /// sender while this follower lives, so this only ends with a write.)
+    pub(crate) async fn changed(&mut self) {
+        let changed = match self.rx.as_mut() {
+            Some(rx) => rx.changed().await.is_ok(),
+            None => false,
+        };
+        if !changed {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let mut tasks = lock(&self.hub.tasks);
+        // Dropped under the map's lock, so a `follow` of the same task
+        // either comes first (and keeps the entry) or finds none.
+        drop(self.rx.take());
+        if tasks
+            .get(&self.key)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            tasks.remove(&self.key);
+        }
+    }
+}
+
 impl Hub {
-    /// Follows the task: the receiver changes after each write to it.
-    /// Subscribe before reading the store, so no write falls in between.
-    pub(crate) fn subscribe(&self, tenant: &str, task_id: &str) -> watch::Receiver<Written> {
-        let mut tasks = lock(&self.tasks);
+    /// Follows the task: the follower wakes after each write to it.
+    /// Follow before reading the store, so no write falls in between.
+    pub(crate) fn follow(self: &Arc<Self>, tenant: &str, task_id: &str) -> Follower {
         let key = (tenant.to_string(), task_id.to_string());
-        tasks
-            .entry(key)
+        let rx = lock(&self.tasks)
+            .entry(key.clone())
             .or_insert_with(|| watch::channel(Written::default()).0)
-            .subscribe()
+            .subscribe();
+        Follower {
+            hub: self.clone(),
+            key,
+            rx: Some(rx),
+        }
     }
 
     /// Something was written to the task (`state`: the status it set).
     pub(crate) fn notify(&self, tenant: &str, task_id: &str, state: Option<TaskState>) {
-        self.notify_with(tenant, task_id, state, None);
+        self.tell(tenant, task_id, |w| {
+            w.state = state.or(w.state);
+            w.settled = None;
+            w.failed = None;
+        });
     }
 
     /// Whether anyone follows the task now.
     pub(crate) fn is_followed(&self, tenant: &str, task_id: &str) -> bool {
-        let tasks = lock(&self.tasks);
         let key = (tenant.to_string(), task_id.to_string());
-        tasks.get(&key).is_some_and(|tx| tx.receiver_count() > 0)
+        lock(&self.tasks).contains_key(&key)
     }
 
     /// [`notify`](Self::notify), with the task as read after the write.
-    pub(crate) fn notify_with(
+    pub(crate) fn notify_settled(
         &self,
         tenant: &str,
         task_id: &str,
         state: Option<TaskState>,
         settled: Option<Arc<Settled>>,
     ) {
-        let mut tasks = lock(&self.tasks);
+        self.tell(tenant, task_id, |w| {
+            w.state = state.or(w.state);
+            w.settled = settled;
+            w.failed = None;
+        });
+    }
+
+    /// The turn's write failed: its waiters answer with `error`.
+    pub(crate) fn notify_failed(&self, tenant: &str, task_id: &str, error: A2aError) {
+        self.tell(tenant, task_id, |w| w.failed = Some(error));
+    }
+
+    fn tell(&self, tenant: &str, task_id: &str, change: impl FnOnce(&mut Written)) {
+        let tasks = lock(&self.tasks);
         let key = (tenant.to_string(), task_id.to_string());
         if let Some(tx) = tasks.get(&key) {
             tx.send_modify(|w| {
                 w.count += 1;
-                w.state = state.or(w.state);
-                w.settled = settled;
+                change(w);
             });
-            if tx.receiver_count() == 0 {
-                tasks.remove(&key);
-            }
         }
+    }
+
+    /// Tasks followed now (for tests and the soak bench).
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.tasks).len()
     }
 }
 

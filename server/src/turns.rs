@@ -80,6 +80,13 @@ impl Turns {
         lock(&self.running).len()
     }
 
+    /// Whether a turn of the task runs in this process.
+    pub(crate) fn runs(&self, tenant: &str, task_id: &str) -> bool {
+        lock(&self.running)
+            .values()
+            .any(|r| r.tenant == tenant && r.task_id == task_id)
+    }
+
     /// Waits until no turn runs, or `grace` has passed; returns the turns
     /// still running then (tenant, task), told to stop and aborted.
     pub(crate) async fn drain(&self, grace: std::time::Duration) -> Vec<(String, String)> {
@@ -163,10 +170,11 @@ pub(crate) struct Turn {
     new_task: bool,
     /// Serialises the turn's events, and knows whether the turn is over.
     progress: tokio::sync::Mutex<Progress>,
-    /// The context's turn (under the single-active policy), released as
-    /// soon as a status ends the turn: a client answered with that status
-    /// may send the context's next message at once.
-    lease: Mutex<Option<TurnGuard>>,
+    /// The context's turn (under the single-active policy) and the turn's
+    /// place under the bound on turns, released as soon as a status ends
+    /// the turn: a client answered with that status may send its next
+    /// message at once.
+    lease: Mutex<Option<(Option<TurnGuard>, OwnedSemaphorePermit)>>,
 }
 
 #[derive(Default)]
@@ -178,8 +186,8 @@ struct Progress {
 
 /// Starts a turn of the task `receipt` names (its message is durable),
 /// holding `lease` (the context's turn, under the single-active policy)
-/// until a status ends the turn or the turn returns, and `permit` (a place
-/// under the bound) until the agent returns.
+/// and `permit` (a place under the bound) until a status ends the turn or
+/// the agent returns.
 pub(crate) fn start(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -195,7 +203,7 @@ pub(crate) fn start(
         context_id: receipt.context_id.clone(),
         new_task: receipt.new_task,
         progress: tokio::sync::Mutex::new(Progress::default()),
-        lease: Mutex::new(lease),
+        lease: Mutex::new(Some((lease, permit))),
     });
     let (number, cancel) = shared.turns.register(tenant, &receipt.task_id);
     let span = tracing::debug_span!("turn", tenant = %tenant, task = %receipt.task_id);
@@ -205,7 +213,6 @@ pub(crate) fn start(
             turn.finish(outcome).await;
             turn.shared.turns.unregister(number);
             turn.release();
-            drop(permit);
         }
         .instrument(span),
     );
@@ -288,6 +295,7 @@ async fn run(turn: &Arc<Turn>, cancel: Cancellation, prepared: Option<Prepared>)
     };
     let agent = turn.shared.agent.clone();
     let sink = EventSink(turn.clone());
+    crate::crashpoint::point("agent-called");
     let execution = std::panic::AssertUnwindSafe(agent.execute(context, sink));
     match execution.catch_unwind().await {
         Ok(Ok(())) => Outcome::Done,
@@ -404,7 +412,8 @@ impl Turn {
         Ok(m)
     }
 
-    /// Releases the context's turn (once; later calls do nothing).
+    /// Releases the context's turn and the place under the bound (once;
+    /// later calls do nothing).
     fn release(&self) {
         let lease = crate::state::lock(&self.lease).take();
         drop(lease);
@@ -434,6 +443,9 @@ impl Turn {
             .await;
         match written {
             Ok(snapshot) => {
+                if progress.events == 0 {
+                    crate::crashpoint::point("first-event");
+                }
                 progress.events += 1;
                 if state.is_some_and(crate::core::settled) {
                     // The turn is over: nothing more of it is taken, and
@@ -444,7 +456,7 @@ impl Turn {
                 let settled = snapshot.map(|(task, count)| Arc::new(Settled { task, count }));
                 self.shared
                     .hub
-                    .notify_with(&self.tenant, &self.task_id, state, settled);
+                    .notify_settled(&self.tenant, &self.task_id, state, settled);
                 Ok(())
             }
             Err(e) => Err(self.refused(progress, e).await),
@@ -471,7 +483,14 @@ impl Turn {
             other => {
                 progress.ended = true;
                 warn!(error = %other, "the store refused an agent event");
-                SinkError::Store(crate::error::from_store(other).message())
+                // A send waiting for the turn's end answers with this now:
+                // the end cannot be stored either.
+                let error = crate::error::from_store(other);
+                let message = error.message();
+                self.shared
+                    .hub
+                    .notify_failed(&self.tenant, &self.task_id, error);
+                SinkError::Store(message)
             }
         }
     }
@@ -530,11 +549,51 @@ impl Turn {
 }
 
 /// Fails a task that is not final yet, with an agent message saying why,
-/// and tells its streams. (A task already final is left as it is.)
+/// and tells its streams. (A task already final is left as it is.) If the
+/// store cannot write (it is being reopened after a failed write), the
+/// waiters are told of that, and the failure is written once the store is
+/// back (this turn resolves its own task: a reopen's scan passes over
+/// tasks whose turns run), unless the server shuts down first (the restart
+/// then resolves it).
 pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why: &str) {
+    let mut reopens = shared.store.reopens();
+    let mut shutdown = shared.shutdown.clone();
+    for _ in 0..10 {
+        reopens.borrow_and_update();
+        match fail_once(shared, tenant, task_id, why).await {
+            Ok(true) => {
+                shared.hub.notify(tenant, task_id, Some(TaskState::Failed));
+                return;
+            }
+            Ok(false) => return,
+            Err(e) => {
+                warn!(error = %e, task = %task_id, "could not fail the task");
+                let unwritable = matches!(e, ctxlog::Error::Poisoned | ctxlog::Error::Io { .. });
+                shared
+                    .hub
+                    .notify_failed(tenant, task_id, crate::error::from_store(e));
+                if !unwritable || *shutdown.borrow() {
+                    return;
+                }
+                tokio::select! {
+                    _ = reopens.changed() => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        }
+    }
+}
+
+/// One try of [`fail`]: whether it stored FAILED.
+async fn fail_once(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    why: &str,
+) -> ctxlog::Result<bool> {
     let (t, id) = (tenant.to_string(), task_id.to_string());
     let text = why.to_string();
-    let done = shared
+    shared
         .blocking_raw(move |store| {
             let task = store.get_task(&t, &id, Some(0), false)?;
             if task.status.state.is_terminal() {
@@ -558,10 +617,5 @@ pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why:
             };
             store.update_status(&t, &event).map(|_| true)
         })
-        .await;
-    match done {
-        Ok(true) => shared.hub.notify(tenant, task_id, Some(TaskState::Failed)),
-        Ok(false) => {}
-        Err(e) => warn!(error = %e, task = %task_id, "could not fail the task"),
-    }
+        .await
 }

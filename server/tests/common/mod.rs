@@ -33,6 +33,39 @@ impl TestServer {
         Self::start_in(dir, agent, configure, tokens).await
     }
 
+    /// Starts a server on a store the test opened (in `dir`).
+    pub async fn start_on(
+        dir: tempfile::TempDir,
+        store: ctxlog::Store,
+        agent: Arc<dyn AgentExecutor>,
+        configure: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let mut config = Config::new(&url);
+        configure(&mut config);
+        let server = Server::with_store(store, config, agent, None);
+        Self::serve(dir, url, server, listener)
+    }
+
+    fn serve(
+        dir: tempfile::TempDir,
+        url: String,
+        server: Server,
+        listener: tokio::net::TcpListener,
+    ) -> TestServer {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(server.run(listener, async move {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            url,
+            dir,
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
     /// Starts a server on the store in `dir`.
     pub async fn start_in(
         dir: tempfile::TempDir,
@@ -46,16 +79,7 @@ impl TestServer {
         configure(&mut config);
         let tokens = tokens.map(|t| Tokens::parse(t).unwrap());
         let server = Server::open(dir.path(), config, agent, tokens).unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(server.run(listener, async move {
-            let _ = stopped.await;
-        }));
-        TestServer {
-            url,
-            dir,
-            stop: Some(stop),
-            handle: Some(handle),
-        }
+        Self::serve(dir, url, server, listener)
     }
 
     /// Stops it gracefully; returns the store's directory.

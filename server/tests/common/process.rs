@@ -4,29 +4,56 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A child process and the URL it serves.
 pub struct Process {
     pub child: Child,
     pub url: String,
+    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Process {
+    /// A process the caller started, serving at `url`.
+    #[allow(dead_code)]
+    pub fn of(child: Child, url: String) -> Process {
+        Process {
+            child,
+            url,
+            lines: Arc::default(),
+        }
+    }
+
     /// Starts `ctxlog-server` (at `binary`) listening on a free loopback
     /// port, with `args` after `--listen`, and waits (bounded) for the log
     /// line that names the address it bound.
+    #[allow(dead_code)]
     pub fn ctxlog_server(binary: &str, args: &[&std::ffi::OsStr], log: &str) -> Process {
+        Self::with_env(binary, args, log, &[])
+    }
+
+    /// [`ctxlog_server`](Self::ctxlog_server) with these environment
+    /// variables set too.
+    pub fn with_env(
+        binary: &str,
+        args: &[&std::ffi::OsStr],
+        log: &str,
+        env: &[(&str, &str)],
+    ) -> Process {
         let mut child = Command::new(binary)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env("RUST_LOG", log)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let kept = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(at) = line.find("address=") {
@@ -36,6 +63,7 @@ impl Process {
                         .collect();
                     let _ = tx.send(addr);
                 }
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = rx
@@ -44,7 +72,28 @@ impl Process {
         Process {
             child,
             url: format!("http://{addr}"),
+            lines,
         }
+    }
+
+    /// The lines the server has logged so far.
+    #[allow(dead_code)]
+    pub fn log(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `limit`) for the process to exit by itself; whether
+    /// it did.
+    #[allow(dead_code)]
+    pub fn exited_within(&mut self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     /// SIGKILL: no shutdown, no checkpoint, no goodbye.

@@ -1,0 +1,175 @@
+//! Streams that always end, and followers that leave nothing behind.
+//!
+//! What broke: a SubscribeToTask with a `Last-Event-ID` at or past the end
+//! of a finished task (the reconnect of a client that had the final event
+//! but not the close), or naming no event of the task, answered 200 with
+//! keep-alives only, forever; and the hub that tells followers of writes
+//! kept an entry, with a copy of the settled task, for every task a
+//! blocking send had waited on and every unknown task id subscribed to.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctxlog_server::agents::Echo;
+use serde_json::{json, Value};
+
+use common::{user, Client, Gated, GatedAgent, TestServer};
+
+/// The `tasksFollowed` count `/healthz` gives.
+async fn followed(url: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/healthz"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_str(&text).unwrap();
+    body["tasksFollowed"].as_u64().unwrap()
+}
+
+/// Waits (at most 10 s) for the server to follow no task.
+async fn until_nothing_followed(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while followed(url).await > 0 {
+        assert!(Instant::now() < deadline, "a follower was never let go");
+        tokio::task::yield_now().await;
+    }
+}
+
+fn subscribe_rpc(id: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": 3, "method": "SubscribeToTask", "params": { "id": id } })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_at_the_end_of_a_finished_task_closes_and_one_past_it_is_refused() {
+    let server = TestServer::start(Arc::new(Echo), |_| {}, None).await;
+    let c = Client::new(&server.url, None);
+    let (_, sent) = c
+        .rpc("SendMessage", json!({ "message": user("m1", "hi") }))
+        .await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    // Two events: the message and the COMPLETED status.
+    let all = c
+        .sse("GET", &format!("/tasks/{id}:subscribe"), None, Some(0))
+        .await
+        .all()
+        .await;
+    let end = all.last().unwrap().id.unwrap();
+    assert_eq!(end, 2);
+
+    for (method, path, body) in [
+        ("POST", "/".to_string(), Some(subscribe_rpc(&id))),
+        ("GET", format!("/tasks/{id}:subscribe"), None),
+    ] {
+        let mut at_end = c.sse(method, &path, body.clone(), Some(end)).await;
+        assert_eq!((at_end.status, at_end.is_sse), (200, true));
+        assert_eq!(at_end.all().await, vec![], "{path}: nothing more, closed");
+
+        let past = c.sse(method, &path, body, Some(end + 1)).await;
+        let refused = past.body().await;
+        if path == "/" {
+            assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        } else {
+            assert_eq!(refused["error"]["code"], 400, "{refused}");
+        }
+        let text = refused["error"]["message"].as_str().unwrap();
+        assert!(text.contains("names no event"), "{text}");
+    }
+    until_nothing_followed(&server.url).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_at_the_end_of_a_live_task_waits_for_its_next_event() {
+    let gated = Gated::new(0);
+    let server = TestServer::start(Arc::new(GatedAgent(gated.clone())), |_| {}, None).await;
+    let c = Client::new(&server.url, None);
+    let send = json!({ "message": user("m1", "wait"),
+                       "configuration": { "returnImmediately": true } });
+    let (_, sent) = c.rpc("SendMessage", send).await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    // Its first stream shows WORKING (event 2) and stays open.
+    let mut first = c
+        .sse("GET", &format!("/tasks/{id}:subscribe"), None, None)
+        .await;
+    let mut last = first.next().await.unwrap();
+    while last.data.to_string().contains("SUBMITTED") {
+        last = first.next().await.unwrap();
+    }
+    drop(first);
+    let mut resumed = c
+        .sse("GET", &format!("/tasks/{id}:subscribe"), None, last.id)
+        .await;
+    gated.open();
+    let next = resumed.all().await;
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert_eq!(next[0].id, Some(last.id.unwrap() + 1));
+    assert_eq!(
+        next[0].data["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_holds_a_task_only_while_someone_follows_it() {
+    let server = TestServer::start(
+        Arc::new(Echo),
+        |c| c.keep_alive = Duration::from_millis(50),
+        None,
+    )
+    .await;
+    let c = Client::new(&server.url, None);
+    // Blocking sends wait on their task until its turn ends.
+    for i in 0..50 {
+        let (_, r) = c
+            .rpc(
+                "SendMessage",
+                json!({ "message": user(&format!("b{i}"), "hi") }),
+            )
+            .await;
+        assert_eq!(
+            r["result"]["task"]["status"]["state"],
+            "TASK_STATE_COMPLETED"
+        );
+    }
+    assert_eq!(followed(&server.url).await, 0);
+    // Subscriptions to tasks that do not exist.
+    for i in 0..200 {
+        let (_, r) = c
+            .rest("GET", &format!("/tasks/nope-{i}:subscribe"), None)
+            .await;
+        assert_eq!(r["error"]["status"], "NOT_FOUND");
+    }
+    assert_eq!(followed(&server.url).await, 0);
+    // Streams that end with their task, and one dropped while open.
+    for i in 0..20 {
+        let body = json!({ "message": user(&format!("s{i}"), "hi") });
+        let events = c
+            .sse("POST", "/message:stream", Some(body), None)
+            .await
+            .all()
+            .await;
+        assert!(!events.is_empty());
+    }
+    let gated = Gated::new(0);
+    let held = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| c.keep_alive = Duration::from_millis(50),
+        None,
+    )
+    .await;
+    let h = Client::new(&held.url, None);
+    let body = json!({ "message": user("open", "hi") });
+    let mut open = h.sse("POST", "/message:stream", Some(body), None).await;
+    open.next().await.unwrap();
+    assert_eq!(followed(&held.url).await, 1);
+    drop(open);
+    until_nothing_followed(&held.url).await;
+    gated.open();
+    held.stop().await;
+    until_nothing_followed(&server.url).await;
+    server.stop().await;
+}

@@ -238,6 +238,21 @@ impl Part {
         }
     }
 
+    /// Why the part is not one a message may carry: it needs exactly one
+    /// content field, and `raw` must be base64.
+    pub fn problem(&self) -> Option<&'static str> {
+        if self.content_count() != 1 {
+            return Some("each part needs exactly one of text, raw, url and data");
+        }
+        if self.raw.as_deref().is_some_and(|r| !is_base64(r)) {
+            return Some(
+                "a raw part must be base64 (the standard or the URL-safe alphabet, with or \
+                 without padding), as the JSON form of bytes is",
+            );
+        }
+        None
+    }
+
     /// How many of the four content fields are set (a valid part has one).
     pub fn content_count(&self) -> usize {
         [
@@ -249,6 +264,25 @@ impl Part {
         .into_iter()
         .filter(|x| *x)
         .count()
+    }
+}
+
+/// Whether `text` is base64 as protobuf's JSON form takes bytes: the
+/// standard or the URL-safe alphabet, padded or not.
+pub fn is_base64(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let body = bytes
+        .strip_suffix(b"==")
+        .or_else(|| bytes.strip_suffix(b"="))
+        .unwrap_or(bytes);
+    let alphabet = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_');
+    if !body.iter().all(alphabet) {
+        return false;
+    }
+    if body.len() == bytes.len() {
+        body.len() % 4 != 1
+    } else {
+        bytes.len().is_multiple_of(4)
     }
 }
 
@@ -544,4 +578,43 @@ pub struct DamagedTask {
     pub task_id: String,
     /// What is wrong, with the segment and offset of the damage.
     pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_taken_in_both_alphabets_padded_or_not_and_nothing_else() {
+        for ok in [
+            "", "aGVsbG8=", "aGVsbG8", "aGk=", "aGk", "+/+/", "-_-_", "YQ==", "YQ",
+        ] {
+            assert!(is_base64(ok), "{ok:?}");
+        }
+        for bad in [
+            "not base64!",
+            "aGVsbG8===",
+            "a",
+            "aGVsb",
+            "YQ=",
+            "Y=Q=",
+            "aGk\n",
+            "é",
+        ] {
+            assert!(!is_base64(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_raw_part_that_is_not_base64_is_a_problem() {
+        let mut part = Part::text("x");
+        assert_eq!(part.problem(), None);
+        part.text = None;
+        part.raw = Some("not base64!".into());
+        assert!(part.problem().is_some_and(|p| p.contains("base64")));
+        part.raw = Some("aGVsbG8=".into());
+        assert_eq!(part.problem(), None);
+        part.url = Some("https://example.com".into());
+        assert!(part.problem().is_some_and(|p| p.contains("exactly one")));
+    }
 }

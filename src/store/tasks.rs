@@ -12,7 +12,7 @@ use super::{
 use crate::a2a::json::{self, Members};
 use crate::a2a::lifecycle::Op;
 use crate::a2a::{
-    Artifact, DamagedTask, ListTasksResponse, Message, Role, Stored, StreamResponse, Task,
+    Artifact, DamagedTask, ListTasksResponse, Message, Part, Role, Stored, StreamResponse, Task,
     TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
@@ -1140,11 +1140,8 @@ pub(super) fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {
     if msg.parts.is_empty() {
         return invalid("parts", "a message needs at least one part");
     }
-    if msg.parts.iter().any(|p| p.content_count() != 1) {
-        return invalid(
-            "parts",
-            "each part needs exactly one of text, raw, url and data",
-        );
+    if let Some(problem) = msg.parts.iter().find_map(Part::problem) {
+        return invalid("parts", problem);
     }
     if msg.task_id.as_deref() == Some("") {
         return invalid("taskId", "it is empty; omit it to start a new task");

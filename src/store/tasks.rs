@@ -551,6 +551,27 @@ impl Store {
         ))
     }
 
+    /// The task's state and how many events it has, from memory (no record
+    /// is read): what a stream checks before it reads events it may
+    /// already have.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::TaskState;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// assert_eq!(store.task_progress("acme", &r.task_id)?, (TaskState::Submitted, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn task_progress(&self, tenant: &str, task_id: &str) -> Result<(TaskState, u64)> {
+        let slot = self.task_slot(tenant, task_id)?;
+        let state = slot.state.read();
+        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        Ok((task.state(), task.event_count() as u64))
+    }
+
     /// The latest message a client sent into the task (a received message,
     /// not an agent's status message), with its seq in its context: what a
     /// turn interrupted by a crash was processing, and where its history
@@ -749,6 +770,34 @@ impl Store {
         task_id: &str,
         after: u64,
     ) -> Result<Vec<(u64, StreamResponse)>> {
+        self.events_page(tenant, task_id, after, usize::MAX)
+    }
+
+    /// The first of the task's events after `after`, as
+    /// [`events_since`](Self::events_since) gives them, up to about `bytes`
+    /// of stored records (always one, if there is one): a page, for a
+    /// reader that must bound what it holds (a stream to a slow client).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::{TaskState, TaskStatus};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
+    /// let page = store.events_page("acme", &r.task_id, 0, 1)?; // one record's worth
+    /// assert_eq!(page.len(), 1);
+    /// assert_eq!(store.events_page("acme", &r.task_id, 1, 1 << 20)?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn events_page(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+        bytes: usize,
+    ) -> Result<Vec<(u64, StreamResponse)>> {
         let slot = self.task_slot(tenant, task_id)?;
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
@@ -757,10 +806,16 @@ impl Store {
             key: &slot.key,
             context_id: context_of(&state)?,
         };
+        let mut taken = 0usize;
         task.events()
             .into_iter()
             .enumerate()
             .skip(skip)
+            .take_while(|(_, loc)| {
+                let first = taken == 0;
+                taken = taken.saturating_add(loc.len as usize);
+                first || taken <= bytes
+            })
             .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(at, loc, task_id)?)))
             .collect()
     }

@@ -43,6 +43,23 @@ pub struct Config {
     pub extended_card: Option<serde_json::Value>,
     /// How often an idle stream sends a keep-alive comment (default 15 s).
     pub keep_alive: Duration,
+    /// How long a connection may take to send a complete request header,
+    /// from its opening or the end of its last response: slow headers and
+    /// idle keep-alive connections are closed after it (default 30 s).
+    pub header_timeout: Duration,
+    /// How long a request body may take before it must keep up with
+    /// `body_min_rate` (default 10 s).
+    pub body_timeout: Duration,
+    /// The slowest a request body may arrive after `body_timeout`, in bytes
+    /// a second (default 16 KiB/s).
+    pub body_min_rate: u64,
+    /// How long a write to a client may make no progress (a client that
+    /// stopped reading its stream) before the connection is closed
+    /// (default 60 s).
+    pub write_timeout: Duration,
+    /// Connections served at once, at most (default 1024); one more gets a
+    /// 503 and is closed at once.
+    pub max_connections: usize,
 }
 
 impl Config {
@@ -58,6 +75,11 @@ impl Config {
             grace: Duration::from_secs(10),
             extended_card: None,
             keep_alive: Duration::from_secs(15),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(10),
+            body_min_rate: 16 << 10,
+            write_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 }

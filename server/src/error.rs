@@ -59,6 +59,10 @@ pub enum A2aError {
     PayloadTooLarge(usize),
     /// The server runs as many turns as it may.
     Overloaded(usize),
+    /// The request body did not arrive in time (too slow, or never ended).
+    BodyTimeout,
+    /// The server serves as many connections as it may.
+    TooManyConnections,
     /// The store cannot write now: the disk is full (`full`), or a failed
     /// write or sync made it refuse writes until it is reopened (which the
     /// server does by itself).
@@ -99,12 +103,15 @@ impl A2aError {
             A2aError::ExtendedAgentCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
             A2aError::InvalidParams { .. } => -32602,
-            A2aError::InvalidRequest(_) | A2aError::PayloadTooLarge(_) => -32600,
+            A2aError::InvalidRequest(_) | A2aError::PayloadTooLarge(_) | A2aError::BodyTimeout => {
+                -32600
+            }
             A2aError::MethodNotFound(_) => -32601,
             A2aError::Parse(_) => -32700,
-            A2aError::Internal(_) | A2aError::Overloaded(_) | A2aError::Unavailable { .. } => {
-                -32603
-            }
+            A2aError::Internal(_)
+            | A2aError::Overloaded(_)
+            | A2aError::Unavailable { .. }
+            | A2aError::TooManyConnections => -32603,
             // JSON-RPC leaves -32000 to the server; A2A uses -32001 on.
             A2aError::Unauthenticated => -32000,
         }
@@ -118,7 +125,8 @@ impl A2aError {
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => 500,
             A2aError::Unauthenticated => 401,
             A2aError::PayloadTooLarge(_) => 413,
-            A2aError::Overloaded(_) => 503,
+            A2aError::Overloaded(_) | A2aError::TooManyConnections => 503,
+            A2aError::BodyTimeout => 408,
             A2aError::Unavailable { full: true, .. } => 507,
             A2aError::Unavailable { full: false, .. } => 503,
             _ => 400,
@@ -136,7 +144,9 @@ impl A2aError {
             A2aError::Unauthenticated => "UNAUTHENTICATED",
             A2aError::PayloadTooLarge(_)
             | A2aError::Overloaded(_)
+            | A2aError::TooManyConnections
             | A2aError::Unavailable { full: true, .. } => "RESOURCE_EXHAUSTED",
+            A2aError::BodyTimeout => "DEADLINE_EXCEEDED",
             A2aError::Unavailable { full: false, .. } => "UNAVAILABLE",
             _ => "FAILED_PRECONDITION",
         }
@@ -161,6 +171,8 @@ impl A2aError {
             A2aError::Unauthenticated => "UNAUTHENTICATED",
             A2aError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             A2aError::Overloaded(_) => "TOO_MANY_TURNS",
+            A2aError::BodyTimeout => "REQUEST_TIMEOUT",
+            A2aError::TooManyConnections => "TOO_MANY_CONNECTIONS",
             A2aError::Unavailable { full: true, .. } => "STORAGE_FULL",
             A2aError::Unavailable { full: false, .. } => "STORE_UNAVAILABLE",
         }
@@ -204,6 +216,14 @@ impl A2aError {
             }
             A2aError::Overloaded(max) => {
                 format!("the server is running its maximum of {max} turns at once; retry shortly")
+            }
+            A2aError::BodyTimeout => "the request body did not arrive in time: send it whole, \
+                                        at a steady pace"
+                .into(),
+            A2aError::TooManyConnections => {
+                "the server serves as many connections as it may; retry shortly, or reuse an \
+                 open connection"
+                    .into()
             }
             A2aError::Unavailable { message, .. } => message.clone(),
         }

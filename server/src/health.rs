@@ -208,6 +208,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         "store": if trouble.is_some() { "refusing writes" } else { "writable" },
         "turnsRunning": shared.turns.count(),
         "tasksFollowed": shared.hub.len(),
+        "connections": shared.connections.load(std::sync::atomic::Ordering::Relaxed),
     });
     let status = match trouble {
         Some(why) => {

@@ -39,6 +39,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+mod listener;
 mod rest;
 mod restart;
 mod rpc;
@@ -119,6 +120,7 @@ impl Server {
             tokens,
             shutdown: watching,
             context_locks: state::ContextLocks::default(),
+            connections: Default::default(),
         });
         Server { shared, shutdown }
     }
@@ -158,6 +160,18 @@ impl Server {
                 "resolved turns interrupted by the last stop"
             );
         }
+        if let Some(files) = listener::open_files_limit() {
+            let wanted = self.shared.config.max_connections as u64 + 64;
+            if files < wanted {
+                warn!(
+                    open_files = files,
+                    max_connections = self.shared.config.max_connections,
+                    "the limit on open files is below --max-connections plus the store's files: \
+                     raise it (ulimit -n) or lower --max-connections, or connections past it \
+                     fail to be accepted"
+                );
+            }
+        }
         let app = self.router();
         let Server {
             shared,
@@ -188,9 +202,7 @@ impl Server {
             let _ = stop.send(true);
             let _ = signalled_tx.send(true);
         };
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(graceful)
-            .await;
+        let served = listener::serve(listener, app, shared.clone(), graceful).await;
         let _ = drain.await;
         close(shared).await;
         served
@@ -246,12 +258,22 @@ pub(crate) fn caller(shared: &Shared, headers: &HeaderMap) -> Result<String, A2a
     }
 }
 
-/// The challenge a 401 carries.
-pub(crate) fn challenge(headers: &mut HeaderMap) {
-    headers.insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"a2a\""),
-    );
+/// The headers an error's response carries besides its body: the
+/// challenge of a 401; `Connection: close` after a body cut short (the
+/// rest of it is never read).
+pub(crate) fn http_headers(e: &A2aError, headers: &mut HeaderMap) {
+    match e {
+        A2aError::Unauthenticated => {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"a2a\""),
+            );
+        }
+        A2aError::BodyTimeout | A2aError::PayloadTooLarge(_) => {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        _ => {}
+    }
 }
 
 async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Response {

@@ -60,6 +60,26 @@ struct Args {
     /// A JSON file holding the extended agent card.
     #[arg(long)]
     extended_card: Option<PathBuf>,
+    /// Seconds a connection may take to send a whole request header, from
+    /// its opening or the end of its last response (slow headers and idle
+    /// keep-alive connections are closed after it).
+    #[arg(long, default_value_t = 30)]
+    header_timeout: u64,
+    /// Seconds a request body may take before it must keep up with
+    /// --body-min-rate.
+    #[arg(long, default_value_t = 10)]
+    body_timeout: u64,
+    /// The slowest a request body may arrive after --body-timeout, in bytes
+    /// a second (a slower body is cut with 408).
+    #[arg(long, default_value_t = 16384)]
+    body_min_rate: u64,
+    /// Seconds a write to a client may make no progress (a client that
+    /// stopped reading its stream) before the connection is closed.
+    #[arg(long, default_value_t = 60)]
+    write_timeout: u64,
+    /// Connections served at once; one more gets a 503 and is closed.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -128,6 +148,11 @@ fn serve(args: Args) -> Result<(), String> {
     config.max_turns = args.max_turns;
     config.grace = Duration::from_secs(args.grace);
     config.extended_card = extended_card;
+    config.header_timeout = Duration::from_secs(args.header_timeout.max(1));
+    config.body_timeout = Duration::from_secs(args.body_timeout);
+    config.body_min_rate = args.body_min_rate.max(1);
+    config.write_timeout = Duration::from_secs(args.write_timeout.max(1));
+    config.max_connections = args.max_connections.max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -40,8 +40,12 @@ fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
     Ok(tenant)
 }
 
-async fn body<T: DeserializeOwned>(shared: &Shared, body: Body) -> Result<T, A2aError> {
-    let bytes = crate::rpc::read_body(body, shared.config.body_limit).await?;
+async fn body<T: DeserializeOwned>(
+    shared: &Shared,
+    parts: &Parts,
+    body: Body,
+) -> Result<T, A2aError> {
+    let bytes = crate::rpc::read_body(shared, &parts.headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return serde_json::from_str("{}").map_err(|e| A2aError::invalid(e.to_string()));
     }
@@ -111,9 +115,7 @@ pub(crate) fn error(e: &A2aError) -> Response {
         e.rest_body().to_string(),
     )
         .into_response();
-    if matches!(e, A2aError::Unauthenticated) {
-        crate::challenge(response.headers_mut());
-    }
+    crate::http_headers(e, response.headers_mut());
     response
 }
 
@@ -131,7 +133,7 @@ async fn send(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body_) = request.into_parts();
     let result = async {
         let tenant = admit(&shared, &parts)?;
-        let params = body(&shared, body_).await?;
+        let params = body(&shared, &parts, body_).await?;
         timed(&shared, core::send(&shared, &tenant, params)).await
     };
     ok(result.await)
@@ -141,7 +143,7 @@ async fn stream(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let (parts, body_) = request.into_parts();
     let result = async {
         let tenant = admit(&shared, &parts)?;
-        let params = body(&shared, body_).await?;
+        let params = body(&shared, &parts, body_).await?;
         core::send_streaming(&shared, &tenant, params).await
     };
     match result.await {

@@ -43,7 +43,7 @@ pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request
         Ok(t) => t,
         Err(e) => return error(&null(), &e),
     };
-    let body = match read_body(body, shared.config.body_limit).await {
+    let body = match read_body(&shared, &parts.headers, body).await {
         Ok(b) => b,
         Err(e) => return error(&null(), &e),
     };
@@ -59,11 +59,21 @@ pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request
     dispatch(&shared, &tenant, &parts.headers, id, &method, params).await
 }
 
-/// Reads the body, up to `limit` bytes.
-pub(crate) async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, A2aError> {
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| A2aError::PayloadTooLarge(limit))
+/// Reads the body, within the configured size and time limits.
+pub(crate) async fn read_body(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, A2aError> {
+    let config = &shared.config;
+    crate::listener::read_body(
+        headers,
+        body,
+        config.body_limit,
+        config.body_timeout,
+        config.body_min_rate,
+    )
+    .await
 }
 
 /// A request's id, method and params.
@@ -219,15 +229,13 @@ pub(crate) fn error(id: &RawValue, e: &A2aError) -> Response {
         e.jsonrpc_error()
     );
     let status = match e {
-        A2aError::Unauthenticated | A2aError::PayloadTooLarge(_) => {
+        A2aError::Unauthenticated | A2aError::PayloadTooLarge(_) | A2aError::BodyTimeout => {
             StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
         }
         _ => StatusCode::OK,
     };
     let mut response = json_response(status, body);
-    if matches!(e, A2aError::Unauthenticated) {
-        crate::challenge(response.headers_mut());
-    }
+    crate::http_headers(e, response.headers_mut());
     response
 }
 

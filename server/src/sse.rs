@@ -7,20 +7,35 @@
 //! hub) to look at the store again, and it sends what it finds after the
 //! last event it sent. So every stream of a task sends the same events in
 //! the same order, and one that drops out disturbs no other.
+//!
+//! What a stream holds is bounded: it reads the store a page at a time
+//! (about [`PAGE_BYTES`] of records) and only when its client has taken
+//! what it read before (the body is pulled by hyper as the socket drains),
+//! and a large event or snapshot is read once for all of a task's streams
+//! and sent from that one copy ([`Payload`], shared through the hub's
+//! entry for the task), so a hundred slow readers of a large event hold
+//! one copy of it, not a hundred.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use ctxlog::a2a::{StreamResponse, TaskState};
-use futures_util::Stream;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 use crate::core::{direct_reply, settled};
 use crate::error::A2aError;
-use crate::state::{Follower, Shared};
+use crate::state::{Follower, Payload, PayloadKey, Shared};
+
+/// How much of the store (records' bytes) a stream reads at once.
+const PAGE_BYTES: usize = 256 << 10;
+/// Payloads this large are shared among a task's streams.
+const SHARE_FROM: usize = 8 << 10;
 
 /// Where a stream starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,11 +54,11 @@ pub(crate) enum Start {
     Ended,
 }
 
-/// One item of a stream: its event number, and the object (as JSON) or
-/// the error that ends the stream.
+/// One item of a stream: its event number, and the object (as SSE-ready
+/// JSON) or the error that ends the stream.
 pub(crate) struct Item {
     pub(crate) id: Option<u64>,
-    pub(crate) body: Result<String, A2aError>,
+    pub(crate) body: Result<Bytes, A2aError>,
 }
 
 /// A stream following one task.
@@ -94,7 +109,8 @@ impl Follow {
         }
     }
 
-    /// The next item, or `None` once the stream is over.
+    /// The next item, or `None` once the stream is over. (Dropping the
+    /// future between items loses nothing: what was read is kept.)
     pub(crate) async fn next(&mut self) -> Option<Item> {
         loop {
             if let Some(item) = self.pending.pop_front() {
@@ -106,6 +122,7 @@ impl Follow {
             // Marked seen before the store is read: a write after the read
             // is then never missed.
             self.events.seen();
+            let before = (self.last, self.start);
             let progressed = match self.start {
                 Start::Events | Start::After(_) | Start::Ended => self.read_events().await,
                 Start::Snapshot => self.snapshot(None).await,
@@ -119,7 +136,9 @@ impl Follow {
                 self.done = true;
                 continue;
             }
-            if !self.pending.is_empty() || self.done {
+            // Something to send, or something passed over (a page of the
+            // client's own messages): read on before waiting.
+            if !self.pending.is_empty() || self.done || (self.last, self.start) != before {
                 continue;
             }
             if *self.shutdown.borrow() {
@@ -133,83 +152,154 @@ impl Follow {
         }
     }
 
+    /// The task's state and event count, from the store's memory.
+    async fn progress(&self) -> Result<(TaskState, u64), A2aError> {
+        let (t, id) = (self.tenant.clone(), self.task_id.clone());
+        self.shared
+            .blocking(move |store| store.task_progress(&t, &id))
+            .await
+    }
+
     /// Sends the task as it stands (for the first agent event of a new
     /// turn: once there is one, and as the reply alone if it is one).
     async fn snapshot(&mut self, after: Option<u64>) -> Result<(), A2aError> {
-        let (t, id, history) = (self.tenant.clone(), self.task_id.clone(), self.history);
-        let (task, events) = self
-            .shared
-            .blocking(move |store| store.task_snapshot(&t, &id, history, true))
-            .await?;
-        let state = task.status.state;
+        let task = self.events.task();
+        let _reading = task.reading.lock().await;
+        let (_, mut count) = self.progress().await?;
         // Until the agent's first event lands, there is nothing to start
         // with.
-        if after.is_some_and(|base| events <= base) {
+        if after.is_some_and(|base| count <= base) {
             return Ok(());
         }
-        self.start = Start::Events;
-        self.last = events;
-        if let Some(reply) = direct_reply(&task) {
-            self.push(events, &StreamResponse::default(), Some(reply))?;
-            self.done = true;
-            return Ok(());
-        }
-        let response = StreamResponse {
-            task: Some(task),
-            ..StreamResponse::default()
+        let payload = match task.payload(PayloadKey::Snapshot(count, self.history)) {
+            Some(payload) => payload,
+            None => {
+                let (t, id, history) = (self.tenant.clone(), self.task_id.clone(), self.history);
+                let (snapshot, read) = self
+                    .shared
+                    .blocking(move |store| store.task_snapshot(&t, &id, history, true))
+                    .await?;
+                let state = Some(snapshot.status.state);
+                let payload = match direct_reply(&snapshot) {
+                    Some(reply) => payload_of(&reply_json(reply)?, state, true),
+                    None => {
+                        let response = StreamResponse {
+                            task: Some(snapshot),
+                            ..StreamResponse::default()
+                        };
+                        payload_of(&to_json(&response)?, state, false)
+                    }
+                };
+                // Written as it was read (a write may have come between).
+                count = read;
+                if payload.data.len() >= SHARE_FROM {
+                    task.share(PayloadKey::Snapshot(count, self.history), &payload);
+                }
+                payload
+            }
         };
-        self.push(events, &response, None)?;
-        self.close_if(state);
+        self.last = count;
+        self.start = Start::Events;
+        self.send(count, payload);
         Ok(())
     }
 
-    /// Sends the events after the last one sent. A client's messages are
+    /// Sends the events after the last one sent: those another stream of
+    /// the task holds, then a page from the store. A client's messages are
     /// inputs, not updates: they are passed over (their numbers too).
     async fn read_events(&mut self) -> Result<(), A2aError> {
+        let task = self.events.task();
+        let _reading = task.reading.lock().await;
+        while let Some(payload) = task.payload(PayloadKey::Event(self.last + 1)) {
+            self.last += 1;
+            self.send(self.last, payload);
+            if self.done || self.pending.len() >= 16 {
+                return Ok(());
+            }
+        }
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
         let (t, id, after) = (self.tenant.clone(), self.task_id.clone(), self.last);
         let events = self
             .shared
-            .blocking(move |store| store.events_since(&t, &id, after))
+            .blocking(move |store| store.events_page(&t, &id, after, PAGE_BYTES))
             .await?;
         for (seq, event) in events {
             self.last = seq;
             if event.message.is_some() {
                 continue;
             }
-            self.push(seq, &event, None)?;
-            if let Some(update) = &event.status_update {
-                self.close_if(update.status.state);
-                if self.done {
-                    break;
-                }
+            let state = event.status_update.as_ref().map(|u| u.status.state);
+            let payload = payload_of(&to_json(&event)?, state, false);
+            if payload.data.len() >= SHARE_FROM {
+                task.share(PayloadKey::Event(seq), &payload);
+            }
+            self.send(seq, payload);
+            if self.done {
+                break;
             }
         }
         Ok(())
     }
 
-    fn push(
-        &mut self,
-        seq: u64,
-        response: &StreamResponse,
-        reply: Option<Box<RawValue>>,
-    ) -> Result<(), A2aError> {
-        let body = match reply {
-            Some(message) => serde_json::to_string(&serde_json::json!({ "message": message })),
-            None => serde_json::to_string(response),
+    /// Queues `payload` as event `seq`; a state it sets may end the stream.
+    fn send(&mut self, seq: u64, payload: Arc<Payload>) {
+        if payload.reply {
+            self.done = true;
+        } else if let Some(state) = payload.state {
+            if state.is_terminal() || (self.close_on_interrupt && settled(state)) {
+                self.done = true;
+            }
         }
-        .map_err(|e| A2aError::Internal(format!("an event could not be written: {e}")))?;
         self.pending.push_back(Item {
             id: Some(seq),
-            body: Ok(body),
+            body: Ok(Bytes::from_owner(SharedPayload(payload))),
         });
-        Ok(())
     }
+}
 
-    fn close_if(&mut self, state: TaskState) {
-        if state.is_terminal() || (self.close_on_interrupt && settled(state)) {
-            self.done = true;
-        }
+/// A payload as the bytes of a body frame (it stays alive, and shared,
+/// until hyper has written it).
+struct SharedPayload(Arc<Payload>);
+
+impl AsRef<[u8]> for SharedPayload {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.data
     }
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<Vec<u8>, A2aError> {
+    serde_json::to_vec(value)
+        .map_err(|e| A2aError::Internal(format!("an event could not be written: {e}")))
+}
+
+fn reply_json(reply: Box<RawValue>) -> Result<Vec<u8>, A2aError> {
+    to_json(&serde_json::json!({ "message": reply }))
+}
+
+/// A payload of `json`, its line breaks (stored text may hold them, as
+/// white space) continued on new `data:` lines, as SSE requires.
+fn payload_of(json: &[u8], state: Option<TaskState>, reply: bool) -> Arc<Payload> {
+    let data = if json.iter().any(|&b| b == b'\n' || b == b'\r') {
+        let mut out = Vec::with_capacity(json.len() + 64);
+        let mut bytes = json.iter().peekable();
+        while let Some(&b) = bytes.next() {
+            match b {
+                b'\r' | b'\n' => {
+                    if b == b'\r' && bytes.peek() == Some(&&b'\n') {
+                        bytes.next();
+                    }
+                    out.extend_from_slice(b"\ndata: ");
+                }
+                _ => out.push(b),
+            }
+        }
+        out
+    } else {
+        json.to_vec()
+    };
+    Arc::new(Payload { data, state, reply })
 }
 
 /// How a binding frames each item.
@@ -221,41 +311,66 @@ pub(crate) enum Framing {
 }
 
 impl Framing {
-    fn event(&self, item: Item) -> Event {
-        let event = Event::default();
-        let event = match item.id {
-            Some(id) => event.id(id.to_string()),
-            None => event,
-        };
+    /// The item's SSE event, as body frames (the payload among them as it
+    /// is, not copied).
+    fn frames(&self, item: Item, out: &mut VecDeque<Bytes>) {
+        let id = item.id.map(|id| format!("id: {id}\n")).unwrap_or_default();
         match (self, item.body) {
-            (Framing::JsonRpc(id), Ok(body)) => event.data(format!(
-                r#"{{"jsonrpc":"2.0","id":{},"result":{body}}}"#,
-                id.get()
-            )),
-            (Framing::JsonRpc(id), Err(e)) => event.data(format!(
-                r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#,
-                id.get(),
+            (Framing::JsonRpc(rpc), Ok(payload)) => {
+                out.push_back(Bytes::from(format!(
+                    "{id}data: {{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":",
+                    rpc.get()
+                )));
+                out.push_back(payload);
+                out.push_back(Bytes::from_static(b"}\n\n"));
+            }
+            (Framing::Rest, Ok(payload)) => {
+                out.push_back(Bytes::from(format!("{id}data: ")));
+                out.push_back(payload);
+                out.push_back(Bytes::from_static(b"\n\n"));
+            }
+            (Framing::JsonRpc(rpc), Err(e)) => out.push_back(Bytes::from(format!(
+                "{id}data: {{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}\n\n",
+                rpc.get(),
                 e.jsonrpc_error()
-            )),
-            (Framing::Rest, Ok(body)) => event.data(body),
-            (Framing::Rest, Err(e)) => event.event("error").data(e.rest_body().to_string()),
+            ))),
+            (Framing::Rest, Err(e)) => out.push_back(Bytes::from(format!(
+                "{id}event: error\ndata: {}\n\n",
+                e.rest_body()
+            ))),
         }
     }
 }
 
-/// The SSE response of a stream.
-pub(crate) fn respond(
-    follow: Follow,
-    framing: Framing,
-    keep_alive: std::time::Duration,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+/// The SSE response of a stream: its events as they come, and a comment
+/// line after each `keep_alive` without one.
+pub(crate) fn respond(follow: Follow, framing: Framing, keep_alive: Duration) -> Response {
+    let state = (follow, framing, VecDeque::new());
     let stream =
-        futures_util::stream::unfold((follow, framing), |(mut follow, framing)| async move {
-            let item = follow.next().await?;
-            let event = framing.event(item);
-            Some((Ok(event), (follow, framing)))
+        futures_util::stream::unfold(state, move |(mut follow, framing, mut out)| async move {
+            loop {
+                if let Some(frame) = out.pop_front() {
+                    return Some((Ok::<_, Infallible>(frame), (follow, framing, out)));
+                }
+                match tokio::time::timeout(keep_alive, follow.next()).await {
+                    Ok(Some(item)) => framing.frames(item, &mut out),
+                    Ok(None) => return None,
+                    Err(_) => out.push_back(Bytes::from_static(b":\n\n")),
+                }
+            }
         });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(keep_alive))
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 /// A `Last-Event-ID` header's event number.
@@ -269,4 +384,17 @@ pub(crate) fn last_event_id(headers: &axum::http::HeaderMap) -> Result<Option<u6
             "Last-Event-ID: {text:?} is not an event number this server sent"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_breaks_in_a_payload_continue_on_new_data_lines() {
+        let p = payload_of(b"{\"a\":\r\n1,\n\"b\":\r2}", None, false);
+        assert_eq!(p.data, b"{\"a\":\ndata: 1,\ndata: \"b\":\ndata: 2}");
+        let plain = payload_of(b"{\"a\":1}", None, false);
+        assert_eq!(plain.data, b"{\"a\":1}");
+    }
 }

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     /// Under the single-active-turn policy, serialises the check of a
     /// context's turn with the receive that takes it.
     pub(crate) context_locks: ContextLocks,
+    /// Connections open now.
+    pub(crate) connections: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -84,7 +86,63 @@ impl Shared {
 /// lookup and nothing else).
 #[derive(Default)]
 pub(crate) struct Hub {
-    tasks: Mutex<HashMap<(String, String), watch::Sender<Written>>>,
+    tasks: Mutex<HashMap<(String, String), Arc<Followed>>>,
+}
+
+/// A followed task: its notifications, and what its streams share.
+pub(crate) struct Followed {
+    tx: watch::Sender<Written>,
+    /// Held by a stream while it reads the task's events from the store,
+    /// so the task's other streams wait and then find a large event it
+    /// read in `payloads` instead of reading (and holding) their own copy.
+    pub(crate) reading: tokio::sync::Mutex<()>,
+    /// Large payloads a stream of the task sent or is sending, by what
+    /// they are (an event's number, or a snapshot's): each is alive while
+    /// some stream holds it, and is freed with the last.
+    pub(crate) payloads: Mutex<HashMap<PayloadKey, std::sync::Weak<Payload>>>,
+}
+
+/// What a shared payload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum PayloadKey {
+    /// The event of this number.
+    Event(u64),
+    /// The task's snapshot after this many events, with this much history.
+    Snapshot(u64, Option<usize>),
+}
+
+/// An event or snapshot as a stream sends it: its JSON, ready to go in an
+/// SSE `data` field, and the state it sets (a status).
+#[derive(Debug)]
+pub(crate) struct Payload {
+    pub(crate) data: Vec<u8>,
+    pub(crate) state: Option<TaskState>,
+    /// A direct reply: the stream ends with it.
+    pub(crate) reply: bool,
+}
+
+impl AsRef<[u8]> for Payload {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Followed {
+    /// The shared payload `key`, if a stream still holds it.
+    pub(crate) fn payload(&self, key: PayloadKey) -> Option<Arc<Payload>> {
+        lock(&self.payloads)
+            .get(&key)
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Shares `payload` as `key` with the task's other streams.
+    pub(crate) fn share(&self, key: PayloadKey, payload: &Arc<Payload>) {
+        let mut payloads = lock(&self.payloads);
+        if payloads.len() >= 64 {
+            payloads.retain(|_, p| p.strong_count() > 0);
+        }
+        payloads.insert(key, Arc::downgrade(payload));
+    }
 }
 
 /// The latest write to a task that this process told the hub of.
@@ -118,11 +176,17 @@ pub(crate) struct Settled {
 pub(crate) struct Follower {
     hub: Arc<Hub>,
     key: (String, String),
+    followed: Arc<Followed>,
     // `None` only inside `drop`.
     rx: Option<watch::Receiver<Written>>,
 }
 
 impl Follower {
+    /// The task followed: what its streams share.
+    pub(crate) fn task(&self) -> Arc<Followed> {
+        self.followed.clone()
+    }
+
     /// Marks the latest write seen; returns it.
     pub(crate) fn seen(&mut self) -> Written {
         self.rx
@@ -152,7 +216,7 @@ impl Drop for Follower {
         drop(self.rx.take());
         if tasks
             .get(&self.key)
-            .is_some_and(|tx| tx.receiver_count() == 0)
+            .is_some_and(|f| f.tx.receiver_count() == 0)
         {
             tasks.remove(&self.key);
         }
@@ -164,13 +228,21 @@ impl Hub {
     /// Follow before reading the store, so no write falls in between.
     pub(crate) fn follow(self: &Arc<Self>, tenant: &str, task_id: &str) -> Follower {
         let key = (tenant.to_string(), task_id.to_string());
-        let rx = lock(&self.tasks)
+        let followed = lock(&self.tasks)
             .entry(key.clone())
-            .or_insert_with(|| watch::channel(Written::default()).0)
-            .subscribe();
+            .or_insert_with(|| {
+                Arc::new(Followed {
+                    tx: watch::channel(Written::default()).0,
+                    reading: tokio::sync::Mutex::new(()),
+                    payloads: Mutex::default(),
+                })
+            })
+            .clone();
+        let rx = followed.tx.subscribe();
         Follower {
             hub: self.clone(),
             key,
+            followed,
             rx: Some(rx),
         }
     }
@@ -213,8 +285,8 @@ impl Hub {
     fn tell(&self, tenant: &str, task_id: &str, change: impl FnOnce(&mut Written)) {
         let tasks = lock(&self.tasks);
         let key = (tenant.to_string(), task_id.to_string());
-        if let Some(tx) = tasks.get(&key) {
-            tx.send_modify(|w| {
+        if let Some(followed) = tasks.get(&key) {
+            followed.tx.send_modify(|w| {
                 w.count += 1;
                 change(w);
             });

@@ -173,3 +173,55 @@ async fn the_hub_holds_a_task_only_while_someone_follows_it() {
     until_nothing_followed(&server.url).await;
     server.stop().await;
 }
+
+/// Completes each task with three 300 KiB artifact chunks.
+struct Chunky;
+
+impl ctxlog_server::AgentExecutor for Chunky {
+    fn execute(
+        &self,
+        _turn: ctxlog_server::TurnContext,
+        events: ctxlog_server::EventSink,
+    ) -> ctxlog_server::BoxFuture<Result<(), ctxlog_server::AgentError>> {
+        Box::pin(async move {
+            for i in 0..3 {
+                let part = ctxlog::a2a::Part::text("y".repeat(300 << 10));
+                let artifact = ctxlog::a2a::Artifact::new("a", vec![part]);
+                events.artifact(artifact, i > 0, i == 2).await?;
+            }
+            events
+                .status(ctxlog::a2a::TaskState::Completed, None)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// What broke: a stream reads the store a page at a time, and a page that
+/// held only the client's own message (passed over) left the stream
+/// waiting for the next write, or the next keep-alive, instead of reading
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reads_on_past_a_page_of_passed_over_messages() {
+    let server = TestServer::start(
+        Arc::new(Chunky),
+        |c| c.keep_alive = Duration::from_secs(600),
+        None,
+    )
+    .await;
+    let c = Client::new(&server.url, None);
+    let (_, sent) = c
+        .rpc("SendMessage", json!({ "message": user("m1", "go") }))
+        .await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    for _ in 0..3 {
+        let events = c
+            .sse("GET", &format!("/tasks/{id}:subscribe"), None, Some(0))
+            .await
+            .all()
+            .await;
+        let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+        assert_eq!(ids, [2, 3, 4, 5]);
+    }
+    server.stop().await;
+}

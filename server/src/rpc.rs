@@ -110,12 +110,9 @@ fn envelope(body: &[u8]) -> Result<Option<Call>, A2aError> {
     let Some(id) = env.id else {
         return Ok(None);
     };
-    if !matches!(
-        id.get().as_bytes().first(),
-        Some(b'"' | b'-' | b'0'..=b'9' | b'n')
-    ) {
+    if !is_id(id.get()) {
         return Err(A2aError::InvalidRequest(
-            "the id must be a string, a number or null".into(),
+            "the id must be a string, an integer (of at most 64 bits) or null".into(),
         ));
     }
     let Some(Value::String(method)) = env.method else {
@@ -128,6 +125,18 @@ fn envelope(body: &[u8]) -> Result<Option<Call>, A2aError> {
         method,
         params: env.params,
     }))
+}
+
+/// Whether a request's `id` (as sent) is one a response can carry back to
+/// any client: a string, null, or an integer that 64 bits hold (JSON-RPC
+/// says numbers should not have fractions; one such as `1e999999` is a
+/// number to no client's parser).
+fn is_id(raw: &str) -> bool {
+    match raw.as_bytes().first() {
+        Some(b'"') => true,
+        Some(b'n') => raw == "null",
+        _ => raw.parse::<i64>().is_ok() || raw.parse::<u64>().is_ok(),
+    }
 }
 
 /// Parses a method's params (`null` or absent: the empty object).

@@ -358,6 +358,10 @@ impl Turn {
         if progress.ended {
             return Err(SinkError::Ended);
         }
+        if let Some(problem) = artifact.parts.iter().find_map(Part::problem) {
+            let why = format!("an artifact: {problem}");
+            return Err(self.invalidate(&mut progress, &why).await);
+        }
         let event = TaskArtifactUpdateEvent {
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
@@ -401,8 +405,11 @@ impl Turn {
         {
             return Err("an agent's message names another context".into());
         }
-        if m.parts.is_empty() || m.parts.iter().any(|p| p.content_count() != 1) {
-            return Err("an agent's message needs parts with exactly one content each".into());
+        if m.parts.is_empty() {
+            return Err("an agent's message needs at least one part".into());
+        }
+        if let Some(problem) = m.parts.iter().find_map(Part::problem) {
+            return Err(format!("an agent's message: {problem}"));
         }
         m.task_id = Some(self.task_id.clone());
         m.context_id = Some(self.context_id.clone());

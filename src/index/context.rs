@@ -1053,6 +1053,17 @@ impl<'a> TaskView<'a> {
         events
     }
 
+    /// [`events`](Self::events), each with whether it is a message the
+    /// client sent (not the agent's status or artifact chunk).
+    pub fn events_with_kind(&self) -> Vec<(RecordLoc, bool)> {
+        let mut events: Vec<(RecordLoc, bool)> = self
+            .newest()
+            .map(|r| (r.loc(), r.has(MESSAGE) && !r.has(STATUS)))
+            .collect();
+        events.reverse();
+        events
+    }
+
     /// How many events the task has.
     pub fn event_count(&self) -> usize {
         self.entry.events as usize

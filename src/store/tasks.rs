@@ -798,6 +798,45 @@ impl Store {
         after: u64,
         bytes: usize,
     ) -> Result<Vec<(u64, StreamResponse)>> {
+        self.page(tenant, task_id, after, bytes, true)
+    }
+
+    /// [`events_page`](Self::events_page) without the messages the client
+    /// sent (the agent's status updates and artifact chunks only, with
+    /// their numbers): what a stream sends, which passes over the client's
+    /// own messages. Those are neither read nor counted in `bytes`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::a2a::{TaskState, TaskStatus};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
+    /// let page = store.updates_page("acme", &r.task_id, 0, 1 << 20)?;
+    /// assert_eq!(page.len(), 1);
+    /// assert_eq!(page[0].0, 2); // the message, event 1, is passed over
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn updates_page(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+        bytes: usize,
+    ) -> Result<Vec<(u64, StreamResponse)>> {
+        self.page(tenant, task_id, after, bytes, false)
+    }
+
+    fn page(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+        bytes: usize,
+        messages: bool,
+    ) -> Result<Vec<(u64, StreamResponse)>> {
         let slot = self.task_slot(tenant, task_id)?;
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
@@ -807,10 +846,12 @@ impl Store {
             context_id: context_of(&state)?,
         };
         let mut taken = 0usize;
-        task.events()
+        task.events_with_kind()
             .into_iter()
             .enumerate()
             .skip(skip)
+            .filter(|(_, (_, sent))| messages || !sent)
+            .map(|(i, (loc, _))| (i, loc))
             .take_while(|(_, loc)| {
                 let first = taken == 0;
                 taken = taken.saturating_add(loc.len as usize);

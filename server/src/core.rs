@@ -512,10 +512,12 @@ pub(crate) async fn subscribe(
 ) -> Result<Follow, A2aError> {
     let events = shared.hub.follow(tenant, &params.id);
     let (t, id) = (tenant.to_string(), params.id.clone());
-    let (task, count) = shared
-        .blocking(move |store| store.task_snapshot(&t, &id, Some(0), false))
+    // The state and the count, from memory: a subscriber reads nothing
+    // more of the task than its stream sends.
+    let (state, count) = shared
+        .blocking(move |store| store.task_progress(&t, &id))
         .await?;
-    let terminal = task.status.state.is_terminal();
+    let terminal = state.is_terminal();
     let start = match last_event_id {
         Some(after) if after > count => {
             return Err(A2aError::invalid(format!(
@@ -530,7 +532,7 @@ pub(crate) async fn subscribe(
             return Err(A2aError::unsupported(format!(
                 "the task is {}, a terminal state: there is nothing to subscribe to (GetTask \
                  reads it; a reconnecting stream sends Last-Event-ID)",
-                task.status.state.name()
+                state.name()
             )))
         }
         None => Start::Snapshot,

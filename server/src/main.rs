@@ -91,6 +91,7 @@ enum RestartPolicy {
 }
 
 fn main() -> ExitCode {
+    fixed_mmap_threshold();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -174,6 +175,41 @@ fn serve(args: Args) -> Result<(), String> {
             .await
             .map_err(|e| format!("the server failed: {e}"))
     })
+}
+
+/// glibc's allocator raises its mmap threshold each time a large block is
+/// freed (up to 32 MiB): after the first request body of a few MiB, or the
+/// first 16 MiB segment mirror dropped at a rotation, every transient buffer
+/// below that size is carved from its arenas, long-lived index entries land
+/// among the holes they leave, and the arenas are never given back: the
+/// soak bench measured 163 MiB resident after 200,000 requests with 25 MiB
+/// of the heap in use, growing with every request. A fixed threshold turns
+/// the raising off (resident memory then follows the heap). glibc reads it
+/// from the environment when a process starts, so unless
+/// `MALLOC_MMAP_THRESHOLD_` is set already, the server sets it (to glibc's
+/// own default, 128 KiB) and starts itself again in place (`exec`: the same
+/// process, arguments and descriptors). If that cannot be done, it goes on
+/// as it is.
+fn fixed_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::os::unix::process::CommandExt;
+        const VARIABLE: &str = "MALLOC_MMAP_THRESHOLD_";
+        if std::env::var_os(VARIABLE).is_some() {
+            return;
+        }
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        let mut args = std::env::args_os();
+        let name = args.next().unwrap_or_else(|| exe.clone().into_os_string());
+        // Returns only if the exec failed.
+        let _ = std::process::Command::new(&exe)
+            .arg0(name)
+            .args(args)
+            .env(VARIABLE, "131072")
+            .exec();
+    }
 }
 
 /// SIGINT or SIGTERM.

@@ -206,13 +206,22 @@ impl Follow {
 
     /// Sends the events after the last one sent: those another stream of
     /// the task holds, then a page from the store. A client's messages are
-    /// inputs, not updates: they are passed over (their numbers too).
+    /// inputs, not updates: they are passed over (their numbers too), and
+    /// not even read.
     async fn read_events(&mut self) -> Result<(), A2aError> {
         let task = self.events.task();
         let _reading = task.reading.lock().await;
-        while let Some(payload) = task.payload(PayloadKey::Event(self.last + 1)) {
-            self.last += 1;
-            self.send(self.last, payload);
+        loop {
+            let next = self.last + 1;
+            if task.is_passed(next) {
+                self.last = next;
+                continue;
+            }
+            let Some(payload) = task.payload(PayloadKey::Event(next)) else {
+                break;
+            };
+            self.last = next;
+            self.send(next, payload);
             if self.done || self.pending.len() >= 16 {
                 return Ok(());
             }
@@ -223,13 +232,12 @@ impl Follow {
         let (t, id, after) = (self.tenant.clone(), self.task_id.clone(), self.last);
         let events = self
             .shared
-            .blocking(move |store| store.events_page(&t, &id, after, PAGE_BYTES))
+            .blocking(move |store| store.updates_page(&t, &id, after, PAGE_BYTES))
             .await?;
         for (seq, event) in events {
+            // The numbers the page skipped are the client's messages.
+            task.pass(self.last + 1, seq);
             self.last = seq;
-            if event.message.is_some() {
-                continue;
-            }
             let state = event.status_update.as_ref().map(|u| u.status.state);
             let payload = payload_of(&to_json(&event)?, state, false);
             if payload.data.len() >= SHARE_FROM {

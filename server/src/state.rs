@@ -100,6 +100,10 @@ pub(crate) struct Followed {
     /// they are (an event's number, or a snapshot's): each is alive while
     /// some stream holds it, and is freed with the last.
     pub(crate) payloads: Mutex<HashMap<PayloadKey, std::sync::Weak<Payload>>>,
+    /// The numbers of the task's events that streams pass over (the
+    /// client's messages) that a stream has found, so another walks past
+    /// them to the payloads it shares without reading the store.
+    passed: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 /// What a shared payload is.
@@ -133,6 +137,18 @@ impl Followed {
         lock(&self.payloads)
             .get(&key)
             .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Whether event `seq` is one streams pass over (a client's message).
+    pub(crate) fn is_passed(&self, seq: u64) -> bool {
+        lock(&self.passed).contains(&seq)
+    }
+
+    /// Events `from..to` are passed over.
+    pub(crate) fn pass(&self, from: u64, to: u64) {
+        if from < to {
+            lock(&self.passed).extend(from..to);
+        }
     }
 
     /// Shares `payload` as `key` with the task's other streams.
@@ -235,6 +251,7 @@ impl Hub {
                     tx: watch::channel(Written::default()).0,
                     reading: tokio::sync::Mutex::new(()),
                     payloads: Mutex::default(),
+                    passed: Mutex::default(),
                 })
             })
             .clone();

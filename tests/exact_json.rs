@@ -341,3 +341,88 @@ fn the_command_line_prints_stored_messages_as_they_were_stored() {
     let task = run(&["task", sent["taskId"].as_str().unwrap()], "");
     assert!(task.contains(msg), "{task}");
 }
+
+/// The members the A2A proto defines, by object.
+const MESSAGE: &[&str] = &[
+    "messageId",
+    "contextId",
+    "taskId",
+    "role",
+    "parts",
+    "metadata",
+    "extensions",
+    "referenceTaskIds",
+];
+const PART: &[&str] = &[
+    "text",
+    "raw",
+    "url",
+    "data",
+    "metadata",
+    "filename",
+    "mediaType",
+];
+
+/// Checks a message in its wire form: only the proto's members, in the
+/// message and in each part (what `metadata` and `data` hold is free).
+fn spec_form(message: &serde_json::Value) -> Result<(), TestCaseError> {
+    let object = message.as_object().unwrap();
+    for key in object.keys() {
+        prop_assert!(MESSAGE.contains(&key.as_str()), "message member {key}");
+    }
+    for part in object["parts"].as_array().unwrap() {
+        for key in part.as_object().unwrap().keys() {
+            prop_assert!(PART.contains(&key.as_str()), "part member {key}");
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A stored message with members the proto does not define, at the top
+    /// or in a part, keeps them (its bytes come back as sent) but its wire
+    /// form has none, and one without any comes back byte for byte.
+    #[test]
+    fn the_wire_form_of_a_stored_message_has_only_the_protos_members(
+        top in proptest::collection::btree_map("x[a-zA-Z]{0,6}", 0..4u8, 0..3),
+        in_part in proptest::collection::btree_map("y[a-zA-Z]{0,6}", 0..4u8, 0..3),
+        metadata in proptest::option::of(proptest::collection::btree_map("[a-z]{1,5}", 0..9u8, 0..3)),
+        text in "[a-z ]{0,12}",
+    ) {
+        let mut m = serde_json::json!({
+            "messageId": "m", "role": "ROLE_USER", "parts": [{ "text": text }]
+        });
+        for (k, v) in &top {
+            m[k] = (*v).into();
+        }
+        for (k, v) in &in_part {
+            m["parts"][0][k] = (*v).into();
+        }
+        if let Some(meta) = &metadata {
+            // Anything goes inside metadata: it is the proto's Struct.
+            m["metadata"] = serde_json::to_value(meta).unwrap();
+            m["parts"][0]["metadata"] = serde_json::json!({ "xUnknownLooking": true });
+        }
+        let text = m.to_string();
+        let (_dir, store) = store();
+        let r = receive(&store, &text).unwrap();
+        let task = store.get_task("t", &r.task_id, None, false).unwrap();
+        prop_assert_eq!(task.history[0].raw_json(), Some(text.as_str()));
+        let wire = serde_json::to_value(task.into_wire()).unwrap();
+        let sent = &wire["history"][0];
+        spec_form(sent)?;
+        if top.is_empty() && in_part.is_empty() {
+            prop_assert_eq!(sent, &m);
+        } else {
+            prop_assert_eq!(&sent["parts"][0]["text"], &m["parts"][0]["text"]);
+            prop_assert_eq!(&sent.get("metadata"), &m.get("metadata"));
+        }
+        // The events a stream sends, too.
+        for (_, event) in store.events_since("t", &r.task_id, 0).unwrap() {
+            let event = serde_json::to_value(event.into_wire()).unwrap();
+            spec_form(&event["message"])?;
+        }
+    }
+}

@@ -6,6 +6,9 @@
 
 pub(crate) mod json;
 pub mod lifecycle;
+mod wire;
+
+pub use wire::SpecForm;
 
 use std::fmt;
 use std::ops::Deref;

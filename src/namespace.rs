@@ -114,9 +114,23 @@ pub(crate) fn task_key(tenant: &str, task_id: &str) -> [u8; 32] {
     scoped_digest(b"ctxlog-task\0", tenant, task_id)
 }
 
-/// The in-memory key of a messageId within a tenant.
+/// The in-memory key of a messageId within a tenant (a message that names
+/// neither a context nor a task is recognised by it).
 pub(crate) fn message_key(tenant: &str, message_id: &str) -> [u8; 32] {
     scoped_digest(b"ctxlog-message\0", tenant, message_id)
+}
+
+/// The in-memory key of a messageId within a context (whose key already
+/// says whose it is): SHA-256 over `tag ‖ version ‖ the context key's
+/// digest ‖ len(id) ‖ id`.
+pub(crate) fn context_message_key(context: &ContextKey, message_id: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"ctxlog-message-in-context\0");
+    h.update([NAMESPACE_VERSION]);
+    h.update(context.digest());
+    h.update((message_id.len() as u64).to_le_bytes());
+    h.update(message_id.as_bytes());
+    h.finalize().into()
 }
 
 /// Checks a tenant against the documented limit (the empty tenant is valid).

@@ -79,7 +79,9 @@ struct ModelTask {
 struct Model {
     tasks: Vec<ModelTask>,
     contexts: Vec<(usize, String)>,
-    received: HashMap<(usize, u8), (Value, Receipt)>,
+    /// By (tenant, the context a messageId is recognised in, or none for
+    /// the tenant's own scope, messageId).
+    received: HashMap<(usize, Option<String>, u8), (Value, Receipt)>,
 }
 
 fn kind<T>(r: &Result<T, Error>) -> &'static str {
@@ -125,7 +127,20 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                     expect_task = Some(i);
                 }
                 let got = store.receive_message(TENANTS[tenant], &serde_json::to_vec(&m).unwrap());
-                if let Some((first, receipt)) = model.received.get(&(tenant, msg)) {
+                // A messageId is recognised in the context the message
+                // names, or its task's, or the tenant's own scope for one
+                // that names neither; another tenant's task is unknown
+                // before anything is looked up.
+                let scope = match (&expect_context, expect_task) {
+                    (Some(c), _) => Some(c.clone()),
+                    (None, Some(i)) if model.tasks[i].tenant != tenant => {
+                        prop_assert_eq!(kind(&got), "TaskNotFound");
+                        continue;
+                    }
+                    (None, Some(i)) => Some(model.tasks[i].context.clone()),
+                    (None, None) => None,
+                };
+                if let Some((first, receipt)) = model.received.get(&(tenant, scope.clone(), msg)) {
                     if *first == m {
                         let r = got.map_err(|e| TestCaseError::fail(e.to_string()))?;
                         prop_assert!(r.duplicate);
@@ -157,7 +172,7 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                             if matches!(state, TaskState::InputRequired | TaskState::AuthRequired) {
                                 *state = TaskState::Working;
                             }
-                            model.received.insert((tenant, msg), (m, r));
+                            model.received.insert((tenant, scope, msg), (m, r));
                         }
                     }
                     None => {
@@ -182,7 +197,10 @@ fn run(ops: Vec<OpSpec>) -> Result<(), TestCaseError> {
                             history: vec![m.clone()],
                             artifacts: Vec::new(),
                         });
-                        model.received.insert((tenant, msg), (m, r));
+                        // Recognised in its new context too.
+                        let in_context = (tenant, Some(r.context_id.clone()), msg);
+                        model.received.insert(in_context, (m.clone(), r.clone()));
+                        model.received.insert((tenant, scope, msg), (m, r));
                     }
                 }
             }

@@ -146,17 +146,22 @@ class Store:
 
     # The A2A task model.
 
-    def receive_message(self, tenant: str, message: Text) -> Json:
+    def receive_message(
+        self, tenant: str, message: Text, message_ids: str = "idempotent"
+    ) -> Json:
         """Saves an inbound A2A Message (JSON) under the A2A rules, before
         the agent works on it: no ids opens a new context and task, a
         ``contextId`` alone a new task in it, a ``taskId`` joins that task.
-        A resent ``messageId`` stores nothing and returns the first receipt
-        with ``duplicate`` true.
+        With ``message_ids="idempotent"`` (the default) a resent
+        ``messageId`` (in the context the message names, or its task's, or
+        in the tenant for a message that names neither) stores nothing and
+        returns the first receipt with ``duplicate`` true; with
+        ``"labels"`` every message is new, whatever its ``messageId``.
 
         Returns ``{"contextId", "taskId", "seq", "duplicate", "newContext",
         "newTask", "event"}``.
         """
-        return json.loads(self._s.receive_message(tenant, message))
+        return json.loads(self._s.receive_message(tenant, message, message_ids))
 
     def apply_event(self, tenant: str, event: Text) -> tuple[str, int]:
         """Applies an A2A StreamResponse holding a ``statusUpdate`` or an

@@ -199,14 +199,25 @@ impl Store {
         self.path.clone()
     }
 
+    #[pyo3(signature = (tenant, message, message_ids = "idempotent"))]
     fn receive_message(
         &self,
         py: Python<'_>,
         tenant: &str,
         message: &Bound<'_, PyAny>,
+        message_ids: &str,
     ) -> PyResult<String> {
         let raw = bytes_of(message, "message")?;
-        let r = self.with(py, |s| s.receive_message(tenant, &raw))?;
+        let ids = match message_ids {
+            "idempotent" => ctxlog::MessageIds::Idempotent,
+            "labels" => ctxlog::MessageIds::Labels,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "message_ids must be \"idempotent\" or \"labels\", not {other:?}"
+                )))
+            }
+        };
+        let r = self.with(py, |s| s.receive_message_with(tenant, &raw, ids))?;
         json(&serde_json::json!({
             "contextId": r.context_id, "taskId": r.task_id, "seq": r.seq,
             "duplicate": r.duplicate, "newContext": r.new_context, "newTask": r.new_task,

@@ -21,6 +21,14 @@ use serde_json::{Map, Value};
 /// A JSON object (`google.protobuf.Struct`).
 pub type Object = Map<String, Value>;
 
+/// The member (set to `true`) that marks a stored COMPLETED status as the
+/// agent's direct reply: the client was answered with the status's message
+/// instead of a task. Kept in the stored status, read into the index
+/// ([`Store::list_tasks`](crate::Store::list_tasks) passes over such a
+/// task), and never on the wire ([`Stored::into_wire`] drops it with every
+/// other member the proto does not define).
+pub const DIRECT_REPLY: &str = "ctxlogDirectReply";
+
 /// An A2A object with the JSON text it was stored as.
 ///
 /// It reads as the object it holds (`Deref`), and serializes as that text,

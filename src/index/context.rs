@@ -706,6 +706,13 @@ impl ContextState {
         }
     }
 
+    /// Marks task `task`'s turn as ended in a direct reply.
+    pub fn mark_direct_reply(&mut self, task: u32) {
+        if let Some(entry) = self.tasks.owned().get_mut(task as usize) {
+            entry.mark_reply();
+        }
+    }
+
     /// Records a client's message that joined task `task` at `at_ms` (the
     /// record is already pushed): an interrupted task works on the answer
     /// (WORKING), and the task's status time moves to the message.
@@ -1016,6 +1023,12 @@ impl<'a> TaskView<'a> {
             .find(|r| r.has(STATUS) || r.has(MESSAGE))
             .filter(|r| r.has(STATUS))
             .map(Rec::loc)
+    }
+
+    /// Whether the task's turn ended in a direct reply: the client got a
+    /// message, not this task, and no A2A view shows it.
+    pub fn is_direct_reply(&self) -> bool {
+        self.entry.is_reply()
     }
 
     /// Whether the task's latest event is a message the client sent: its

@@ -132,9 +132,15 @@ pub struct TaskEntry {
     pub last: u32,
     /// The current state.
     pub state: TaskState,
-    /// The id was not made by this store.
-    pub other: bool,
+    /// [`OTHER`] (the id was not made by this store) and [`REPLY`] (its
+    /// turn ended in a direct reply: the client got a message, no task).
+    flags: u8,
 }
+
+/// A task entry's flag: its id was not made by this store.
+const OTHER: u8 = 1;
+/// A task entry's flag: its turn ended in a direct reply.
+const REPLY: u8 = 2;
 
 impl TaskEntry {
     /// An entry that stands for none (while a checkpoint is refused).
@@ -145,7 +151,7 @@ impl TaskEntry {
         events: 0,
         last: 0,
         state: TaskState::Unspecified,
-        other: true,
+        flags: OTHER,
     };
 
     /// A task opened at `timestamp_ms`, with no record yet (the opening
@@ -159,7 +165,7 @@ impl TaskEntry {
             events: 0,
             last: 0,
             state: TaskState::Submitted,
-            other: tail.is_none(),
+            flags: if tail.is_none() { OTHER } else { 0 },
         };
         entry.set_status_ms(timestamp_ms);
         entry
@@ -167,14 +173,15 @@ impl TaskEntry {
 
     /// The entry's bytes in the checkpoint: tail (8), status time's halves,
     /// event count and latest position (u32 each, little-endian), the
-    /// state's place in [`TaskState::ALL`], and 1 if the id is kept aside.
+    /// state's place in [`TaskState::ALL`], and its flags (bit 0: the id is
+    /// kept aside; bit 1: a direct reply).
     pub fn to_bytes(self) -> [u8; TASK_BYTES] {
         let mut out = [0u8; TASK_BYTES];
         let (lo, hi) = (self.status_lo, u32::from(self.status_hi));
         let state = TaskState::ALL.iter().position(|s| *s == self.state);
         let words = [lo, hi, self.events, self.last].map(u32::to_le_bytes);
         // The place is at most 8: ALL has 9 states.
-        let flags = [state.map_or(u8::MAX, |i| i as u8), u8::from(self.other)];
+        let flags = [state.map_or(u8::MAX, |i| i as u8), self.flags];
         let fields = self.tail.iter().chain(words.iter().flatten()).chain(&flags);
         for (b, f) in out.iter_mut().zip(fields) {
             *b = *f;
@@ -186,7 +193,10 @@ impl TaskEntry {
     pub fn from_bytes(bytes: &[u8; TASK_BYTES]) -> Option<Self> {
         let (tail, rest) = bytes.split_first_chunk::<8>()?;
         let (words, rest) = rest.split_first_chunk::<16>()?;
-        let [state, other] = *rest else { return None };
+        let [state, flags] = *rest else { return None };
+        if flags & !(OTHER | REPLY) != 0 {
+            return None;
+        }
         let mut entry = TaskEntry {
             tail: *tail,
             status_lo: 0,
@@ -194,11 +204,7 @@ impl TaskEntry {
             events: u32_at(words, 8),
             last: u32_at(words, 12),
             state: *TaskState::ALL.get(usize::from(state))?,
-            other: match other {
-                0 => false,
-                1 => true,
-                _ => return None,
-            },
+            flags,
         };
         entry.set_status_ms(u64::from(u32_at(words, 4)) << 32 | u64::from(u32_at(words, 0)));
         Some(entry)
@@ -207,21 +213,31 @@ impl TaskEntry {
     /// Whether `bytes` are an entry ([`from_bytes`](Self::from_bytes)
     /// would take them), told from its two flag bytes.
     pub fn sound_bytes(bytes: &[u8]) -> bool {
-        matches!(bytes, &[.., state, other] if bytes.len() == TASK_BYTES
-            && usize::from(state) < TaskState::ALL.len() && other <= 1)
+        matches!(bytes, &[.., state, flags] if bytes.len() == TASK_BYTES
+            && usize::from(state) < TaskState::ALL.len() && flags <= 3)
     }
 
     /// [`tail`](Self::tail) of the entry in `bytes`, read where it lies.
     pub fn tail_in(bytes: &[u8]) -> Option<[u8; 8]> {
         match bytes {
-            &[.., 0] => bytes.first_chunk().copied(),
+            &[.., flags] if flags & 1 == 0 => bytes.first_chunk().copied(),
             _ => None,
         }
     }
 
     /// The random half of a store-made id.
     pub fn tail(&self) -> Option<[u8; 8]> {
-        (!self.other).then_some(self.tail)
+        (self.flags & OTHER == 0).then_some(self.tail)
+    }
+
+    /// Whether its turn ended in a direct reply.
+    pub fn is_reply(&self) -> bool {
+        self.flags & REPLY != 0
+    }
+
+    /// Marks its turn as ended in a direct reply.
+    pub fn mark_reply(&mut self) {
+        self.flags |= REPLY;
     }
 
     /// When the current status was recorded.
@@ -356,15 +372,20 @@ mod tests {
         assert_eq!(entry.status_ms(), MAX_STATUS_MS - 0x1234_5678_9abc);
         (entry.events, entry.last) = (3, u32::MAX);
         for state in TaskState::ALL {
-            entry.state = state;
-            assert_eq!(TaskEntry::from_bytes(&entry.to_bytes()), Some(entry));
+            for reply in [false, true] {
+                entry.state = state;
+                if reply {
+                    entry.mark_reply();
+                }
+                assert_eq!(TaskEntry::from_bytes(&entry.to_bytes()), Some(entry));
+            }
         }
         let mut bad = entry.to_bytes();
         bad[TASK_BYTES - 2] = 9;
         assert_eq!(TaskEntry::from_bytes(&bad), None, "no tenth state");
         bad = entry.to_bytes();
-        bad[TASK_BYTES - 1] = 2;
-        assert_eq!(TaskEntry::from_bytes(&bad), None, "the flag is 0 or 1");
+        bad[TASK_BYTES - 1] = 4;
+        assert_eq!(TaskEntry::from_bytes(&bad), None, "two flag bits");
         assert_eq!(entry.tail(), Some([7; 8]));
         assert!(TaskEntry::opened(None, 0).tail().is_none());
     }

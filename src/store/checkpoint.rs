@@ -36,7 +36,7 @@ use crate::namespace::ContextKey;
 
 pub use crate::log::recovery::CHECKPOINT;
 const MAGIC: [u8; 8] = *b"CTXLCKP\0";
-const VERSION: u32 = 10;
+const VERSION: u32 = 11;
 /// The bytes before the body: magic, version, checksum.
 const PREAMBLE: usize = 16;
 

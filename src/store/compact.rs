@@ -585,6 +585,7 @@ impl Shared {
                 &next,
                 // A tombstone's place is never read: any will do.
                 locs.last().copied().unwrap_or_default(),
+                super::Hints::default(),
             );
         }
         Ok(Some(payload))

@@ -26,16 +26,17 @@ mod tasks;
 mod turns;
 mod wait;
 use crate::a2a::lifecycle::Op;
+use crate::a2a::TaskState;
 use crate::index::context::Kind;
 use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind, View, ViewKind};
-use crate::namespace::{message_key, ContextKey};
+use crate::namespace::{context_message_key, message_key, ContextKey};
 use crate::options::{Options, RecoveryMode};
 use crate::render::{self, Budget, History, Rendered, Turn};
 use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
 pub use messages::{MessageBuf, StoredMessageRef};
 pub use portable::{Item, ItemKind};
-pub use tasks::{EventRecord, ListTasksQuery, Receipt, TaskRef};
+pub use tasks::{EventRecord, ListTasksQuery, MessageIds, Receipt, TaskProgress, TaskRef};
 pub use turns::TurnGuard;
 
 /// Name of the lock file that marks a store as open.
@@ -661,7 +662,7 @@ impl Store {
             context_id: context_id.to_string(),
         });
         let kind = RecordKind::Message { task: None };
-        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms)?;
+        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms, Hints::default())?;
         Ok(Appended {
             key,
             seq,
@@ -680,6 +681,7 @@ impl Store {
         kind: RecordKind,
         blob: &[u8],
         timestamp_ms: u64,
+        hints: Hints,
     ) -> Result<u64> {
         if self.options.read_only {
             return Err(Error::ReadOnly);
@@ -703,7 +705,14 @@ impl Store {
         };
         let payload = self.encode(&slot.key, &body, blob)?;
         let loc = self.writer.append(&payload)?;
-        apply(&self.index, slot, &mut slot.state.write(), &body, loc);
+        apply(
+            &self.index,
+            slot,
+            &mut slot.state.write(),
+            &body,
+            loc,
+            hints,
+        );
         self.writer.published(loc);
         self.waits.notify(slot.number);
         self.records
@@ -1125,7 +1134,7 @@ impl Store {
             expired: gone == Gone::Expired,
         };
         let ts = next_timestamp(&slot.state.read());
-        self.append_record(slot, None, kind, &[], ts)
+        self.append_record(slot, None, kind, &[], ts, Hints::default())
     }
 
     /// Deletes a context with its tasks, messages and artifacts from every
@@ -1411,8 +1420,9 @@ fn scan_log(
             }
             match record::decode(payload).map_err(|e| e.0)? {
                 Decoded::ForeignNamespace(_) => foreign += 1,
-                Decoded::Current { key, body, .. } => {
-                    apply_recovered(index, key, body, loc, options.recovery, resumed)?;
+                Decoded::Current { key, body, blob } => {
+                    let hints = Hints::of(&body, blob);
+                    apply_recovered(index, key, body, loc, options.recovery, resumed, hints)?;
                     served += 1;
                 }
             }
@@ -1541,6 +1551,7 @@ fn apply_recovered(
     loc: RecordLoc,
     mode: RecoveryMode,
     from_checkpoint: bool,
+    hints: Hints,
 ) -> std::result::Result<(), String> {
     let slot = index.get_or_insert(&key);
     let mut state = slot.state.write();
@@ -1559,7 +1570,7 @@ fn apply_recovered(
     if matches!(body.kind, RecordKind::Gone { .. }) && body.opens.is_some() {
         check_owner(&body, key)?;
         if state.meta.is_none() {
-            apply(index, &slot, &mut state, &body, loc);
+            apply(index, &slot, &mut state, &body, loc, hints);
             return Ok(());
         }
         // Below the seq expected: in a log read whole, damage; after a
@@ -1577,7 +1588,7 @@ fn apply_recovered(
             opens: None,
             ..body
         };
-        apply(index, &slot, &mut state, &closes, loc);
+        apply(index, &slot, &mut state, &closes, loc, hints);
         return Ok(());
     }
     // A checkpoint taken while appends were in flight resumes from the
@@ -1609,7 +1620,7 @@ fn apply_recovered(
         _ => {}
     }
     check_recovered(&state, &body)?;
-    apply(index, &slot, &mut state, &body, loc);
+    apply(index, &slot, &mut state, &body, loc, hints);
     Ok(())
 }
 
@@ -1657,6 +1668,63 @@ fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Resu
     task.check(op).map_err(|e| e.to_string())
 }
 
+/// What the index takes of a record beside its body, read from its blob:
+/// the appender knows it, recovery and an import read it
+/// ([`Hints::of`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Hints {
+    /// A received message that named neither a context nor a task: its
+    /// messageId is recognised within the tenant too.
+    pub(crate) tenant_scoped: bool,
+    /// A COMPLETED status that is the agent's direct reply (its JSON has
+    /// [`DIRECT_REPLY`](crate::a2a::DIRECT_REPLY): `true`).
+    pub(crate) direct_reply: bool,
+}
+
+impl Hints {
+    /// What a stored record's blob says. Only two kinds of record have a
+    /// blob to read, and they are few: a received message that opened its
+    /// context (one per context: did it name the context?), and a COMPLETED
+    /// status with a message that names the direct-reply member at all
+    /// (found by a byte search first).
+    pub(crate) fn of(body: &RecordBody, blob: &[u8]) -> Hints {
+        #[derive(serde::Deserialize)]
+        struct Named<'a> {
+            #[serde(rename = "contextId", borrow, default)]
+            context_id: Option<&'a serde_json::value::RawValue>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Replied<'a> {
+            #[serde(rename = "ctxlogDirectReply", borrow, default)]
+            marker: Option<&'a serde_json::value::RawValue>,
+        }
+        match &body.kind {
+            RecordKind::Message { task: Some(link) } if link.opens_task && body.opens.is_some() => {
+                Hints {
+                    tenant_scoped: serde_json::from_slice::<Named>(blob)
+                        .is_ok_and(|n| n.context_id.is_none()),
+                    direct_reply: false,
+                }
+            }
+            RecordKind::Status {
+                state: TaskState::Completed,
+                with_message: true,
+                ..
+            } if contains(blob, crate::a2a::DIRECT_REPLY.as_bytes()) => Hints {
+                tenant_scoped: false,
+                direct_reply: serde_json::from_slice::<Replied>(blob)
+                    .is_ok_and(|r| r.marker.is_some_and(|m| m.get() == "true")),
+            },
+            _ => Hints::default(),
+        }
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 /// Adds one record to a context's index entry (`state`, of `slot`); used by
 /// appends and recovery alike, so both build the same index. The record was
 /// checked before.
@@ -1666,6 +1734,7 @@ fn apply(
     state: &mut ContextState,
     body: &RecordBody,
     loc: RecordLoc,
+    hints: Hints,
 ) {
     if let Some(name) = &body.opens {
         index.list_in_tenant(&name.tenant, body.timestamp_ms, slot);
@@ -1681,11 +1750,17 @@ fn apply(
             state.push_record(body.seq, loc, Kind::Message, None);
         }
         RecordKind::Message { task: Some(link) } => {
-            index.idem_done(
-                crate::index::short_key(&message_key(tenant, &link.message_id)),
-                slot.number,
-                body.seq,
-            );
+            // Recognised in its context, and (if it named neither a context
+            // nor a task) within the tenant.
+            let in_context = context_message_key(&slot.key, &link.message_id);
+            index.idem_done(crate::index::short_key(&in_context), slot.number, body.seq);
+            if hints.tenant_scoped {
+                index.idem_done(
+                    crate::index::short_key(&message_key(tenant, &link.message_id)),
+                    slot.number,
+                    body.seq,
+                );
+            }
             if link.opens_task {
                 index.enter_task(tenant, slot.number, &link.task_id);
                 state.open_task(&link.task_id, body.seq, body.timestamp_ms, loc);
@@ -1709,6 +1784,9 @@ fn apply(
             state.push_record(body.seq, loc, kind, task);
             if let Some(task) = task {
                 state.set_status(task, *new_state, body.timestamp_ms);
+                if hints.direct_reply {
+                    state.mark_direct_reply(task);
+                }
             }
         }
         RecordKind::Artifact {

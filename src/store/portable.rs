@@ -28,8 +28,10 @@ use crate::a2a::lifecycle::Op;
 use crate::a2a::{json, Artifact, TaskStatus};
 use crate::error::{Error, Result};
 use crate::index::{IdemStart, Life};
-use crate::log::record::{ContextName, RecordKind};
-use crate::namespace::{check_context_id, check_tenant, message_key, ContextKey};
+use crate::log::record::{ContextName, RecordBody, RecordKind};
+use crate::namespace::{
+    check_context_id, check_tenant, context_message_key, message_key, ContextKey,
+};
 use crate::time::{iso8601_ms, parse_iso8601_ms};
 
 /// One record of a context, in the portable form (see the module docs).
@@ -361,7 +363,9 @@ impl Store {
     /// Appends one exported record to its context (opening the context with
     /// its first record), checked as the live path checks it: a message
     /// joins only a task that takes one, a task is opened once per tenant, a
-    /// messageId is new for the tenant, statuses and artifacts follow the
+    /// messageId is new where a live receive would recognise it (its
+    /// context, and the tenant for a message that named neither a context
+    /// nor a task), statuses and artifacts follow the
     /// lifecycle, every stored object is strict JSON. The record keeps its
     /// timestamp unless that would put it before the context's latest; its
     /// seq is the context's next (an export's seqs have gaps only where a
@@ -376,7 +380,19 @@ impl Store {
         let _reserved = match &item.kind {
             ItemKind::Received { message, .. } => {
                 let (msg, _) = parse_message(message)?;
-                let idem = message_key(tenant, &msg.message_id);
+                // The key a live receive of it would be recognised by in
+                // its context (a message that named neither a context nor a
+                // task is also recognised within the tenant: checked too).
+                let idem = context_message_key(&key, &msg.message_id);
+                let in_tenant = (msg.context_id.is_none() && msg.task_id.is_none())
+                    .then(|| message_key(tenant, &msg.message_id));
+                if let Some((slot, _)) = in_tenant.and_then(|k| self.index.idem_lookup(k)) {
+                    if self.life(&slot) == Life::Live {
+                        return Err(Error::IdempotencyConflict {
+                            message_id: msg.message_id,
+                        });
+                    }
+                }
                 loop {
                     match self.index.idem_start(idem) {
                         IdemStart::Done(slot, _) if self.life(&slot) == Life::Live => {
@@ -466,7 +482,14 @@ impl Store {
                 (kind, artifact)
             }
         };
-        self.append_record(&slot, name, kind, blob, timestamp_ms)?;
+        let body = RecordBody {
+            seq: 0,
+            timestamp_ms,
+            opens: name,
+            kind,
+        };
+        let hints = super::Hints::of(&body, blob);
+        self.append_record(&slot, body.opens, body.kind, blob, timestamp_ms, hints)?;
         Ok(())
     }
 }

@@ -7,10 +7,11 @@ use serde_json::value::RawValue;
 
 use super::{
     bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms,
-    ContextRecords, Store,
+    ContextRecords, Hints, Store,
 };
 use crate::a2a::json::{self, Members};
 use crate::a2a::lifecycle::Op;
+use crate::a2a::DIRECT_REPLY;
 use crate::a2a::{
     Artifact, DamagedTask, ListTasksResponse, Message, Part, Role, Stored, StreamResponse, Task,
     TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -21,7 +22,9 @@ use crate::index::tasks::IdKey;
 use crate::index::{prefix_of_id, ContextSlot, IdemStart, Life};
 use crate::log::record::{ContextName, RecordKind, TaskLink};
 use crate::log::segments::RecordLoc;
-use crate::namespace::{check_context_id, check_tenant, message_key, task_key, ContextKey};
+use crate::namespace::{
+    check_context_id, check_tenant, context_message_key, message_key, task_key, ContextKey,
+};
 use crate::time::iso8601_ms;
 
 /// What receiving a message did.
@@ -58,6 +61,34 @@ impl Receipt {
     pub fn artifact_update(&self, artifact: Artifact) -> TaskArtifactUpdateEvent {
         TaskArtifactUpdateEvent::new(&self.task_id, &self.context_id, artifact)
     }
+}
+
+/// How [`Store::receive_message_with`] takes a message's messageId.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MessageIds {
+    /// The messageId names the message: a resend (the same messageId, in
+    /// the context the message names or its task's, or within the tenant
+    /// for a message that names neither) is recognised, nothing is stored,
+    /// and the first receipt comes back; the same messageId with other
+    /// content there is `IdempotencyConflict`. The default.
+    #[default]
+    Idempotent,
+    /// The messageId is the client's label: every message is new, and is
+    /// stored, however many share a messageId.
+    Labels,
+}
+
+/// What [`Store::task_progress`] tells of a task, from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskProgress {
+    /// Its state.
+    pub state: TaskState,
+    /// How many events it has.
+    pub events: u64,
+    /// Its turn ended in a direct reply (its COMPLETED status carries
+    /// [`DIRECT_REPLY`](crate::a2a::DIRECT_REPLY)): the client got a
+    /// message, not this task.
+    pub direct_reply: bool,
 }
 
 /// Where a task is: its tenant, context and id, and its state.
@@ -126,7 +157,13 @@ impl Store {
     pub fn find_received(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
         check_tenant(tenant)?;
         let (msg, digest) = parse_message(raw)?;
-        let idem = message_key(tenant, &msg.message_id);
+        let idem = match self.idem_key(tenant, &msg) {
+            Ok(idem) => idem,
+            // Its task is not this tenant's, or is gone: nothing was
+            // received there (the receive answers why).
+            Err(Error::TaskNotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
         match self.index.idem_lookup(idem) {
             Some((slot, seq)) if self.life(&slot) == Life::Live => self
                 .duplicate(&msg.message_id, &slot, seq, &digest)
@@ -137,7 +174,11 @@ impl Store {
 
     /// Receives an inbound A2A message (JSON, as it came from the client)
     /// under the A2A rules, and saves it exactly as received, durably, before
-    /// returning. See DESIGN.md, "The task model", for the rules.
+    /// returning. See DESIGN.md, "The task model", for the rules. A resend
+    /// of a messageId is recognised in the context the message names (or
+    /// its task's), and within the tenant for a message that names neither
+    /// ([`MessageIds::Idempotent`]; [`receive_message_with`](Self::receive_message_with)
+    /// takes messageIds as labels instead).
     ///
     /// # Examples
     ///
@@ -159,26 +200,73 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn receive_message(&self, tenant: &str, raw: &[u8]) -> Result<Receipt> {
+        self.receive_message_with(tenant, raw, MessageIds::Idempotent)
+    }
+
+    /// [`receive_message`](Self::receive_message), with messageIds taken as
+    /// `ids` says: as the message's identity (a resend is recognised), or
+    /// as the client's labels (every message is new, however many share a
+    /// messageId; each is stored, and the history keeps them all).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::MessageIds;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    /// let first = store.receive_message_with("acme", raw, MessageIds::Labels)?;
+    /// let second = store.receive_message_with("acme", raw, MessageIds::Labels)?;
+    /// assert!(!second.duplicate && second.task_id != first.task_id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn receive_message_with(
+        &self,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+    ) -> Result<Receipt> {
         check_tenant(tenant)?;
         let (msg, digest) = parse_message(raw)?;
-        let idem = message_key(tenant, &msg.message_id);
-        let _owner = loop {
-            match self.index.idem_start(idem) {
-                IdemStart::Done(slot, seq) => {
-                    if self.life(&slot) == Life::Live {
-                        return self.duplicate(&msg.message_id, &slot, seq, &digest);
+        let _owner = match ids {
+            MessageIds::Labels => None,
+            MessageIds::Idempotent => {
+                let idem = self.idem_key(tenant, &msg)?;
+                loop {
+                    match self.index.idem_start(idem) {
+                        IdemStart::Done(slot, seq) => {
+                            if self.life(&slot) == Life::Live {
+                                return self.duplicate(&msg.message_id, &slot, seq, &digest);
+                            }
+                            // Its context is gone: the messageId is free again.
+                            self.index.idem_forget(idem);
+                        }
+                        IdemStart::Wait(gate) => gate.wait(),
+                        IdemStart::Owner(guard) => break Some(guard),
                     }
-                    // Its context is gone: the messageId is free again.
-                    self.index.idem_forget(idem);
                 }
-                IdemStart::Wait(gate) => gate.wait(),
-                IdemStart::Owner(guard) => break guard,
             }
         };
         match &msg.task_id {
             Some(task_id) => self.receive_into_task(tenant, &msg, task_id, raw, digest),
             None => self.receive_new_task(tenant, &msg, raw, digest),
         }
+    }
+
+    /// The key a message's messageId is recognised by: within the context
+    /// it names, or its task's (`TaskNotFound` if the tenant has no such
+    /// task), or within the tenant for a message that names neither.
+    fn idem_key(&self, tenant: &str, msg: &Message) -> Result<[u8; 32]> {
+        if let Some(task_id) = &msg.task_id {
+            let slot = self.task_slot(tenant, task_id)?;
+            return Ok(context_message_key(&slot.key, &msg.message_id));
+        }
+        if let Some(context_id) = &msg.context_id {
+            check_context_id(context_id)?;
+            let key = ContextKey::derive(tenant, context_id)?;
+            return Ok(context_message_key(&key, &msg.message_id));
+        }
+        Ok(message_key(tenant, &msg.message_id))
     }
 
     /// A message that names its task joins it.
@@ -204,7 +292,8 @@ impl Store {
             (context_id.to_string(), next_timestamp(&state), event)
         };
         let kind = inbound(task_id, false, msg, digest);
-        let seq = self.append_record(&slot, None, kind, raw, timestamp_ms)?;
+        let hints = Hints::default();
+        let seq = self.append_record(&slot, None, kind, raw, timestamp_ms, hints)?;
         Ok(Receipt {
             context_id,
             task_id: task_id.to_string(),
@@ -245,7 +334,11 @@ impl Store {
             context_id: context_id.clone(),
         });
         let kind = inbound(&task_id, true, msg, digest);
-        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms)?;
+        let hints = Hints {
+            tenant_scoped: msg.context_id.is_none(),
+            ..Hints::default()
+        };
+        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms, hints)?;
         Ok(Receipt {
             context_id,
             task_id,
@@ -352,7 +445,12 @@ impl Store {
             state: status.state,
             with_message: status.message.is_some(),
         };
-        self.append_record(slot, None, kind, &blob, timestamp_ms)?;
+        let hints = Hints {
+            direct_reply: status.state == TaskState::Completed
+                && status.extra.get(DIRECT_REPLY) == Some(&serde_json::Value::Bool(true)),
+            ..Hints::default()
+        };
+        self.append_record(slot, None, kind, &blob, timestamp_ms, hints)?;
         Ok(checked.record(task_id))
     }
 
@@ -399,7 +497,14 @@ impl Store {
             append: event.append,
             last_chunk: event.last_chunk,
         };
-        self.append_record(&slot, None, kind, &blob, checked.timestamp_ms)?;
+        self.append_record(
+            &slot,
+            None,
+            kind,
+            &blob,
+            checked.timestamp_ms,
+            Hints::default(),
+        )?;
         Ok(checked.record(&event.task_id))
     }
 
@@ -562,14 +667,19 @@ impl Store {
     /// # let dir = tempfile::tempdir()?;
     /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
     /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// assert_eq!(store.task_progress("acme", &r.task_id)?, (TaskState::Submitted, 1));
+    /// let progress = store.task_progress("acme", &r.task_id)?;
+    /// assert_eq!((progress.state, progress.events), (TaskState::Submitted, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn task_progress(&self, tenant: &str, task_id: &str) -> Result<(TaskState, u64)> {
+    pub fn task_progress(&self, tenant: &str, task_id: &str) -> Result<TaskProgress> {
         let slot = self.task_slot(tenant, task_id)?;
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        Ok((task.state(), task.event_count() as u64))
+        Ok(TaskProgress {
+            state: task.state(),
+            events: task.event_count() as u64,
+            direct_reply: task.is_direct_reply(),
+        })
     }
 
     /// The latest message a client sent into the task (a received message,
@@ -650,7 +760,9 @@ impl Store {
     }
 
     /// The tenant's tasks, filtered, newest status first (ties by id), in
-    /// pages with cursor tokens. See [`ListTasksQuery`].
+    /// pages with cursor tokens. See [`ListTasksQuery`]. A task whose turn
+    /// ended in a direct reply is never listed (the client got a message,
+    /// not a task).
     ///
     /// # Examples
     ///
@@ -695,6 +807,8 @@ impl Store {
             found.extend(
                 state
                     .tasks()
+                    // A direct reply's task was never the client's.
+                    .filter(|t| !t.is_direct_reply())
                     .filter(|t| query.status.is_none_or(|s| s == t.state()))
                     .filter(|t| {
                         query

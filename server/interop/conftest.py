@@ -1,13 +1,14 @@
 """Starts ctxlog-server (the binary named by CTXLOG_SERVER_BIN) with the
 interop script and two tenants' tokens on a free loopback port, and stops
-it (by the pid it started) when the session ends."""
+it (by the pid it started) when the session ends: once as it starts by
+default, once with `--idempotency header`."""
 
+import contextlib
 import os
 import re
 import subprocess
 import tempfile
 import threading
-import time
 
 import pytest
 
@@ -15,8 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENS = {"alice": "interop-token-alice", "bob": "interop-token-bob"}
 
 
-@pytest.fixture(scope="session")
-def server():
+@contextlib.contextmanager
+def running(*extra):
+    """A server on a fresh store, with `extra` flags; yields its URL."""
     binary = os.environ.get("CTXLOG_SERVER_BIN")
     if not binary or not os.path.exists(binary):
         pytest.fail("set CTXLOG_SERVER_BIN to the built ctxlog-server binary")
@@ -27,7 +29,8 @@ def server():
                 f.write(f"{token} {tenant}\n")
         proc = subprocess.Popen(
             [binary, "--dir", os.path.join(tmp, "store"), "--listen", "127.0.0.1:0",
-             "--tokens", tokens, "--agent", "scripted:" + os.path.join(HERE, "script.json")],
+             "--tokens", tokens, "--agent", "scripted:" + os.path.join(HERE, "script.json"),
+             *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "RUST_LOG": "info"},
         )
@@ -55,3 +58,16 @@ def server():
                 proc.kill()
                 proc.wait()
             assert proc.returncode == 0, f"ctxlog-server exited with {proc.returncode}"
+
+
+@pytest.fixture(scope="session")
+def server():
+    with running() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def server_header():
+    """A server that tells resends only by Idempotency-Key."""
+    with running("--idempotency", "header") as url:
+        yield url

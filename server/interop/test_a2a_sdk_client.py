@@ -21,6 +21,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
+import strict
 from conftest import TOKENS
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -32,7 +33,10 @@ BINDINGS = ["JSONRPC", "HTTP+JSON"]
 async def client(server, binding, tenant="alice", streaming=True, polling=False):
     """An a2a-sdk client of `binding`, authenticated as `tenant`."""
     http = httpx.AsyncClient(
-        headers={"Authorization": f"Bearer {TOKENS[tenant]}"}, timeout=30
+        headers={"Authorization": f"Bearer {TOKENS[tenant]}"},
+        timeout=30,
+        # Every answer that is not a stream, parsed the strict way.
+        event_hooks={"response": [strict.httpx_hook]},
     )
     config = ClientConfig(
         streaming=streaming,

@@ -14,6 +14,20 @@ pub enum OnRestart {
     Resume,
 }
 
+/// How a resent message is recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Idempotency {
+    /// By its messageId, within the context it names (or its task's), or
+    /// within the tenant for a first message that names neither: a resend
+    /// gets the first answer and the agent is not called again; the same
+    /// messageId with other content is `IDEMPOTENCY_CONFLICT`.
+    #[default]
+    MessageId,
+    /// Only by an `Idempotency-Key` header: messageIds are the client's
+    /// labels, and a message that reuses one is a new message.
+    Header,
+}
+
 /// The server's options.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -60,6 +74,11 @@ pub struct Config {
     /// Connections served at once, at most (default 1024); one more gets a
     /// 503 and is closed at once.
     pub max_connections: usize,
+    /// How a resent message is recognised (default: by messageId). An
+    /// `Idempotency-Key` header is honoured either way.
+    pub idempotency: Idempotency,
+    /// How long an `Idempotency-Key` is remembered (default 24 hours).
+    pub idempotency_key_window: Duration,
 }
 
 impl Config {
@@ -80,6 +99,8 @@ impl Config {
             body_min_rate: 16 << 10,
             write_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            idempotency: Idempotency::MessageId,
+            idempotency_key_window: Duration::from_secs(24 * 3600),
         }
     }
 }

@@ -4,18 +4,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxlog::a2a::{ListTasksResponse, Task, TaskState};
-use ctxlog::{ListTasksQuery, Receipt, TurnGuard};
+use ctxlog::a2a::{ListTasksResponse, Message, SpecForm, Task, TaskState, DIRECT_REPLY};
+use ctxlog::{ListTasksQuery, MessageIds, Receipt, TurnGuard};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::instrument;
 
+use crate::config::Idempotency;
 use crate::error::{busy, from_store, A2aError};
+use crate::keys::Key;
 use crate::sse::{Follow, Start};
 use crate::state::{Follower, Shared};
-use crate::turns::{self, DIRECT_REPLY};
+use crate::turns;
 
 /// `SendMessageRequest` (the message kept as the text the client sent).
 #[derive(Debug, Deserialize)]
@@ -73,10 +75,11 @@ pub(crate) struct ListParams {
     pub(crate) include_artifacts: Option<bool>,
 }
 
-/// What `SendMessage` answers: the task, or the agent's direct reply.
+/// What `SendMessage` answers: the task, or the agent's direct reply (both
+/// in the spec's form).
 pub(crate) enum SendOutcome {
     Task(Box<Task>),
-    Message(Box<RawValue>),
+    Message(Box<Message>),
 }
 
 impl Serialize for SendOutcome {
@@ -115,11 +118,12 @@ pub(crate) async fn send(
     shared: &Arc<Shared>,
     tenant: &str,
     params: SendParams,
+    key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
     check_config(&config)?;
     let history = history_length(config.history_length)?;
-    let begun = begin(shared, tenant, &params.message).await?;
+    let begun = begin_keyed(shared, tenant, &params.message, key).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -144,11 +148,12 @@ pub(crate) async fn send_streaming(
     shared: &Arc<Shared>,
     tenant: &str,
     params: SendParams,
+    key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
     check_config(&config)?;
     let history = history_length(config.history_length)?;
-    let begun = begin(shared, tenant, &params.message).await?;
+    let begun = begin_keyed(shared, tenant, &params.message, key).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -174,12 +179,45 @@ fn check_config(config: &SendConfig) -> Result<(), A2aError> {
     }
 }
 
+/// [`begin`] under the request's `Idempotency-Key`, if it has one: a new
+/// key is stored first; a replay is looked up as a resend (and received
+/// only if the first attempt never stored its message); the key is held
+/// until the message is received, so a request with the same key waits.
+async fn begin_keyed(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    message: &RawValue,
+    key: Option<Key>,
+) -> Result<Begun, A2aError> {
+    let claim = match &key {
+        Some(key) => Some(shared.keys.claim(shared, tenant, key).await?),
+        None => None,
+    };
+    let replay = claim.as_ref().is_some_and(|c| c.replay);
+    let begun = begin(shared, tenant, message, replay).await;
+    drop(claim);
+    begun
+}
+
 /// Receives the message (durable before anything else happens) and,
-/// unless it was received before, starts its turn. At the bound on turns,
-/// a resend is still answered (it starts none); any other message is
-/// refused before anything is stored.
-async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result<Begun, A2aError> {
+/// unless it was received before, starts its turn. A resend is told by its
+/// messageId (`--idempotency message-id`), or only as the replay of an
+/// `Idempotency-Key` (`replay`; messageIds are then labels). At the bound
+/// on turns a resend is still answered (it starts none); any other message
+/// is refused before anything is stored.
+async fn begin(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    message: &RawValue,
+    replay: bool,
+) -> Result<Begun, A2aError> {
     let permit = shared.turns.permit();
+    let ids = match shared.config.idempotency {
+        Idempotency::MessageId => MessageIds::Idempotent,
+        Idempotency::Header => MessageIds::Labels,
+    };
+    // Whether a message received before answers this one.
+    let look_up = replay || ids == MessageIds::Idempotent;
     let at_bound = permit.is_none();
     let raw = message.get().as_bytes().to_vec();
     let t = tenant.to_string();
@@ -189,13 +227,27 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
     // one call to the blocking pool.
     let received = shared
         .blocking_raw(move |store| {
-            if at_bound {
-                return Ok(store.find_received(&t, &raw)?.map(|r| (r, None, None)));
+            if (at_bound && look_up) || replay {
+                if let Some(r) = store.find_received(&t, &raw)? {
+                    return Ok(Some((r, None, None)));
+                }
             }
-            let (receipt, lease) = if single {
-                receive_single(store, &locks, &t, &raw)?
+            if at_bound {
+                return Ok(None);
+            }
+            let received = if single {
+                receive_single(store, &locks, &t, &raw, ids)
             } else {
-                (store.receive_message(&t, &raw)?, None)
+                store.receive_message_with(&t, &raw, ids).map(|r| (r, None))
+            };
+            let (receipt, lease) = match received {
+                // A direct reply's task was never the client's.
+                Err(ctxlog::Error::UnsupportedOperation { .. })
+                    if names_direct_reply(store, &t, &raw) =>
+                {
+                    return Err(ctxlog::Error::TaskNotFound)
+                }
+                other => other?,
             };
             let prepared = match receipt.duplicate {
                 true => None,
@@ -221,6 +273,20 @@ async fn begin(shared: &Arc<Shared>, tenant: &str, message: &RawValue) -> Result
     Ok(Begun { receipt, events })
 }
 
+/// Whether the message names a task whose turn ended in a direct reply.
+fn names_direct_reply(store: &ctxlog::Store, tenant: &str, raw: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Named {
+        task_id: Option<String>,
+    }
+    serde_json::from_slice::<Named>(raw)
+        .ok()
+        .and_then(|n| n.task_id)
+        .and_then(|id| store.task_progress(tenant, &id).ok())
+        .is_some_and(|p| p.direct_reply)
+}
+
 fn start_turn(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -242,20 +308,21 @@ fn receive_single(
     shared: &Shared,
     tenant: &str,
     raw: &[u8],
+    ids: MessageIds,
 ) -> ctxlog::Result<(Receipt, Option<TurnGuard>)> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
-    struct Ids {
+    struct Named {
         context_id: Option<String>,
         task_id: Option<String>,
     }
-    let ids: Option<Ids> = serde_json::from_slice(raw).ok();
-    let context = match ids {
-        Some(Ids {
+    let named: Option<Named> = serde_json::from_slice(raw).ok();
+    let context = match named {
+        Some(Named {
             context_id: Some(c),
             ..
         }) => Some(c),
-        Some(Ids {
+        Some(Named {
             task_id: Some(t), ..
         }) => store
             .get_task(tenant, &t, Some(0), false)
@@ -265,7 +332,7 @@ fn receive_single(
     };
     let Some(context) = context else {
         // A new context (nobody holds its turn), or a resend.
-        let receipt = store.receive_message(tenant, raw)?;
+        let receipt = store.receive_message_with(tenant, raw, ids)?;
         if receipt.duplicate {
             return Ok((receipt, None));
         }
@@ -273,13 +340,15 @@ fn receive_single(
         return Ok((receipt, Some(lease)));
     };
     shared.context_locks.with(tenant, &context, || {
-        if let Some(receipt) = store.find_received(tenant, raw)? {
-            return Ok((receipt, None));
+        if ids == MessageIds::Idempotent {
+            if let Some(receipt) = store.find_received(tenant, raw)? {
+                return Ok((receipt, None));
+            }
         }
         if let Some((task_id, since_ms)) = store.turn_holder(tenant, &context)? {
             return Err(ctxlog::Error::ContextBusy { task_id, since_ms });
         }
-        let receipt = store.receive_message(tenant, raw)?;
+        let receipt = store.receive_message_with(tenant, raw, ids)?;
         let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
         Ok((receipt, Some(lease)))
     })
@@ -385,23 +454,28 @@ async fn answer(
         None => want.read(shared).await?.0,
     };
     Ok(match direct_reply(&task) {
-        Some(message) => SendOutcome::Message(message),
-        None => SendOutcome::Task(Box::new(task)),
+        Some(message) => SendOutcome::Message(Box::new(message)),
+        None => SendOutcome::Task(Box::new(task.into_wire())),
     })
 }
 
+/// Whether the task's turn ended in a direct reply: the client got a
+/// message, and no A2A view shows the task.
+pub(crate) fn is_direct_reply(task: &Task) -> bool {
+    task.status.extra.get(DIRECT_REPLY) == Some(&Value::Bool(true))
+}
+
 /// The agent's direct reply, if the task's turn ended in one: its status's
-/// message, as stored.
-pub(crate) fn direct_reply(task: &Task) -> Option<Box<RawValue>> {
-    if task.status.extra.get(DIRECT_REPLY) != Some(&Value::Bool(true)) {
+/// message in the spec's form, without the task it was stored in (the
+/// client got no task).
+pub(crate) fn direct_reply(task: &Task) -> Option<Message> {
+    if !is_direct_reply(task) {
         return None;
     }
-    #[derive(Deserialize)]
-    struct StatusMessage {
-        message: Option<Box<RawValue>>,
-    }
-    let raw = task.status.raw_json()?;
-    serde_json::from_str::<StatusMessage>(raw).ok()?.message
+    let mut message = task.status.message.clone()?;
+    message.drop_unknown();
+    message.task_id = None;
+    Some(message)
 }
 
 /// `GetTask`.
@@ -413,9 +487,13 @@ pub(crate) async fn get_task(
 ) -> Result<Task, A2aError> {
     let history = history_length(params.history_length)?;
     let t = tenant.to_string();
-    shared
+    let task = shared
         .blocking(move |store| store.get_task(&t, &params.id, history, true))
-        .await
+        .await?;
+    if is_direct_reply(&task) {
+        return Err(A2aError::TaskNotFound);
+    }
+    Ok(task.into_wire())
 }
 
 /// `ListTasks`.
@@ -475,7 +553,10 @@ pub(crate) async fn list_tasks(
     for damaged in &page.damaged {
         tracing::warn!(task = %damaged.task_id, reason = %damaged.reason, "a task could not be read");
     }
-    Ok(page)
+    Ok(ListTasksResponse {
+        tasks: page.tasks.into_iter().map(Task::into_wire).collect(),
+        ..page
+    })
 }
 
 /// `CancelTask`: the task is stored CANCELED, its running turn told to
@@ -488,8 +569,15 @@ pub(crate) async fn cancel_task(
 ) -> Result<Task, A2aError> {
     let (t, id) = (tenant.to_string(), params.id.clone());
     let task = shared
-        .blocking(move |store| store.cancel_task(&t, &id))
-        .await?;
+        .blocking(move |store| {
+            // A direct reply's task was never the client's.
+            if store.task_progress(&t, &id)?.direct_reply {
+                return Err(ctxlog::Error::TaskNotFound);
+            }
+            store.cancel_task(&t, &id)
+        })
+        .await?
+        .into_wire();
     shared.turns.cancel(tenant, &params.id);
     shared
         .hub
@@ -514,9 +602,13 @@ pub(crate) async fn subscribe(
     let (t, id) = (tenant.to_string(), params.id.clone());
     // The state and the count, from memory: a subscriber reads nothing
     // more of the task than its stream sends.
-    let (state, count) = shared
+    let progress = shared
         .blocking(move |store| store.task_progress(&t, &id))
         .await?;
+    if progress.direct_reply {
+        return Err(A2aError::TaskNotFound);
+    }
+    let (state, count) = (progress.state, progress.events);
     let terminal = state.is_terminal();
     let start = match last_event_id {
         Some(after) if after > count => {
@@ -544,11 +636,12 @@ pub(crate) async fn subscribe(
 
 /// `GetExtendedAgentCard`.
 pub(crate) fn extended_card(shared: &Shared) -> Result<String, A2aError> {
-    shared
-        .cards
-        .extended
-        .clone()
-        .ok_or(A2aError::ExtendedAgentCardNotConfigured)
+    // The card declares the operation exactly when a card is configured.
+    shared.cards.extended.clone().ok_or_else(|| {
+        A2aError::unsupported(
+            "this agent has no extended agent card (its card says extendedAgentCard: false)",
+        )
+    })
 }
 
 /// The push notification config methods: not served.

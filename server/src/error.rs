@@ -61,6 +61,10 @@ pub enum A2aError {
     Overloaded(usize),
     /// The request body did not arrive in time (too slow, or never ended).
     BodyTimeout,
+    /// The request body's `Content-Type` (this one) is not JSON.
+    ContentTypeNotSupported(String),
+    /// This `Idempotency-Key` came before with another request.
+    KeyConflict(String),
     /// The server serves as many connections as it may.
     TooManyConnections,
     /// The store cannot write now: the disk is full (`full`), or a failed
@@ -99,10 +103,11 @@ impl A2aError {
             A2aError::TaskNotCancelable { .. } => -32002,
             A2aError::PushNotificationNotSupported => -32003,
             A2aError::UnsupportedOperation { .. } => -32004,
+            A2aError::ContentTypeNotSupported(_) => -32005,
             A2aError::InvalidAgentResponse(_) => -32006,
             A2aError::ExtendedAgentCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
-            A2aError::InvalidParams { .. } => -32602,
+            A2aError::InvalidParams { .. } | A2aError::KeyConflict(_) => -32602,
             A2aError::InvalidRequest(_) | A2aError::PayloadTooLarge(_) | A2aError::BodyTimeout => {
                 -32600
             }
@@ -127,6 +132,8 @@ impl A2aError {
             A2aError::PayloadTooLarge(_) => 413,
             A2aError::Overloaded(_) | A2aError::TooManyConnections => 503,
             A2aError::BodyTimeout => 408,
+            A2aError::ContentTypeNotSupported(_) => 415,
+            A2aError::KeyConflict(_) => 422,
             A2aError::Unavailable { full: true, .. } => 507,
             A2aError::Unavailable { full: false, .. } => 503,
             _ => 400,
@@ -137,9 +144,11 @@ impl A2aError {
     pub fn status_name(&self) -> &'static str {
         match self {
             A2aError::TaskNotFound | A2aError::MethodNotFound(_) => "NOT_FOUND",
-            A2aError::InvalidParams { .. } | A2aError::InvalidRequest(_) | A2aError::Parse(_) => {
-                "INVALID_ARGUMENT"
-            }
+            A2aError::InvalidParams { .. }
+            | A2aError::InvalidRequest(_)
+            | A2aError::Parse(_)
+            | A2aError::ContentTypeNotSupported(_)
+            | A2aError::KeyConflict(_) => "INVALID_ARGUMENT",
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => "INTERNAL",
             A2aError::Unauthenticated => "UNAUTHENTICATED",
             A2aError::PayloadTooLarge(_)
@@ -172,6 +181,8 @@ impl A2aError {
             A2aError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             A2aError::Overloaded(_) => "TOO_MANY_TURNS",
             A2aError::BodyTimeout => "REQUEST_TIMEOUT",
+            A2aError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
+            A2aError::KeyConflict(_) => "IDEMPOTENCY_CONFLICT",
             A2aError::TooManyConnections => "TOO_MANY_CONNECTIONS",
             A2aError::Unavailable { full: true, .. } => "STORAGE_FULL",
             A2aError::Unavailable { full: false, .. } => "STORE_UNAVAILABLE",
@@ -220,6 +231,14 @@ impl A2aError {
             A2aError::BodyTimeout => "the request body did not arrive in time: send it whole, \
                                         at a steady pace"
                 .into(),
+            A2aError::KeyConflict(key) => format!(
+                "Idempotency-Key {key:?} came before with another request: send that request \
+                 again to get its answer, or use a new key for a new request"
+            ),
+            A2aError::ContentTypeNotSupported(t) => format!(
+                "the request's Content-Type {t:?} is not supported: send the body as \
+                 application/json or application/a2a+json"
+            ),
             A2aError::TooManyConnections => {
                 "the server serves as many connections as it may; retry shortly, or reuse an \
                  open connection"

@@ -128,9 +128,14 @@ async fn reopen(shared: &Arc<Shared>) {
     // A store poisoned again soon after a reopen (a disk still full) waits
     // before it is opened again; calls are refused meanwhile.
     tokio::time::sleep(delay).await;
-    let Some(old) = let_go(old).await else {
-        warn!("the store is still in use after 30 s; it stays as it is until the next failure");
-        return;
+    let old = match let_go(old).await {
+        Ok(old) => old,
+        Err(still) => {
+            // Put back: the next call that finds it poisoned tries again.
+            warn!("the store is still in use after 30 s; its reopen is tried again later");
+            cell.set(Some(still));
+            return;
+        }
     };
     drop(old);
     let mut attempt = 0;
@@ -178,21 +183,21 @@ fn backoff(attempt: u32) -> Duration {
     }
 }
 
-/// The store once nothing else holds it, or `None` (and the store put
-/// back) if something still does after [`LET_GO`].
-async fn let_go(store: Arc<Store>) -> Option<Store> {
+/// The store once nothing else holds it, or the store back if something
+/// still does after [`LET_GO`].
+async fn let_go(store: Arc<Store>) -> Result<Store, Arc<Store>> {
     let deadline = Instant::now() + LET_GO;
     let mut store = store;
     loop {
         match Arc::try_unwrap(store) {
-            Ok(store) => return Some(store),
+            Ok(store) => return Ok(store),
             Err(still) if Instant::now() < deadline => {
                 store = still;
                 // The calls that hold it are short store calls on the
                 // blocking pool; a poisoned store answers them at once.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            Err(_) => return None,
+            Err(still) => return Err(still),
         }
     }
 }

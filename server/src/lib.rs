@@ -39,7 +39,9 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+mod keys;
 mod listener;
+mod media;
 mod rest;
 mod restart;
 mod rpc;
@@ -66,7 +68,7 @@ pub use agent::{
     Skill, TurnContext,
 };
 pub use auth::Tokens;
-pub use config::{Config, OnRestart};
+pub use config::{Config, Idempotency, OnRestart};
 pub use error::A2aError;
 
 use state::Shared;
@@ -121,6 +123,7 @@ impl Server {
             shutdown: watching,
             context_locks: state::ContextLocks::default(),
             connections: Default::default(),
+            keys: Default::default(),
         });
         Server { shared, shutdown }
     }
@@ -134,6 +137,7 @@ impl Server {
             .route("/healthz", get(health::healthz))
             .merge(rest::routes())
             .fallback(rest::not_found)
+            .layer(axum::middleware::from_fn(media::negotiate))
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .with_state(self.shared.clone())
     }
@@ -279,32 +283,35 @@ pub(crate) fn http_headers(e: &A2aError, headers: &mut HeaderMap) {
 async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let cards = &shared.cards;
     let etag = HeaderValue::from_str(&cards.etag).unwrap_or(HeaderValue::from_static("\"\""));
+    let modified =
+        HeaderValue::from_str(&cards.last_modified).unwrap_or(HeaderValue::from_static(""));
     let cache = HeaderValue::from_static("public, max-age=300");
-    let matches = request
-        .headers()
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|v| {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii() == cards.etag.as_bytes())
-        });
-    if matches {
-        return (
-            StatusCode::NOT_MODIFIED,
-            [(header::ETAG, etag), (header::CACHE_CONTROL, cache)],
-        )
-            .into_response();
+    let headers = request.headers();
+    // If-None-Match wins over If-Modified-Since (RFC 9110 §13.2.2).
+    let unchanged = match headers.get(header::IF_NONE_MATCH) {
+        Some(tags) => tags.as_bytes().split(|&b| b == b',').any(|t| {
+            let t = t.trim_ascii();
+            t == b"*" || t.strip_prefix(b"W/").unwrap_or(t) == cards.etag.as_bytes()
+        }),
+        None => headers
+            .get(header::IF_MODIFIED_SINCE)
+            .is_some_and(|since| since.as_bytes() == cards.last_modified.as_bytes()),
+    };
+    let common = [
+        (header::ETAG, etag),
+        (header::LAST_MODIFIED, modified),
+        (header::CACHE_CONTROL, cache),
+    ];
+    if unchanged {
+        return (StatusCode::NOT_MODIFIED, common).into_response();
     }
     (
         StatusCode::OK,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-            (header::ETAG, etag),
-            (header::CACHE_CONTROL, cache),
-        ],
+        common,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         cards.public.clone(),
     )
         .into_response()

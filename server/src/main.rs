@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ctxlog_server::agents::{Echo, Script, Scripted};
-use ctxlog_server::{AgentExecutor, Config, OnRestart, Server, Tokens};
+use ctxlog_server::{AgentExecutor, Config, Idempotency, OnRestart, Server, Tokens};
 
 /// An A2A v1.0.1 server (JSON-RPC and HTTP+JSON, SSE streams) whose every
 /// message, event and stream position lives in a ctxlog store.
@@ -80,6 +80,22 @@ struct Args {
     /// Connections served at once; one more gets a 503 and is closed.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// How a resent message is recognised: by its messageId (in its
+    /// context, or in the tenant for a first message that names none), or
+    /// only by an Idempotency-Key header (messageIds are then labels).
+    #[arg(long, value_enum, default_value_t = IdempotencyMode::MessageId)]
+    idempotency: IdempotencyMode,
+    /// Hours an Idempotency-Key is remembered.
+    #[arg(long, default_value_t = 24)]
+    idempotency_key_hours: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum IdempotencyMode {
+    /// A resent messageId gets the first answer.
+    MessageId,
+    /// Only an Idempotency-Key header makes a resend.
+    Header,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -154,6 +170,11 @@ fn serve(args: Args) -> Result<(), String> {
     config.body_min_rate = args.body_min_rate.max(1);
     config.write_timeout = Duration::from_secs(args.write_timeout.max(1));
     config.max_connections = args.max_connections.max(1);
+    config.idempotency = match args.idempotency {
+        IdempotencyMode::MessageId => Idempotency::MessageId,
+        IdempotencyMode::Header => Idempotency::Header,
+    };
+    config.idempotency_key_window = Duration::from_secs(args.idempotency_key_hours.max(1) * 3600);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

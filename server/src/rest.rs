@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::core::{self, GetParams, IdParams, ListParams};
 use crate::error::A2aError;
+use crate::keys::Key;
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -40,18 +41,23 @@ fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
     Ok(tenant)
 }
 
-async fn body<T: DeserializeOwned>(
+/// A send's body, parsed, with its `Idempotency-Key` (for `operation`).
+async fn send_body<T: DeserializeOwned>(
     shared: &Shared,
     parts: &Parts,
     body: Body,
-) -> Result<T, A2aError> {
+    operation: &str,
+) -> Result<(T, Option<Key>), A2aError> {
     let bytes = crate::rpc::read_body(shared, &parts.headers, body).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return serde_json::from_str("{}").map_err(|e| A2aError::invalid(e.to_string()));
-    }
+    let bytes: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
+        true => b"{}",
+        false => &bytes,
+    };
+    let key = Key::of(&parts.headers, operation, bytes)?;
     let value: Box<serde_json::value::RawValue> =
-        serde_json::from_slice(&bytes).map_err(|e| A2aError::Parse(e.to_string()))?;
-    serde_json::from_str(value.get()).map_err(|e| A2aError::invalid(e.to_string()))
+        serde_json::from_slice(bytes).map_err(|e| A2aError::Parse(e.to_string()))?;
+    let params = serde_json::from_str(value.get()).map_err(|e| A2aError::invalid(e.to_string()))?;
+    Ok((params, key))
 }
 
 /// The query string's parameters (camelCase names), as a JSON object of
@@ -98,7 +104,7 @@ fn ok<T: Serialize>(result: Result<T, A2aError>) -> Response {
     }) {
         Ok(body) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/a2a+json")],
+            [(header::CONTENT_TYPE, "application/json")],
             body,
         )
             .into_response(),
@@ -111,7 +117,7 @@ pub(crate) fn error(e: &A2aError) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = (
         status,
-        [(header::CONTENT_TYPE, "application/a2a+json")],
+        [(header::CONTENT_TYPE, "application/json")],
         e.rest_body().to_string(),
     )
         .into_response();
@@ -133,8 +139,8 @@ async fn send(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body_) = request.into_parts();
     let result = async {
         let tenant = admit(&shared, &parts)?;
-        let params = body(&shared, &parts, body_).await?;
-        timed(&shared, core::send(&shared, &tenant, params)).await
+        let (params, key) = send_body(&shared, &parts, body_, "SendMessage").await?;
+        timed(&shared, core::send(&shared, &tenant, params, key)).await
     };
     ok(result.await)
 }
@@ -143,8 +149,8 @@ async fn stream(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let (parts, body_) = request.into_parts();
     let result = async {
         let tenant = admit(&shared, &parts)?;
-        let params = body(&shared, &parts, body_).await?;
-        core::send_streaming(&shared, &tenant, params).await
+        let (params, key) = send_body(&shared, &parts, body_, "SendStreamingMessage").await?;
+        core::send_streaming(&shared, &tenant, params, key).await
     };
     match result.await {
         Ok(f) => sse::respond(f, Framing::Rest, core::keep_alive(&shared)).into_response(),
@@ -232,7 +238,7 @@ async fn extended(State(shared): State<Arc<Shared>>, request: Request) -> Respon
     match admit(&shared, &parts).and_then(|_| core::extended_card(&shared)) {
         Ok(card) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/a2a+json")],
+            [(header::CONTENT_TYPE, "application/json")],
             card,
         )
             .into_response(),

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::core;
 use crate::error::A2aError;
+use crate::keys::Key;
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -155,10 +156,21 @@ async fn dispatch(
     raw: Option<Box<RawValue>>,
 ) -> Response {
     let keep_alive = core::keep_alive(shared);
+    // A send's Idempotency-Key (the same operation's key on either binding).
+    let key = match method {
+        "SendMessage" | "SendStreamingMessage" => {
+            let text = raw.as_ref().map_or("{}", |p| p.get());
+            match Key::of(headers, method, text.as_bytes()) {
+                Ok(key) => key,
+                Err(e) => return error(&id, &e),
+            }
+        }
+        _ => None,
+    };
     if matches!(method, "SendStreamingMessage" | "SubscribeToTask") {
         let follow = if method == "SendStreamingMessage" {
             match params(raw) {
-                Ok(p) => core::send_streaming(shared, tenant, p).await,
+                Ok(p) => core::send_streaming(shared, tenant, p, key).await,
                 Err(e) => Err(e),
             }
         } else {
@@ -172,7 +184,7 @@ async fn dispatch(
             Err(e) => error(&id, &e),
         };
     }
-    let call = call(shared, tenant, method, raw);
+    let call = call(shared, tenant, method, raw, key);
     let limit = shared.config.request_timeout + std::time::Duration::from_secs(5);
     let result = match tokio::time::timeout(limit, call).await {
         Ok(r) => r,
@@ -190,10 +202,11 @@ async fn call(
     tenant: &str,
     method: &str,
     raw: Option<Box<RawValue>>,
+    key: Option<Key>,
 ) -> Result<String, A2aError> {
     let json = |v: &dyn erased::Json| v.to_json();
     match method {
-        "SendMessage" => json(&core::send(shared, tenant, params(raw)?).await?),
+        "SendMessage" => json(&core::send(shared, tenant, params(raw)?, key).await?),
         "GetTask" => json(&core::get_task(shared, tenant, params(raw)?).await?),
         "ListTasks" => json(&core::list_tasks(shared, tenant, params(raw)?).await?),
         "CancelTask" => json(&core::cancel_task(shared, tenant, params(raw)?).await?),

@@ -153,7 +153,7 @@ impl Follow {
     }
 
     /// The task's state and event count, from the store's memory.
-    async fn progress(&self) -> Result<(TaskState, u64), A2aError> {
+    async fn progress(&self) -> Result<ctxlog::TaskProgress, A2aError> {
         let (t, id) = (self.tenant.clone(), self.task_id.clone());
         self.shared
             .blocking(move |store| store.task_progress(&t, &id))
@@ -165,7 +165,7 @@ impl Follow {
     async fn snapshot(&mut self, after: Option<u64>) -> Result<(), A2aError> {
         let task = self.events.task();
         let _reading = task.reading.lock().await;
-        let (_, mut count) = self.progress().await?;
+        let mut count = self.progress().await?.events;
         // Until the agent's first event lands, there is nothing to start
         // with.
         if after.is_some_and(|base| count <= base) {
@@ -184,7 +184,7 @@ impl Follow {
                     Some(reply) => payload_of(&reply_json(reply)?, state, true),
                     None => {
                         let response = StreamResponse {
-                            task: Some(snapshot),
+                            task: Some(snapshot.into_wire()),
                             ..StreamResponse::default()
                         };
                         payload_of(&to_json(&response)?, state, false)
@@ -239,7 +239,7 @@ impl Follow {
             task.pass(self.last + 1, seq);
             self.last = seq;
             let state = event.status_update.as_ref().map(|u| u.status.state);
-            let payload = payload_of(&to_json(&event)?, state, false);
+            let payload = payload_of(&to_json(&event.into_wire())?, state, false);
             if payload.data.len() >= SHARE_FROM {
                 task.share(PayloadKey::Event(seq), &payload);
             }
@@ -282,8 +282,11 @@ fn to_json(value: &impl serde::Serialize) -> Result<Vec<u8>, A2aError> {
         .map_err(|e| A2aError::Internal(format!("an event could not be written: {e}")))
 }
 
-fn reply_json(reply: Box<RawValue>) -> Result<Vec<u8>, A2aError> {
-    to_json(&serde_json::json!({ "message": reply }))
+fn reply_json(reply: ctxlog::a2a::Message) -> Result<Vec<u8>, A2aError> {
+    to_json(&StreamResponse {
+        message: Some(reply.into()),
+        ..StreamResponse::default()
+    })
 }
 
 /// A payload of `json`, its line breaks (stored text may hold them, as

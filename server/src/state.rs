@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) context_locks: ContextLocks,
     /// Connections open now.
     pub(crate) connections: std::sync::atomic::AtomicUsize,
+    /// The `Idempotency-Key`s seen.
+    pub(crate) keys: crate::keys::Keys,
 }
 
 impl Shared {

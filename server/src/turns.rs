@@ -20,10 +20,6 @@ use crate::agent::{Cancellation, EventSink, SinkError, TurnContext};
 use crate::state::Settled;
 use crate::state::Shared;
 
-/// The status member that marks a task whose turn ended in a direct reply:
-/// a resend of its message gets the message again, not the task.
-pub const DIRECT_REPLY: &str = "ctxlogDirectReply";
-
 /// The turns running now.
 pub(crate) struct Turns {
     running: Mutex<HashMap<u64, Running>>,
@@ -381,7 +377,11 @@ impl Turn {
         let mut progress = self.progress.lock().await;
         let mut extra = Object::new();
         if progress.events == 0 && self.new_task {
-            extra.insert(DIRECT_REPLY.into(), serde_json::Value::Bool(true));
+            // A resend of its message gets the message again, not the task.
+            extra.insert(
+                ctxlog::a2a::DIRECT_REPLY.into(),
+                serde_json::Value::Bool(true),
+            );
         }
         self.status_under(&mut progress, TaskState::Completed, Some(message), extra)
             .await?;

@@ -137,11 +137,16 @@ async fn a_full_disk_answers_at_once_and_the_server_recovers_when_space_is_freed
             Instant::now() < deadline,
             "/healthz never recovered: {body}"
         );
-        // A write is what tells the server the disk has room again.
-        let body = json!({ "message": user("probe", "probe") });
+        // A write is what tells the server the disk has room again (it
+        // does not wait for its turn: the agent's gate is closed).
+        let body = json!({ "message": user("probe", "probe"),
+                           "configuration": { "returnImmediately": true } });
         c.rest("POST", "/message:send", Some(body)).await;
     }
-    gated.open();
+    // Enough turns let through for every probe that got to run, and this.
+    for _ in 0..100 {
+        gated.open();
+    }
     let (_, after) = c
         .rpc("SendMessage", json!({ "message": user("m2", "after") }))
         .await;

@@ -119,14 +119,12 @@ async fn every_method_on_both_bindings() {
         .await;
     assert_eq!((sse.status, sse.is_sse), (400, false));
 
-    // Extended card: not configured. Push configs: not supported.
+    // Extended card: not configured, so not declared (UnsupportedOperation).
+    // Push configs: not supported.
     let (_, e) = c.rpc("GetExtendedAgentCard", json!({})).await;
-    assert_eq!(e["error"]["code"], -32007);
+    assert_eq!(e["error"]["code"], -32004);
     let (status, e) = c.rest("GET", "/extendedAgentCard", None).await;
-    assert_eq!(
-        (status, reason(&e)),
-        (400, "EXTENDED_AGENT_CARD_NOT_CONFIGURED".into())
-    );
+    assert_eq!((status, reason(&e)), (400, "UNSUPPORTED_OPERATION".into()));
     for m in [
         "CreateTaskPushNotificationConfig",
         "GetTaskPushNotificationConfig",

@@ -1,0 +1,155 @@
+//! Media types: what a request body may be, and what a response is written
+//! in. The spec's bindings name different types (JSON-RPC
+//! `application/json`, HTTP+JSON `application/a2a+json` as a SHOULD), and
+//! clients send and expect either; both are JSON, so both are taken, and a
+//! response is written in the type the client used.
+
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde_json::value::RawValue;
+
+use crate::error::A2aError;
+
+/// The two JSON types.
+const JSON: &str = "application/json";
+const A2A_JSON: &str = "application/a2a+json";
+
+/// The type a body's `Content-Type` names, without its parameters
+/// (`charset=utf-8`), in lower case.
+fn essence(value: &HeaderValue) -> String {
+    let text = String::from_utf8_lossy(value.as_bytes());
+    text.split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Checks a request body's `Content-Type`: `application/json` or
+/// `application/a2a+json` (with any parameters), or none given; anything
+/// else is refused before the body is read.
+pub(crate) fn check_request(headers: &HeaderMap) -> Result<(), A2aError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    match essence(value).as_str() {
+        JSON | A2A_JSON => Ok(()),
+        other => Err(A2aError::ContentTypeNotSupported(other.to_string())),
+    }
+}
+
+/// The type to write a response in: the request body's type if it had one
+/// of the two, else the first of them its `Accept` names, else
+/// `application/json` (what most clients expect).
+pub(crate) fn response_type(headers: &HeaderMap) -> HeaderValue {
+    let sent = headers.get(header::CONTENT_TYPE).map(essence);
+    let asked = || {
+        let accept = headers.get(header::ACCEPT)?;
+        String::from_utf8_lossy(accept.as_bytes())
+            .split(',')
+            .map(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .find(|t| t == JSON || t == A2A_JSON)
+    };
+    match sent.filter(|t| t == A2A_JSON || t == JSON).or_else(asked) {
+        Some(t) if t == A2A_JSON => HeaderValue::from_static(A2A_JSON),
+        _ => HeaderValue::from_static(JSON),
+    }
+}
+
+/// Every call of both bindings: a body of another type is refused before
+/// anything reads it (JSON-RPC: -32005 with HTTP 200, as the binding's
+/// errors are; HTTP+JSON: 415), and a JSON response is written in the
+/// client's type ([`response_type`]). The agent card and `/healthz` are
+/// not calls: they keep their own.
+pub(crate) async fn negotiate(request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path.starts_with("/.well-known/") {
+        return next.run(request).await;
+    }
+    let rpc = path == "/";
+    if request.method() == Method::POST {
+        if let Err(e) = check_request(request.headers()) {
+            return match rpc {
+                true => crate::rpc::error(&RawValue::NULL.to_owned(), &e),
+                false => crate::rest::error(&e),
+            };
+        }
+    }
+    let wanted = response_type(request.headers());
+    let mut response = next.run(request).await;
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| matches!(essence(t).as_str(), JSON | A2A_JSON));
+    if json {
+        response.headers_mut().insert(header::CONTENT_TYPE, wanted);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn both_json_types_are_taken_with_parameters_and_nothing_else() {
+        for ok in [
+            "application/json",
+            "application/a2a+json",
+            "Application/JSON; charset=utf-8",
+            "application/a2a+json;charset=UTF-8",
+        ] {
+            assert!(
+                check_request(&headers(&[("content-type", ok)])).is_ok(),
+                "{ok}"
+            );
+        }
+        assert!(check_request(&HeaderMap::new()).is_ok(), "none given");
+        for bad in [
+            "text/plain",
+            "application/xml",
+            "application/x-www-form-urlencoded",
+            "",
+        ] {
+            let e = check_request(&headers(&[("content-type", bad)])).unwrap_err();
+            assert_eq!((e.code(), e.http_status()), (-32005, 415), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_response_is_written_in_the_clients_type() {
+        let of = |pairs: &[(&'static str, &'static str)]| response_type(&headers(pairs));
+        assert_eq!(of(&[]), JSON);
+        assert_eq!(of(&[("content-type", "application/a2a+json")]), A2A_JSON);
+        assert_eq!(of(&[("content-type", "application/json")]), JSON);
+        assert_eq!(of(&[("accept", "application/a2a+json")]), A2A_JSON);
+        assert_eq!(
+            of(&[("accept", "text/html, application/a2a+json;q=0.9")]),
+            A2A_JSON
+        );
+        assert_eq!(of(&[("accept", "*/*")]), JSON);
+        assert_eq!(
+            of(&[
+                ("content-type", "application/json"),
+                ("accept", "application/a2a+json")
+            ]),
+            JSON
+        );
+    }
+}

@@ -16,10 +16,12 @@
 //! held at most [`SLOW_READERS_BOUND`] while they were open.
 //!
 //! `cargo bench -p ctxlog-server --bench soak [-- MINUTES]` (the long form,
-//! 30 minutes by default): mixed traffic from 8 clients (sends, follow-ups,
+//! 30 minutes by default): mixed traffic from 8 clients at a steady rate
+//! (`CTXLOG_SOAK_RATE` units a second, 300 by default: sends, follow-ups,
 //! streams, resumes, listings, cancels) with the store's maintenance on;
-//! every 10 s it prints the operations done, the SendMessage p99 and
-//! RssAnon, and at the end whether both stayed flat.
+//! every 10 s it prints the units done, the SendMessage p99, RssAnon, the
+//! store's index and RssAnon beyond it, and at the end the first and last
+//! fifths of the p99 and of the memory beyond the index.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -471,8 +473,12 @@ async fn slow_readers(client: &Client, url: &str) -> Vec<tokio::net::TcpStream> 
     held
 }
 
-/// The long form: mixed traffic for `minutes`, sampled every 10 s.
-async fn long(server: &Process, minutes: u64) {
+/// The long form: mixed traffic for `minutes` at a steady `rate` (units a
+/// second, all clients together), sampled every 10 s. The store keeps
+/// everything it is sent, so its index grows with the traffic: each row
+/// also gives the index (a read-only open beside the server) and what the
+/// server holds beyond it, which is what must stay flat.
+async fn long(server: &Process, dir: &Path, minutes: u64, rate: u64) {
     let pid = server.child.id();
     let client = Client::new(&server.url);
     run_sends(&client, 2_000, 0).await;
@@ -480,24 +486,29 @@ async fn long(server: &Process, minutes: u64) {
     let done = Arc::new(AtomicU64::new(0));
     let window: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let mut workers = Vec::new();
+    // Each client's share of the rate, as a fixed spacing between starts.
+    let spacing = Duration::from_secs_f64(CLIENTS as f64 / rate.max(1) as f64);
     for c in 0..CLIENTS {
         let (client, stop, done, window) =
             (client.clone(), stop.clone(), done.clone(), window.clone());
         workers.push(tokio::spawn(async move {
             let mut n = 10_000_000 * (c + 1);
+            let mut next = tokio::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let took = traffic(&client, c, n, true).await;
                 window.lock().unwrap().extend(took);
                 done.fetch_add(1, Ordering::Relaxed);
                 n += 1;
+                next += spacing;
+                tokio::time::sleep_until(next).await;
             }
         }));
     }
     let end = Instant::now() + Duration::from_secs(minutes * 60);
-    let mut rows: VecDeque<(f64, u64, Duration, u64)> = VecDeque::new();
+    let mut rows: VecDeque<Row> = VecDeque::new();
     println!(
-        "{:>6}  {:>9}  {:>12}  {:>12}",
-        "s", "units/s", "send p99 ms", "RssAnon MiB"
+        "{:>6}  {:>8}  {:>11}  {:>11}  {:>9}  {:>11}",
+        "s", "units/s", "send p99 ms", "RssAnon MiB", "index MiB", "beyond MiB"
     );
     let start = Instant::now();
     let mut last_done = 0;
@@ -505,19 +516,22 @@ async fn long(server: &Process, minutes: u64) {
         tokio::time::sleep(Duration::from_secs(10)).await;
         let total = done.load(Ordering::Relaxed);
         let latencies = std::mem::take(&mut *window.lock().unwrap());
-        let row = (
-            start.elapsed().as_secs_f64(),
-            (total - last_done) / 10,
-            p99(latencies),
-            rss_anon(pid),
-        );
+        let row = Row {
+            at: start.elapsed().as_secs_f64(),
+            rate: (total - last_done) / 10,
+            p99: p99(latencies),
+            rss: rss_anon(pid),
+            index: index_bytes(dir),
+        };
         last_done = total;
         println!(
-            "{:>6.0}  {:>9}  {:>12.2}  {:>12.1}",
-            row.0,
-            row.1,
-            row.2.as_secs_f64() * 1e3,
-            mib(row.3)
+            "{:>6.0}  {:>8}  {:>11.2}  {:>11.1}  {:>9.1}  {:>11.1}",
+            row.at,
+            row.rate,
+            row.p99.as_secs_f64() * 1e3,
+            mib(row.rss),
+            mib(row.index),
+            mib(row.beyond())
         );
         rows.push_back(row);
     }
@@ -531,18 +545,35 @@ async fn long(server: &Process, minutes: u64) {
         let v: Vec<f64> = it.collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     };
-    let first_p99 = mean(&mut rows.iter().take(fifth).map(|r| r.2.as_secs_f64()));
-    let last_p99 = mean(&mut rows.iter().rev().take(fifth).map(|r| r.2.as_secs_f64()));
-    let first_rss = mean(&mut rows.iter().take(fifth).map(|r| r.3 as f64));
-    let last_rss = mean(&mut rows.iter().rev().take(fifth).map(|r| r.3 as f64));
+    let first_p99 = mean(&mut rows.iter().take(fifth).map(|r| r.p99.as_secs_f64()));
+    let last_p99 = mean(&mut rows.iter().rev().take(fifth).map(|r| r.p99.as_secs_f64()));
+    let first_beyond = mean(&mut rows.iter().take(fifth).map(|r| r.beyond() as f64));
+    let last_beyond = mean(&mut rows.iter().rev().take(fifth).map(|r| r.beyond() as f64));
     println!(
-        "p99: first fifth {:.2} ms, last fifth {:.2} ms ({:.2}x); RssAnon: {:.1} MiB -> {:.1} MiB",
+        "p99: first fifth {:.2} ms, last fifth {:.2} ms ({:.2}x); beyond the index: {:.1} MiB -> \
+         {:.1} MiB",
         first_p99 * 1e3,
         last_p99 * 1e3,
         last_p99 / first_p99.max(f64::MIN_POSITIVE),
-        first_rss / (1u64 << 20) as f64,
-        last_rss / (1u64 << 20) as f64
+        first_beyond / (1u64 << 20) as f64,
+        last_beyond / (1u64 << 20) as f64
     );
+}
+
+/// One sample of the long form.
+struct Row {
+    at: f64,
+    rate: u64,
+    p99: Duration,
+    rss: u64,
+    index: u64,
+}
+
+impl Row {
+    /// What the server holds beyond the store's index.
+    fn beyond(&self) -> u64 {
+        self.rss.saturating_sub(self.index)
+    }
 }
 
 fn main() {
@@ -552,6 +583,10 @@ fn main() {
         .iter()
         .find_map(|a| a.parse::<u64>().ok())
         .unwrap_or(30);
+    let rate = std::env::var("CTXLOG_SOAK_RATE")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(300);
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let script = script(tmp.path());
@@ -563,8 +598,10 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         if benching {
-            println!("soak: {minutes} minutes of mixed traffic from {CLIENTS} clients");
-            long(&server, minutes).await;
+            println!(
+                "soak: {minutes} minutes of mixed traffic from {CLIENTS} clients, {rate} units/s"
+            );
+            long(&server, &store, minutes, rate).await;
         } else {
             short(&server, &store).await;
         }

@@ -142,6 +142,17 @@ async def test_bodies_must_be_json_and_answers_come_in_the_clients_type(server, 
         else:
             assert refused.status_code == 415
             assert refused.json()["error"]["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
+        # A part whose media type the agent does not take (§3.1.1).
+        odd = {"message": {"messageId": mid(), "role": "ROLE_USER",
+                           "parts": [{"raw": "dGNr", "mediaType": "application/x-unsupported"}]}}
+        odd_body = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": odd})
+                    if binding == "JSONRPC" else json.dumps(odd))
+        r = await http.post(server + path, content=odd_body, headers={"content-type": "application/json"})
+        if binding == "JSONRPC":
+            assert r.status_code == 200 and r.json()["error"]["code"] == -32005
+        else:
+            assert r.status_code == 400
+            assert r.json()["error"]["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
         for sent, accept, answered in [
             ("application/json", None, "application/json"),
             ("application/a2a+json; charset=utf-8", None, "application/a2a+json"),

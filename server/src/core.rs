@@ -122,6 +122,7 @@ pub(crate) async fn send(
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
     check_config(&config)?;
+    crate::media::check_parts(params.message.get(), &shared.input_modes)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, key).await?;
     let task_id = begun.receipt.task_id.clone();
@@ -152,6 +153,7 @@ pub(crate) async fn send_streaming(
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
     check_config(&config)?;
+    crate::media::check_parts(params.message.get(), &shared.input_modes)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, key).await?;
     // A new task's stream may be its direct reply alone: it starts once

@@ -63,6 +63,11 @@ pub enum A2aError {
     BodyTimeout,
     /// The request body's `Content-Type` (this one) is not JSON.
     ContentTypeNotSupported(String),
+    /// A part of the message has a media type the agent does not take.
+    PartTypeNotSupported {
+        /// What is wrong, and what the agent takes.
+        message: String,
+    },
     /// This `Idempotency-Key` came before with another request.
     KeyConflict(String),
     /// The server serves as many connections as it may.
@@ -103,7 +108,7 @@ impl A2aError {
             A2aError::TaskNotCancelable { .. } => -32002,
             A2aError::PushNotificationNotSupported => -32003,
             A2aError::UnsupportedOperation { .. } => -32004,
-            A2aError::ContentTypeNotSupported(_) => -32005,
+            A2aError::ContentTypeNotSupported(_) | A2aError::PartTypeNotSupported { .. } => -32005,
             A2aError::InvalidAgentResponse(_) => -32006,
             A2aError::ExtendedAgentCardNotConfigured => -32007,
             A2aError::VersionNotSupported(_) => -32009,
@@ -148,6 +153,7 @@ impl A2aError {
             | A2aError::InvalidRequest(_)
             | A2aError::Parse(_)
             | A2aError::ContentTypeNotSupported(_)
+            | A2aError::PartTypeNotSupported { .. }
             | A2aError::KeyConflict(_) => "INVALID_ARGUMENT",
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => "INTERNAL",
             A2aError::Unauthenticated => "UNAUTHENTICATED",
@@ -181,7 +187,9 @@ impl A2aError {
             A2aError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             A2aError::Overloaded(_) => "TOO_MANY_TURNS",
             A2aError::BodyTimeout => "REQUEST_TIMEOUT",
-            A2aError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
+            A2aError::ContentTypeNotSupported(_) | A2aError::PartTypeNotSupported { .. } => {
+                "CONTENT_TYPE_NOT_SUPPORTED"
+            }
             A2aError::KeyConflict(_) => "IDEMPOTENCY_CONFLICT",
             A2aError::TooManyConnections => "TOO_MANY_CONNECTIONS",
             A2aError::Unavailable { full: true, .. } => "STORAGE_FULL",
@@ -231,6 +239,7 @@ impl A2aError {
             A2aError::BodyTimeout => "the request body did not arrive in time: send it whole, \
                                         at a steady pace"
                 .into(),
+            A2aError::PartTypeNotSupported { message } => message.clone(),
             A2aError::KeyConflict(key) => format!(
                 "Idempotency-Key {key:?} came before with another request: send that request \
                  again to get its answer, or use a new key for a new request"

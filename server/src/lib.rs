@@ -110,7 +110,8 @@ impl Server {
         tokens: Option<Tokens>,
     ) -> Self {
         let (shutdown, watching) = watch::channel(false);
-        let cards = card::Cards::new(&config, &agent.describe(), tokens.is_some());
+        let description = agent.describe();
+        let cards = card::Cards::new(&config, &description, tokens.is_some());
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
             store: health::StoreCell::new(store),
@@ -124,6 +125,7 @@ impl Server {
             context_locks: state::ContextLocks::default(),
             connections: Default::default(),
             keys: Default::default(),
+            input_modes: description.input_modes,
         });
         Server { shared, shutdown }
     }

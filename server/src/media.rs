@@ -95,6 +95,51 @@ pub(crate) async fn negotiate(request: Request, next: Next) -> Response {
     response
 }
 
+/// Checks the media types of a message's parts (`message`: its JSON)
+/// against the agent's: a part whose `mediaType` the agent does not take is
+/// `ContentTypeNotSupported` (§3.1.1; a part without one is taken). The
+/// agent's types may be wildcards (`*/*`, `image/*`).
+pub(crate) fn check_parts(message: &str, takes: &[String]) -> Result<(), A2aError> {
+    #[derive(serde::Deserialize)]
+    struct Parts {
+        #[serde(default)]
+        parts: Vec<Typed>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "mediaType", default)]
+        media_type: Option<String>,
+    }
+    // A message that does not parse is the receive's to refuse.
+    let Ok(parts) = serde_json::from_str::<Parts>(message) else {
+        return Ok(());
+    };
+    let taken = |ty: &str| {
+        let ty = ty
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let (major, _) = ty.split_once('/').unwrap_or((&ty, ""));
+        takes.iter().any(|t| {
+            let t = t.trim().to_ascii_lowercase();
+            t == ty || t == "*/*" || t.strip_suffix("/*") == Some(major)
+        })
+    };
+    for (i, part) in parts.parts.iter().enumerate() {
+        if let Some(ty) = part.media_type.as_deref().filter(|t| !taken(t)) {
+            return Err(A2aError::PartTypeNotSupported {
+                message: format!(
+                    "part {i} has mediaType {ty:?}, which this agent does not take; it takes {}",
+                    takes.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +175,20 @@ mod tests {
             let e = check_request(&headers(&[("content-type", bad)])).unwrap_err();
             assert_eq!((e.code(), e.http_status()), (-32005, 415), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_part_must_have_a_media_type_the_agent_takes() {
+        let takes = vec!["text/plain".to_string(), "image/*".to_string()];
+        let message =
+            |ty: &str| format!(r#"{{"parts":[{{"text":"a"}},{{"raw":"","mediaType":"{ty}"}}]}}"#);
+        for ok in ["text/plain", "Text/Plain; charset=utf-8", "image/png"] {
+            assert!(check_parts(&message(ok), &takes).is_ok(), "{ok}");
+        }
+        let e = check_parts(&message("application/x-unsupported"), &takes).unwrap_err();
+        assert_eq!((e.code(), e.http_status()), (-32005, 400));
+        assert!(e.message().contains("part 1"));
+        assert!(check_parts(&message("video/mp4"), &["*/*".to_string()]).is_ok());
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) connections: std::sync::atomic::AtomicUsize,
     /// The `Idempotency-Key`s seen.
     pub(crate) keys: crate::keys::Keys,
+    /// The media types the agent takes (its card's `defaultInputModes`).
+    pub(crate) input_modes: Vec<String>,
 }
 
 impl Shared {

@@ -84,6 +84,28 @@ async fn bodies_must_be_json_and_answers_come_in_the_clients_type() {
         assert_eq!(status, 415, "{ty}: {body}");
         assert_eq!(reason(&body), "CONTENT_TYPE_NOT_SUPPORTED");
     }
+    // A part whose media type the agent does not take (§3.1.1).
+    let odd = json!({ "messageId": "odd", "role": "ROLE_USER",
+                      "parts": [{ "raw": "dGNr", "mediaType": "application/x-unsupported" }] });
+    let (status, _, body) = post(
+        url,
+        "/",
+        Some("application/json"),
+        None,
+        &rpc_body("SendMessage", json!({ "message": odd.clone() })),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (200, json!(-32005)),
+        "{body}"
+    );
+    let rest = json!({ "message": odd }).to_string();
+    let (status, _, body) = post(url, "/message:send", Some("application/json"), None, &rest).await;
+    assert_eq!(
+        (status, reason(&body)),
+        (400, "CONTENT_TYPE_NOT_SUPPORTED".to_string())
+    );
     // Both JSON types are taken (with parameters), and the answer is in
     // the type sent, or asked for, else application/json.
     for (i, (ty, accept, answered)) in [

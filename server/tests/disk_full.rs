@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use ctxlog::fs::{Fault, FaultPlan, FaultyFs, FileOp, OsFs};
 use ctxlog::{Durability, Options, Store};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use common::{reason, user, Client, Gated, GatedAgent, TestServer};
+use common::{health, reason, user, Client, Gated, GatedAgent, TestServer};
 
 /// A disk that is full while `full` is set: every write, new file and
 /// whole-file replace fails with `StorageFull`; reads, syncs and cuts work.
@@ -39,15 +39,6 @@ impl FaultPlan for Disk {
             Fault::Pass
         }
     }
-}
-
-async fn health(url: &str) -> (u16, Value) {
-    let r = reqwest::get(format!("{url}/healthz")).await.unwrap();
-    let status = r.status().as_u16();
-    (
-        status,
-        serde_json::from_str(&r.text().await.unwrap()).unwrap(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ctxlog::a2a::{Artifact, Part, TaskState};
 use ctxlog_server::agents::Echo;
 use ctxlog_server::{AgentError, AgentExecutor, BoxFuture, Config, EventSink, TurnContext};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -56,14 +56,7 @@ async fn until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Durat
 }
 
 async fn connections(url: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/healthz"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let body: Value = serde_json::from_str(&text).unwrap();
-    body["connections"].as_u64().unwrap()
+    common::health(url).await.1["connections"].as_u64().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,14 +19,9 @@ use common::{user, Client, Gated, GatedAgent, TestServer};
 
 /// The `tasksFollowed` count `/healthz` gives.
 async fn followed(url: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/healthz"))
-        .await
+    common::health(url).await.1["tasksFollowed"]
+        .as_u64()
         .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let body: Value = serde_json::from_str(&text).unwrap();
-    body["tasksFollowed"].as_u64().unwrap()
 }
 
 /// Waits (at most 10 s) for the server to follow no task.

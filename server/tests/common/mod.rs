@@ -274,6 +274,14 @@ impl Sse {
     }
 }
 
+/// `GET /healthz`: its status and its JSON.
+pub async fn health(url: &str) -> (u16, Value) {
+    let r = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap())
+}
+
 /// A user message (JSON).
 pub fn user(id: &str, text: &str) -> Value {
     json!({ "messageId": id, "role": "ROLE_USER", "parts": [{ "text": text }] })

@@ -50,6 +50,22 @@ def test_the_task_model_round_trip(store_dir):
         assert store.render_history("acme", context_id, before=0) == ""
 
 
+def test_message_ids_are_scoped_or_taken_as_labels(store_dir):
+    with ctxlog.Store(store_dir) as store:
+        # Two conversations may both begin at m1.
+        a = store.receive_message("acme", message("m1", "first", contextId="ca"))
+        b = store.receive_message("acme", message("m1", "second", contextId="cb"))
+        assert not b["duplicate"] and b["taskId"] != a["taskId"]
+        with pytest.raises(ctxlog.IdempotencyConflict):
+            store.receive_message("acme", message("m1", "changed", contextId="ca"))
+        # As labels, every message is new.
+        x = store.receive_message("acme", message("m2"), message_ids="labels")
+        y = store.receive_message("acme", message("m2"), message_ids="labels")
+        assert not y["duplicate"] and y["taskId"] != x["taskId"]
+        with pytest.raises(ValueError):
+            store.receive_message("acme", message("m3"), message_ids="sometimes")
+
+
 def test_stored_bytes_come_back_as_they_were(store_dir):
     raw = b'{"messageId": "x",  "n": 123456789012345678901234567890, "s": "\\u00e9"}\n'
     with ctxlog.Store(store_dir) as store:

@@ -1,5 +1,6 @@
-//! SendMessage under load: ctxlog-server (echo agent, durable with group
-//! commit) side by side, in one run, with the a2a-sdk 1.3.0 reference
+//! SendMessage under load: ctxlog-server (an agent that completes each task
+//! with its text in one status, as an echo executor does; durable with
+//! group commit) side by side, in one run, with the a2a-sdk 1.3.0 reference
 //! server (DefaultRequestHandler on starlette/uvicorn, an echo executor) on
 //! its InMemoryTaskStore and on its DatabaseTaskStore over SQLite, and with
 //! the library alone doing the same store work. 1 and 64 concurrent
@@ -117,15 +118,24 @@ async fn ready(url: &str) {
     panic!("{url} did not start within 60 s");
 }
 
+/// The server with an agent that does what the a2a-sdk echo executor
+/// does: one COMPLETED status with the text (the bundled `echo` agent also
+/// streams a WORKING status and chunks, which would not compare).
 fn ctxlog_server(dir: &Path) -> Process {
-    let args = [
-        "--dir".as_ref(),
-        dir.as_os_str(),
-        "--agent".as_ref(),
-        "echo".as_ref(),
-        "--max-turns".as_ref(),
-        "1024".as_ref(),
+    std::fs::create_dir_all(dir).unwrap();
+    let script = dir.join("echo-once.json");
+    let once = r#"{"default":[{"status":"TASK_STATE_COMPLETED","text":"{text}"}]}"#;
+    std::fs::write(&script, once).unwrap();
+    let agent = format!("scripted:{}", script.display());
+    let args: [std::ffi::OsString; 6] = [
+        "--dir".into(),
+        dir.join("store").into_os_string(),
+        "--agent".into(),
+        agent.into(),
+        "--max-turns".into(),
+        "1024".into(),
     ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     Process::ctxlog_server(
         env!("CARGO_BIN_EXE_ctxlog-server"),
         &args,

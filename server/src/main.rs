@@ -22,8 +22,9 @@ struct Args {
     /// is accepted unless --allow-remote is given.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// The agent: `echo`, or `scripted:FILE` (a JSON script; see
-    /// server/examples/).
+    /// The agent: `echo`, or `scripted:SCRIPT`, where SCRIPT is a JSON
+    /// script file or a built-in script's name (refund-desk,
+    /// streaming-report, flaky); the README gives the script's format.
     #[arg(long, default_value = "echo")]
     agent: String,
     /// A file of `TOKEN TENANT` lines: requests then need
@@ -137,10 +138,11 @@ fn serve(args: Args) -> Result<(), String> {
     }
     let agent: Arc<dyn AgentExecutor> = match args.agent.split_once(':') {
         None if args.agent == "echo" => Arc::new(Echo),
-        Some(("scripted", file)) => Arc::new(Scripted::new(Script::load(file.as_ref())?)),
+        Some(("scripted", script)) => Arc::new(Scripted::new(Script::named(script)?)),
         _ => {
             return Err(format!(
-                "unknown agent {:?}: use echo or scripted:FILE",
+                "unknown agent {:?}: use echo, or scripted:FILE (a script file), or \
+                 scripted:NAME (refund-desk, streaming-report, flaky)",
                 args.agent
             ))
         }

@@ -45,14 +45,17 @@ async fn a_resume_at_the_end_of_a_finished_task_closes_and_one_past_it_is_refuse
         .rpc("SendMessage", json!({ "message": user("m1", "hi") }))
         .await;
     let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
-    // Two events: the message and the COMPLETED status.
+    // Every event from the start: the last is the COMPLETED status.
     let all = c
         .sse("GET", &format!("/tasks/{id}:subscribe"), None, Some(0))
         .await
         .all()
         .await;
     let end = all.last().unwrap().id.unwrap();
-    assert_eq!(end, 2);
+    assert_eq!(
+        all.last().unwrap().data["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
 
     for (method, path, body) in [
         ("POST", "/".to_string(), Some(subscribe_rpc(&id))),

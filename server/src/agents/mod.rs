@@ -6,7 +6,7 @@ mod echo;
 mod scripted;
 
 pub use echo::Echo;
-pub use scripted::{Script, Scripted};
+pub use scripted::{Script, Scripted, BUILT_IN};
 
 use ctxlog::a2a::Message;
 

@@ -129,13 +129,47 @@ pub enum Step {
     },
 }
 
+/// The scripts that come with the server, by name: `--agent
+/// scripted:NAME` runs one from any directory.
+pub const BUILT_IN: [(&str, &str); 3] = [
+    (
+        "refund-desk",
+        include_str!("../../examples/refund-desk.json"),
+    ),
+    (
+        "streaming-report",
+        include_str!("../../examples/streaming-report.json"),
+    ),
+    ("flaky", include_str!("../../examples/flaky.json")),
+];
+
 impl Script {
+    /// A built-in script by name ([`BUILT_IN`]), else the script file at
+    /// `name_or_path`, its every state name checked.
+    pub fn named(name_or_path: &str) -> Result<Self, String> {
+        match BUILT_IN.iter().find(|(name, _)| *name == name_or_path) {
+            Some((name, text)) => Self::parse(text, name),
+            None => Self::load(Path::new(name_or_path)),
+        }
+    }
+
     /// Reads a script file, checking every state name.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the script {}: {e}", path.display()))?;
-        let script: Script = serde_json::from_str(&text)
-            .map_err(|e| format!("the script {} is not valid: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let names: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+            format!(
+                "cannot read the script {}: {e} (the built-in scripts are {})",
+                path.display(),
+                names.join(", ")
+            )
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// A script from its JSON text (`source` names it in errors).
+    pub fn parse(text: &str, source: &str) -> Result<Self, String> {
+        let script: Script = serde_json::from_str(text)
+            .map_err(|e| format!("the script {source} is not valid: {e}"))?;
         let steps = script
             .rules
             .iter()
@@ -145,8 +179,7 @@ impl Script {
             if let Step::Status { status, .. } = step {
                 if TaskState::from_name(status).is_none() {
                     return Err(format!(
-                        "the script {} names the unknown state {status:?}",
-                        path.display()
+                        "the script {source} names the unknown state {status:?}"
                     ));
                 }
             }
@@ -219,10 +252,17 @@ impl AgentExecutor for Scripted {
                         events.status(state, message).await?;
                     }
                     Step::Artifact {
-                        artifact,
+                        mut artifact,
                         append,
                         last_chunk,
-                    } => events.artifact(*artifact, append, last_chunk).await?,
+                    } => {
+                        for part in &mut artifact.parts {
+                            if let Some(t) = &mut part.text {
+                                *t = t.replace("{text}", &said);
+                            }
+                        }
+                        events.artifact(*artifact, append, last_chunk).await?
+                    }
                     Step::Reply { reply } => events.reply(agent_message(&reply, &said)).await?,
                     Step::Pause { pause_ms } => {
                         let pause = tokio::time::sleep(std::time::Duration::from_millis(pause_ms));

@@ -15,8 +15,11 @@ parsed JSON of what was stored, in the A2A v1.0 form::
             '"role": "ROLE_USER", "parts": [{"text": "hello"}]}')
         print(store.render_history("acme", receipt["contextId"]))
 
-Errors raise a subclass of :class:`ctxlog.Error` named after the engine's
-error kind (``TaskNotFound``, ``InvalidParams``, ``Locked``, ...).
+Wherever a call takes JSON, it takes a dict too. Errors raise a subclass
+of :class:`ctxlog.Error` named after the engine's error kind
+(``TaskNotFound``, ``InvalidParams``, ``Locked``, ...); they pickle, and
+the not-found kinds are also ``LookupError``, the argument kinds
+``ValueError``.
 
 ``ctxlog.a2a.CtxlogTaskStore`` is a drop-in ``TaskStore`` for a2a-sdk
 servers (install the ``a2a`` extra).
@@ -29,7 +32,7 @@ import os
 from typing import Any, Literal
 
 from . import _native
-from ._native import (
+from ._errors import (
     ContextBusy,
     ContextNotFound,
     ContextRejected,
@@ -50,7 +53,11 @@ from ._native import (
     UnsupportedOperation,
 )
 
+__version__: str = _native.__version__
+"""The version of the package (and of the engine it is built on)."""
+
 __all__ = [
+    "__version__",
     "Store",
     "verify",
     "Error",
@@ -75,6 +82,8 @@ __all__ = [
 
 Json = dict[str, Any]
 Text = bytes | str
+# Where the store takes JSON: a dict, or its text.
+JsonIn = Json | Text
 
 
 class Store:
@@ -147,9 +156,9 @@ class Store:
     # The A2A task model.
 
     def receive_message(
-        self, tenant: str, message: Text, message_ids: str = "idempotent"
+        self, tenant: str, message: JsonIn, message_ids: str = "idempotent"
     ) -> Json:
-        """Saves an inbound A2A Message (JSON) under the A2A rules, before
+        """Saves an inbound A2A Message (a dict, or its JSON) under the A2A rules, before
         the agent works on it: no ids opens a new context and task, a
         ``contextId`` alone a new task in it, a ``taskId`` joins that task.
         With ``message_ids="idempotent"`` (the default) a resent
@@ -161,18 +170,19 @@ class Store:
         Returns ``{"contextId", "taskId", "seq", "duplicate", "newContext",
         "newTask", "event"}``.
         """
-        return json.loads(self._s.receive_message(tenant, message, message_ids))
+        return json.loads(self._s.receive_message(tenant, _text(message), message_ids))
 
-    def apply_event(self, tenant: str, event: Text) -> tuple[str, int]:
-        """Applies an A2A StreamResponse holding a ``statusUpdate`` or an
-        ``artifactUpdate``; returns (taskId, its event number)."""
-        return self._s.apply_event(tenant, event)
+    def apply_event(self, tenant: str, event: JsonIn) -> tuple[str, int]:
+        """Applies an A2A StreamResponse (a dict, or its JSON) holding a
+        ``statusUpdate`` or an ``artifactUpdate``; returns (taskId, its
+        event number)."""
+        return self._s.apply_event(tenant, _text(event))
 
-    def update_status(self, tenant: str, status_update: Json | Text) -> tuple[str, int]:
+    def update_status(self, tenant: str, status_update: JsonIn) -> tuple[str, int]:
         """Applies a TaskStatusUpdateEvent (a dict, or its JSON)."""
         return self.apply_event(tenant, _wrap("statusUpdate", status_update))
 
-    def add_artifact(self, tenant: str, artifact_update: Json | Text) -> tuple[str, int]:
+    def add_artifact(self, tenant: str, artifact_update: JsonIn) -> tuple[str, int]:
         """Applies a TaskArtifactUpdateEvent (a dict, or its JSON)."""
         return self.apply_event(tenant, _wrap("artifactUpdate", artifact_update))
 
@@ -226,10 +236,11 @@ class Store:
 
     # Raw messages and histories.
 
-    def append_message(self, tenant: str, context_id: str, raw: Text) -> tuple[int, int]:
+    def append_message(self, tenant: str, context_id: str, raw: JsonIn) -> tuple[int, int]:
         """Saves ``raw`` byte for byte as a message of the context (outside
-        the task model), durably; returns (seq, timestamp in ms)."""
-        return self._s.append_message(tenant, context_id, raw)
+        the task model), durably; returns (seq, timestamp in ms). A dict is
+        stored as its JSON."""
+        return self._s.append_message(tenant, context_id, _text(raw))
 
     def history(self, tenant: str, context_id: str, n: int | None = None) -> list[tuple[int, int, bytes]]:
         """The context's last ``n`` messages (all by default), oldest first,
@@ -253,8 +264,11 @@ class Store:
         )
 
     def list_contexts(self, tenant: str, page_size: int = 50, page_token: str | None = None) -> Json:
-        """A page of the tenant's contexts, oldest first activity first:
-        ``{"contexts": [...], "nextPageToken"}`` (``None`` on the last)."""
+        """A page of the tenant's contexts, oldest first activity first, in
+        the form ``ctxlog contexts`` prints: ``{"contexts": [{"contextId",
+        "key", "firstActivity", "lastActivity", "messages", "tasks"}],
+        "nextPageToken"}``, times in ISO 8601 (UTC), the token ``""`` on
+        the last page (and ``""`` or ``None`` asks for the first)."""
         return json.loads(self._s.list_contexts(tenant, page_size, page_token))
 
     def delete_context(self, tenant: str, context_id: str) -> None:
@@ -288,7 +302,16 @@ def verify(path: str | os.PathLike[str], read_only: bool = False) -> Json:
     return json.loads(_native.verify(os.fspath(path), read_only))
 
 
-def _wrap(key: str, event: Json | Text) -> str:
+def _text(value: JsonIn) -> Text:
+    """JSON as the native module takes it: text as given, a dict dumped."""
+    if isinstance(value, (bytes, str)):
+        return value
+    if isinstance(value, dict):
+        return json.dumps(value)
+    raise TypeError(f"expected a dict, or JSON as str or bytes; got {type(value).__name__}")
+
+
+def _wrap(key: str, event: JsonIn) -> str:
     if isinstance(event, (bytes, str)):
         text = event.decode() if isinstance(event, bytes) else event
         return '{"' + key + '":' + text + "}"

@@ -11,56 +11,50 @@ use std::sync::RwLock;
 
 use ctxlog::a2a::{StreamResponse, TaskState};
 use ctxlog::render::Budget;
+use ctxlog::time::iso8601_ms;
 use ctxlog::{Durability, ListTasksQuery, Options, RecoveryMode, Store as Engine};
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyModule, PyString, PyType};
 
-pyo3::create_exception!(_native, Error, PyException, "Every error of ctxlog.");
-
-/// Declares one exception class per kind of the engine's error, under
-/// `Error`, and the function that picks the class of an error.
-macro_rules! kinds {
-    ($($kind:ident),* $(,)?) => {
-        $( pyo3::create_exception!(_native, $kind, Error); )*
-
-        fn exception(e: ctxlog::Error) -> PyErr {
-            let text = e.to_string();
-            match e.kind_name() {
-                $( stringify!($kind) => $kind::new_err(text), )*
-                _ => Error::new_err(text),
-            }
-        }
-
-        fn add_kinds(m: &Bound<'_, PyModule>) -> PyResult<()> {
-            $( m.add(stringify!($kind), m.py().get_type::<$kind>())?; )*
-            Ok(())
-        }
-    };
+/// The exception of an engine error: the class of its kind, defined in
+/// Python (`ctxlog._errors`, so that it belongs to the `ctxlog` module and
+/// pickles), looked up by name.
+fn exception(py: Python<'_>, e: ctxlog::Error) -> PyErr {
+    error_class(py, e.kind_name()).map_or_else(
+        |lookup| lookup,
+        |class| PyErr::from_type(class, e.to_string()),
+    )
 }
 
-kinds!(
-    TaskNotFound,
-    UnsupportedOperation,
-    TaskNotCancelable,
-    ContextRejected,
-    ContextNotFound,
-    ContextBusy,
-    IdempotencyConflict,
-    InvalidParams,
-    Locked,
-    StoreNotFound,
-    ReadOnly,
-    Corrupt,
-    MissingRecords,
-    ForeignFile,
-    UnsupportedFormat,
-    Poisoned,
-    Io,
-);
+/// `ctxlog.Error`, or its subclass `kind`.
+fn error_class<'py>(py: Python<'py>, kind: &str) -> PyResult<Bound<'py, PyType>> {
+    static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let errors = ERRORS
+        .get_or_try_init(py, || {
+            PyModule::import(py, "ctxlog._errors").map(Bound::unbind)
+        })?
+        .bind(py);
+    let class = match errors.getattr(kind) {
+        Ok(class) => class,
+        // A kind this Python code does not know yet: its base.
+        Err(_) => errors.getattr("Error")?,
+    };
+    Ok(class.cast_into::<PyType>()?)
+}
+
+/// An error of ctxlog that is not the engine's (the store is closed).
+fn error(py: Python<'_>, text: &str) -> PyErr {
+    error_class(py, "Error").map_or_else(
+        |lookup| lookup,
+        |class| PyErr::from_type(class, text.to_string()),
+    )
+}
 
 fn json<T: serde::Serialize>(value: &T) -> PyResult<String> {
-    serde_json::to_string(value).map_err(|e| Error::new_err(format!("could not write JSON: {e}")))
+    serde_json::to_string(value)
+        .map_err(|e| PyValueError::new_err(format!("could not write JSON: {e}")))
 }
 
 /// Bytes given as `bytes` or `str` (UTF-8), copied so the call can run
@@ -99,13 +93,17 @@ impl Store {
         py: Python<'_>,
         f: impl FnOnce(&Engine) -> ctxlog::Result<T> + Send,
     ) -> PyResult<T> {
-        py.detach(|| {
+        let result = py.detach(|| {
             let guard = self.inner.read().unwrap_or_else(|e| e.into_inner());
-            match guard.as_ref() {
-                Some(store) => f(store).map_err(exception),
-                None => Err(Error::new_err("the store is closed")),
-            }
-        })
+            guard.as_ref().map(f)
+        });
+        match result {
+            Some(result) => result.map_err(|e| exception(py, e)),
+            None => Err(error(
+                py,
+                "the store is closed; open it again with ctxlog.Store(path)",
+            )),
+        }
     }
 }
 
@@ -168,7 +166,7 @@ impl Store {
                 true => Engine::open_read_only(&dir, options),
                 false => Engine::open(&dir, options),
             })
-            .map_err(exception)?;
+            .map_err(|e| exception(py, e))?;
         Ok(Store {
             inner: RwLock::new(Some(store)),
             path,
@@ -180,8 +178,9 @@ impl Store {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| {
             let store = self.inner.write().unwrap_or_else(|e| e.into_inner()).take();
-            store.map_or(Ok(()), Engine::close).map_err(exception)
+            store.map_or(Ok(()), Engine::close)
         })
+        .map_err(|e| exception(py, e))
     }
 
     /// Whether the store is closed.
@@ -367,21 +366,24 @@ impl Store {
         page_size: usize,
         page_token: Option<String>,
     ) -> PyResult<String> {
-        let page = self.with(py, |s| {
-            s.list_contexts(tenant, page_size, page_token.as_deref())
-        })?;
+        // The CLI's form (`ctxlog contexts`): ISO 8601 times, and "" for
+        // the token of the last page (taken back as no token).
+        let token = page_token.filter(|t| !t.is_empty());
+        let page = self.with(py, |s| s.list_contexts(tenant, page_size, token.as_deref()))?;
         let contexts: Vec<serde_json::Value> = page
             .contexts
             .iter()
             .map(|c| {
                 serde_json::json!({
                     "contextId": c.context_id, "key": c.key.to_string(),
-                    "firstActivityMs": c.first_activity_ms, "lastActivityMs": c.last_activity_ms,
+                    "firstActivity": iso8601_ms(c.first_activity_ms),
+                    "lastActivity": iso8601_ms(c.last_activity_ms),
                     "messages": c.messages, "tasks": c.tasks,
                 })
             })
             .collect();
-        json(&serde_json::json!({ "contexts": contexts, "nextPageToken": page.next_page_token }))
+        let next = page.next_page_token.unwrap_or_default();
+        json(&serde_json::json!({ "contexts": contexts, "nextPageToken": next }))
     }
 
     fn delete_context(&self, py: Python<'_>, tenant: &str, context_id: &str) -> PyResult<()> {
@@ -415,7 +417,7 @@ fn verify(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<String> {
             true => Engine::verify_read_only(&path, &mut |_, _| {}),
             false => Engine::verify(&path, &mut |_, _| {}),
         })
-        .map_err(exception)?;
+        .map_err(|e| exception(py, e))?;
     json(&report)
 }
 
@@ -423,7 +425,6 @@ fn verify(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Store>()?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
-    m.add("Error", m.py().get_type::<Error>())?;
-    add_kinds(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

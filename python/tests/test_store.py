@@ -1,7 +1,10 @@
 """ctxlog.Store from Python: the task model, raw messages, errors, the
 read-only open, and threads sharing one store."""
 
+import datetime
+import importlib.metadata
 import json
+import pickle
 import threading
 
 import pytest
@@ -75,7 +78,7 @@ def test_stored_bytes_come_back_as_they_were(store_dir):
         assert [m[2] for m in store.history("t", "c")] == [raw, b"second"]
         assert [m[0] for m in store.history("t", "c", 1)] == [1]
         page = store.list_contexts("t")
-        assert [c["contextId"] for c in page["contexts"]] == ["c"] and page["nextPageToken"] is None
+        assert [c["contextId"] for c in page["contexts"]] == ["c"] and page["nextPageToken"] == ""
         stats = store.stats()
         assert stats["contexts"] == 1 and stats["messages"] == 2
         store.delete_context("t", "c")
@@ -108,6 +111,58 @@ def test_errors_are_classes_under_ctxlog_error(store_dir, tmp_path):
     assert store.closed
     with pytest.raises(ctxlog.Error):
         store.stats()
+
+
+def test_errors_belong_to_ctxlog_and_pickle(store_dir):
+    with ctxlog.Store(store_dir) as store:
+        with pytest.raises(ctxlog.TaskNotFound) as e:
+            store.get_task("acme", "no-such-task")
+    raised = e.value
+    assert type(raised).__module__ == "ctxlog" and type(raised).__qualname__ == "TaskNotFound"
+    # A LookupError too, and it crosses a process boundary intact.
+    assert isinstance(raised, LookupError) and isinstance(raised, ctxlog.Error)
+    back = pickle.loads(pickle.dumps(raised))
+    assert type(back) is ctxlog.TaskNotFound and str(back) == str(raised) != ""
+    # Every kind the engine names has its class under ctxlog.Error.
+    for name in ctxlog.__all__:
+        value = getattr(ctxlog, name)
+        if isinstance(value, type) and value is not ctxlog.Error:
+            assert issubclass(value, ctxlog.Error) or value is ctxlog.Store, name
+    assert issubclass(ctxlog.InvalidParams, ValueError)
+
+
+def test_dicts_are_taken_wherever_json_is(store_dir):
+    with ctxlog.Store(store_dir) as store:
+        as_dict = {"messageId": "d1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+        r = store.receive_message("acme", as_dict)
+        assert r["newTask"] and not store.receive_message("acme", dict(as_dict))["newTask"]
+        seq = store.apply_event(
+            "acme",
+            {"statusUpdate": {"taskId": r["taskId"], "contextId": r["contextId"],
+                              "status": {"state": "TASK_STATE_WORKING"}}},
+        )
+        assert seq == (r["taskId"], 2)
+        store.append_message("acme", "notes", {"note": 1})
+        assert json.loads(store.history("acme", "notes")[0][2]) == {"note": 1}
+        with pytest.raises(TypeError):
+            store.receive_message("acme", ["not", "a", "message"])
+
+
+def test_listings_read_as_the_cli_prints_them(store_dir):
+    with ctxlog.Store(store_dir) as store:
+        for i in range(3):
+            store.append_message("t", f"c{i}", b"x")
+        first = store.list_contexts("t", page_size=2, page_token="")
+        assert len(first["contexts"]) == 2 and first["nextPageToken"] != ""
+        rest = store.list_contexts("t", page_size=2, page_token=first["nextPageToken"])
+        seen = [c["contextId"] for c in first["contexts"] + rest["contexts"]]
+        assert sorted(seen) == ["c0", "c1", "c2"] and rest["nextPageToken"] == ""
+        when = first["contexts"][0]["firstActivity"]
+        assert when.endswith("Z") and datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+
+
+def test_the_version_is_the_package_s():
+    assert ctxlog.__version__ == importlib.metadata.version("ctxlog")
 
 
 def test_a_read_only_store_reads_beside_its_writer(store_dir):

@@ -1,4 +1,5 @@
-"""An a2a-sdk server on CtxlogTaskStore (agent_server.py, its own process),
+"""An a2a-sdk server on CtxlogTaskStore (examples/python/a2a_server.py, its
+own process),
 driven by the a2a-sdk client over JSON-RPC and HTTP+JSON: send, stream,
 get, list, cancel; then the server is killed with SIGKILL and started again
 on the same directory, and every task is there as it was."""
@@ -24,7 +25,7 @@ from a2a.types import (
     TaskState,
 )
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python", "a2a_server.py")
 
 
 @contextlib.contextmanager
@@ -32,14 +33,14 @@ def server(directory):
     """The server process on `directory`, and its URL; stopped (by the pid
     started here) at the end."""
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "agent_server.py"), directory],
+        [sys.executable, SERVER, "--dir", directory, "--port", "0"],
         stdout=subprocess.PIPE, text=True,
     )
     try:
-        line = proc.stdout.readline()  # the server prints its port once it listens
-        if not line.startswith("PORT "):
+        line = proc.stdout.readline()  # the server prints its URL once it listens
+        if not line.startswith("listening on http://127.0.0.1:"):
             pytest.fail(f"the server did not start: {line!r}, exit {proc.poll()}")
-        yield proc, f"http://127.0.0.1:{line.split()[1]}"
+        yield proc, line.split()[-1]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -104,5 +105,5 @@ async def test_tasks_outlive_a_killed_server(tmp_path):
             assert (await c.list_tasks(ListTasksRequest(context_id=done.context_id))).total_size == 3
         # A graceful stop closes the store (uvicorn then exits by the signal).
         proc.terminate()
-        assert proc.stdout.read().strip() == "CLOSED"
+        assert proc.stdout.read().strip() == "store closed"
         assert proc.wait(timeout=30) in (0, -signal.SIGTERM)

@@ -1,18 +1,24 @@
-"""An a2a-sdk 1.3 server whose tasks live in ctxlog (CtxlogTaskStore):
-JSON-RPC at /jsonrpc and HTTP+JSON at /rest, on starlette, served by
-uvicorn on a free port of 127.0.0.1, which it prints (``PORT n``) once it
-listens; prints ``CLOSED`` when a graceful shutdown has closed the store.
+"""An a2a-sdk 1.3 agent whose tasks live in ctxlog: the whole app, from the
+agent to the uvicorn call.
 
-    python agent_server.py STORE_DIR
+    pip install './python[a2a]'             # ctxlog, a2a-sdk, starlette, uvicorn
+    python examples/python/a2a_server.py    # http://127.0.0.1:9999, tasks in ./agent-data
 
-The agent: "ask ..." asks a question back (the task waits in
-INPUT_REQUIRED); anything else is worked on, reported as an artifact in
-two chunks, and completed with a reply.
+It serves JSON-RPC at /jsonrpc, HTTP+JSON at /rest and its card at
+/.well-known/agent-card.json (``--port 0`` picks a free port). Once it
+listens it prints ``listening on URL``; on Ctrl-C (or SIGTERM) it closes
+the store and prints ``store closed``. Kill it any way you like: the tasks
+are on disk, and a restart on the same ``--dir`` serves them as they were.
+
+The agent: a message starting with "ask" asks a question back (the task
+waits in INPUT_REQUIRED for the client's answer); anything else is worked
+on, reported as an artifact in two chunks, and completed with a reply.
+examples/python/a2a_client.py talks to it.
 """
 
+import argparse
 import contextlib
 import socket
-import sys
 
 import uvicorn
 from starlette.applications import Starlette
@@ -49,15 +55,8 @@ class Agent(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def main() -> None:
-    directory = sys.argv[1]
-    # Listening before the port is told: a client may connect at once.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    port = listener.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
-    card = AgentCard(
+def agent_card(base: str) -> AgentCard:
+    return AgentCard(
         name="ctxlog-backed agent",
         description="an a2a-sdk server on CtxlogTaskStore",
         version="1.0",
@@ -70,7 +69,24 @@ def main() -> None:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="work", name="work", description="works", tags=["work"])],
     )
-    store = CtxlogTaskStore(directory)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default="agent-data", help="the ctxlog store (default: ./agent-data)")
+    parser.add_argument("--port", type=int, default=9999, help="on 127.0.0.1; 0 picks a free one")
+    args = parser.parse_args()
+
+    # Listening before the URL is printed: a client may connect at once.
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(64)
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    card = agent_card(base)
+
+    # The one line that differs from an in-memory a2a-sdk server:
+    store = CtxlogTaskStore(args.dir)  # was InMemoryTaskStore()
     handler = DefaultRequestHandler(agent_executor=Agent(), task_store=store, agent_card=card)
     routes = (
         create_agent_card_routes(card)
@@ -81,11 +97,12 @@ def main() -> None:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
-        store.close()
-        print("CLOSED", flush=True)
+        store.close()  # a checkpoint, the last sync, the store's lock released
+        print("store closed", flush=True)
 
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=routes, lifespan=lifespan), log_level="warning"))
-    print(f"PORT {port}", flush=True)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    print(f"listening on {base}", flush=True)
     server.run(sockets=[listener])
 
 

@@ -1,6 +1,9 @@
 //! The command line, driven through the built binary: the demo twice on one
 //! directory, every command's JSON, and every error Kind with its exit status.
 
+// They drive the built binary, which needs the `cli` feature.
+#![cfg(feature = "cli")]
+
 mod common;
 
 use std::io::Write;

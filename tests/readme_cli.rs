@@ -10,6 +10,9 @@
 //! whose expected output starts with `error:` must fail; every other one
 //! must succeed.
 
+// They drive the built binary, which needs the `cli` feature.
+#![cfg(feature = "cli")]
+
 use std::path::Path;
 use std::process::Command;
 

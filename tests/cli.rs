@@ -822,6 +822,70 @@ fn every_command_has_its_help_and_the_binary_its_version() {
         &man[..80]
     );
     assert!(man.contains("salvage"));
+    // Its NAME line says what ctxlog is once, and the help shows which
+    // variables it reads without claiming they are set to nothing.
+    assert!(
+        man.contains("\nctxlog \\- The conversation history store"),
+        "{}",
+        &man[..300]
+    );
+    let help = String::from_utf8(bare(&["history", "--help"]).stdout).unwrap();
+    assert!(help.contains("[env: CTXLOG_DIR]") && !help.contains("CTXLOG_DIR="));
+    assert!(
+        help.contains("<CONTEXT>  The contextId"),
+        "the argument has no description: {help}"
+    );
+}
+
+/// The error lines a newcomer meets first: a command missing its argument,
+/// a search in the wrong tenant, a path through a file.
+#[test]
+fn errors_name_what_to_fix() {
+    let dir = common::tmp();
+    let d = dir.path();
+    let stderr = |args: &[&str]| String::from_utf8(ctxlog(d, args, b"").stderr).unwrap();
+    let missing = stderr(&["history"]);
+    assert_eq!(
+        missing.trim_end(),
+        "error: Usage: the following required arguments were not provided: <CONTEXT> \
+         (usage: ctxlog history <CONTEXT>); see ctxlog history --help"
+    );
+    ok(
+        d,
+        &["--tenant", "acme", "send"],
+        &msg("m1", json!({ "contextId": "case" })),
+    );
+    let other = stderr(&["--tenant", "other", "history", "case"]);
+    assert!(
+        other.starts_with("error: ContextNotFound: no such context for tenant \"other\""),
+        "{other}"
+    );
+    assert!(stderr(&["task", "t-1"]).contains("for tenant \"default\""));
+    // An empty listing says whose it was, on stderr; stdout stays JSON.
+    let out = ctxlog(d, &["--tenant", "other", "tasks"], b"");
+    let note = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        note.starts_with("note: no tasks for tenant \"other\""),
+        "{note}"
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["tasks"],
+        json!([])
+    );
+    let out = ctxlog(d, &["--tenant", "acme", "tasks", "--status", "failed"], b"");
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("no tasks that match"));
+    let out = ctxlog(d, &["--tenant", "acme", "contexts"], b"");
+    assert!(out.stderr.is_empty(), "a listing with contexts has no note");
+    // A path through a file is that, not "no store here".
+    let file = d.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let through = String::from_utf8(ctxlog(&file.join("x"), &["stats"], b"").stderr).unwrap();
+    assert!(
+        through.starts_with("error: Io: ") && through.contains("is a file"),
+        "{through}"
+    );
 }
 
 #[test]

@@ -1907,15 +1907,18 @@ fn moved_under(e: &Error) -> bool {
 /// is missing is no store; one that cannot be listed (a file, a directory
 /// without permission) is an error with its cause.
 fn holds_store(fs: &dyn Fs, dir: &Path) -> Result<bool> {
-    if !fs.exists(dir) {
-        return Ok(false);
-    }
     match fs.list(dir) {
         Ok(names) => Ok(names.iter().any(|(name, _)| {
             name == crate::log::identity::IDENTITY
                 || crate::log::segments::segment_id_of(name).is_some()
         })),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        // Not "no store here": the path cannot hold one, say why.
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(Error::io(
+            "open the store directory (the path, or a part of it, is a file)",
+            dir,
+            e,
+        )),
         Err(e) => Err(Error::io("list the store directory", dir, e)),
     }
 }

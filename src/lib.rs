@@ -106,6 +106,11 @@ pub use store::{
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The Rust examples of docs/library.md, compiled and run as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+pub struct LibraryDocDoctests;
+
 /// What the crate's own tests, fuzz targets and benchmarks reach into: not
 /// part of the API, and free to change in any release.
 #[doc(hidden)]

@@ -1,14 +1,15 @@
-//! The README's command-line examples, run against the built binary so the
-//! docs cannot drift from it.
+//! The command-line examples of the README and of docs/cli.md, run against
+//! the built binary so the docs cannot drift from it.
 //!
-//! Every ```console block of the README's "The command line" section is a
-//! shell session: a line `$ cmd` runs `cmd` (through `sh`, with this build's
+//! Every ```console block of docs/cli.md is a shell session: a line `$ cmd`
+//! runs `cmd` (through `sh`, with this build's
 //! `ctxlog` first on the PATH, in one empty directory shared by all blocks,
 //! variables kept from line to line within a block), and the lines up to the
 //! next `$` are what it prints, stdout and stderr together. In those lines, a
 //! line `...` matches any lines and `...` inside a line any text. A command
 //! whose expected output starts with `error:` must fail; every other one
-//! must succeed.
+//! must succeed. The ```sh block of the README's "The command line" section
+//! is a session too, each line a command that must succeed.
 
 // They drive the built binary, which needs the `cli` feature.
 #![cfg(feature = "cli")]
@@ -24,15 +25,14 @@ struct Step {
     expected: Vec<String>,
 }
 
-fn sessions(readme: &str) -> Vec<Vec<Step>> {
-    let section = readme
-        .split("\n## ")
-        .find(|s| s.starts_with("The command line"))
-        .expect("the README has a command-line section");
+/// The sessions of a page's blocks of `kind` (`console`, or `sh`: every
+/// line a command, its output not shown).
+fn sessions(page: &str, kind: &str) -> Vec<Vec<Step>> {
+    let opening = format!("```{kind}");
     let mut sessions = Vec::new();
-    let mut lines = section.lines();
+    let mut lines = page.lines();
     while let Some(line) = lines.next() {
-        if line.trim() != "```console" {
+        if line.trim() != opening {
             continue;
         }
         let mut steps: Vec<Step> = Vec::new();
@@ -40,7 +40,11 @@ fn sessions(readme: &str) -> Vec<Vec<Step>> {
             if line.trim() == "```" {
                 break;
             }
-            match (line.strip_prefix("$ "), steps.last_mut()) {
+            let command = match kind {
+                "sh" => Some(line),
+                _ => line.strip_prefix("$ "),
+            };
+            match (command, steps.last_mut()) {
                 (Some(command), _) => steps.push(Step {
                     command: command.to_string(),
                     expected: Vec::new(),
@@ -133,10 +137,32 @@ fn run(dir: &Path, steps: &[Step]) -> Vec<(String, i32)> {
 fn the_readme_command_line_examples_do_what_they_show() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let sessions = sessions(&readme);
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("The command line"))
+        .expect("the README has a command-line section");
+    let [steps] = &sessions(section, "sh")[..] else {
+        panic!("the README's command-line section has not one sh block");
+    };
+    assert!(
+        steps.len() >= 4,
+        "the README shows {} commands",
+        steps.len()
+    );
+    let dir = common::tmp();
+    for (step, (output, status)) in steps.iter().zip(run(dir.path(), steps)) {
+        assert_eq!(status, 0, "$ {}\nexited {status}:\n{output}", step.command);
+    }
+}
+
+#[test]
+fn the_command_line_page_examples_do_what_they_show() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
+    let sessions = sessions(&page, "console");
     assert!(
         sessions.len() >= 3,
-        "the README's console blocks were not found"
+        "the console blocks of docs/cli.md were not found"
     );
     let dir = common::tmp();
     let mut commands = 0;
@@ -158,7 +184,7 @@ fn the_readme_command_line_examples_do_what_they_show() {
             if !step.expected.is_empty() {
                 assert!(
                     lines_match(&step.expected, &got),
-                    "$ {}\nprinted:\n{output}\nthe README shows:\n{}",
+                    "$ {}\nprinted:\n{output}\ndocs/cli.md shows:\n{}",
                     step.command,
                     step.expected.join("\n")
                 );

@@ -24,7 +24,7 @@ struct Args {
     listen: SocketAddr,
     /// The agent: `echo`, or `scripted:SCRIPT`, where SCRIPT is a JSON
     /// script file or a built-in script's name (refund-desk,
-    /// streaming-report, flaky); the README gives the script's format.
+    /// streaming-report, flaky); docs/server.md gives the script's format.
     #[arg(long, default_value = "echo")]
     agent: String,
     /// A file of `TOKEN TENANT` lines: requests then need

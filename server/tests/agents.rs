@@ -88,3 +88,36 @@ async fn a_built_in_script_runs_by_name_with_text_in_its_artifacts() {
     );
     server.stop().await;
 }
+
+/// The script format as docs/server.md shows it is the format the server
+/// reads: its example loads and answers as the page says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_script_runs() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/server.md")).unwrap();
+    let text = page
+        .split("```json\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/server.md shows a script");
+    let script = Script::parse(text, "docs/server.md").unwrap();
+    let server = TestServer::start(Arc::new(Scripted::new(script)), |_| {}, None).await;
+    let c = Client::new(&server.url, None);
+    let (_, asked) = c
+        .rpc("SendMessage", json!({ "message": user("m1", "a refund") }))
+        .await;
+    let task = &asked["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(
+        task["artifacts"][0]["parts"][0]["text"],
+        "refund for: a refund"
+    );
+    let (_, hello) = c
+        .rpc("SendMessage", json!({ "message": user("m2", "hello") }))
+        .await;
+    assert_eq!(
+        hello["result"]["message"]["parts"][0]["text"],
+        "hi! you said: hello"
+    );
+    server.stop().await;
+}

@@ -139,6 +139,8 @@ pub enum Kind {
     },
     /// An artifact chunk.
     Artifact,
+    /// A record that hides messages: never part of the history.
+    Hide,
 }
 
 /// One record as the index keeps it: 16 bytes. Its seq is not kept: it is
@@ -146,8 +148,8 @@ pub enum Kind {
 /// [`Extra::gaps`] lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Rec {
-    /// Where it is, with [`MESSAGE`] and [`STATUS`] in the top bits of the
-    /// length (a payload is at most 16 MiB, so they are free).
+    /// Where it is, with [`MESSAGE`], [`STATUS`] and [`HIDDEN`] in the top
+    /// bits of the length (a payload is at most 16 MiB, so they are free).
     loc: PackedLoc,
     /// The task it belongs to, as a position in the context's tasks
     /// ([`NO_TASK`]: none).
@@ -158,7 +160,12 @@ struct Rec {
 const MESSAGE: u32 = 1 << 31;
 /// The record is a task's status.
 const STATUS: u32 = 1 << 30;
-const FLAGS: u32 = MESSAGE | STATUS;
+/// The record is out of the context's visible content: a message a `Hide`
+/// record took out of the history, or that record itself. Such records
+/// stay where they are (a compaction copies them, a read of the log
+/// applies the `Hide` again) but exports pass them over.
+const HIDDEN: u32 = 1 << 29;
+const FLAGS: u32 = MESSAGE | STATUS | HIDDEN;
 const NO_TASK: u32 = u32::MAX;
 
 impl Rec {
@@ -577,6 +584,32 @@ impl ContextState {
         self.recs.iter().map(Rec::loc)
     }
 
+    /// Where every record is that a `Hide` record did not take out (nor is
+    /// one itself): what an export gives.
+    pub fn visible_record_locs(&self) -> impl Iterator<Item = RecordLoc> + '_ {
+        self.recs.iter().filter(|r| !r.has(HIDDEN)).map(Rec::loc)
+    }
+
+    /// Takes every message of seq `from_seq` up to (not including) `to_seq`
+    /// out of the history (a `Hide` record, already pushed, says so);
+    /// returns how many were in it. Applying the same range again changes
+    /// nothing.
+    pub fn hide(&mut self, from_seq: u64, to_seq: u64) -> u64 {
+        let (from, to) = (self.pos_of_seq(from_seq), self.pos_of_seq(to_seq));
+        if from >= to {
+            return 0;
+        }
+        let mut hidden = 0;
+        for rec in self.recs.owned().get_mut(from..to).into_iter().flatten() {
+            if rec.has(MESSAGE) {
+                rec.loc.len = (rec.loc.len & !MESSAGE) | HIDDEN;
+                hidden += 1;
+            }
+        }
+        self.history = self.history.saturating_sub(hidden);
+        hidden
+    }
+
     fn gaps(&self) -> &[(u32, u32)] {
         self.extra.as_deref().map_or(&[], |x| &x.gaps)
     }
@@ -660,6 +693,9 @@ impl ContextState {
         }
         if matches!(kind, Kind::Status { .. }) {
             loc.len |= STATUS;
+        }
+        if kind == Kind::Hide {
+            loc.len |= HIDDEN;
         }
         let task = task.filter(|&t| (t as usize) < self.tasks.len());
         push(

@@ -79,6 +79,16 @@ pub enum RecordKind {
         /// Expired (true) or deleted (false).
         expired: bool,
     },
+    /// Messages leave the history: every record of seq `from_seq` up to
+    /// (not including) `to_seq` that carries a message no longer does. Only
+    /// in a context without tasks. The blob is empty; the hidden records
+    /// stay on disk until the context is deleted.
+    Hide {
+        /// The first seq hidden.
+        from_seq: u64,
+        /// The seq after the last one hidden.
+        to_seq: u64,
+    },
 }
 
 impl RecordKind {
@@ -89,7 +99,7 @@ impl RecordKind {
             RecordKind::Status { task_id, .. } | RecordKind::Artifact { task_id, .. } => {
                 Some(task_id)
             }
-            RecordKind::Gone { .. } => None,
+            RecordKind::Gone { .. } | RecordKind::Hide { .. } => None,
         }
     }
 }
@@ -221,6 +231,8 @@ pub enum ViewKind<'a> {
     },
     /// The context is gone.
     Gone,
+    /// Messages left the history.
+    Hide,
 }
 
 impl<'a> ViewKind<'a> {
@@ -229,7 +241,7 @@ impl<'a> ViewKind<'a> {
         match *self {
             ViewKind::Message { task_id } => task_id,
             ViewKind::Status { task_id } | ViewKind::Artifact { task_id } => Some(task_id),
-            ViewKind::Gone => None,
+            ViewKind::Gone | ViewKind::Hide => None,
         }
     }
 }
@@ -309,6 +321,11 @@ fn view_body<'a>(bytes: &mut &'a [u8]) -> Option<(u64, u64, ViewKind<'a>)> {
         3 => {
             take_bool(bytes)?;
             ViewKind::Gone
+        }
+        4 => {
+            take_u64(bytes)?;
+            take_u64(bytes)?;
+            ViewKind::Hide
         }
         _ => return None,
     };
@@ -480,6 +497,8 @@ mod tests {
                 }
             ),
             any::<bool>().prop_map(|expired| RecordKind::Gone { expired }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(from_seq, to_seq)| RecordKind::Hide { from_seq, to_seq }),
         ];
         let opens = proptest::option::of(
             (any_string(), any_string())
@@ -506,6 +525,7 @@ mod tests {
                     RecordKind::Status { task_id, .. } => ViewKind::Status { task_id },
                     RecordKind::Artifact { task_id, .. } => ViewKind::Artifact { task_id },
                     RecordKind::Gone { .. } => ViewKind::Gone,
+                    RecordKind::Hide { .. } => ViewKind::Hide,
                 };
                 let (seq, timestamp_ms) = (body.seq, body.timestamp_ms);
                 v == View {

@@ -208,15 +208,53 @@ impl Log {
     /// does it).
     pub fn append(&self, payload: &[u8]) -> Result<RecordLoc> {
         let (loc, file, end) = self.write(payload)?;
-        let durable = match self.durability {
-            Durability::Sync => self.sync_file(file.as_ref(), loc.segment, end),
-            Durability::GroupCommit => self.wait_durable(end),
-            Durability::Buffered => Ok(()),
-        };
+        let durable = self.make_durable(file.as_ref(), loc.segment, end);
         if durable.is_err() {
             self.published(loc);
         }
         durable.map(|()| loc)
+    }
+
+    /// Returns once the active segment `segment` (`file`) is durable up to
+    /// `end` as the store's durability promises.
+    fn make_durable(&self, file: &dyn SegmentFile, segment: u64, end: u64) -> Result<()> {
+        match self.durability {
+            Durability::Sync => self.sync_file(file, segment, end),
+            Durability::GroupCommit => self.wait_durable(end),
+            Durability::Buffered => Ok(()),
+        }
+    }
+
+    /// Appends records back to back and returns once all of them are as
+    /// durable as the store's durability promises, with one sync for all
+    /// (a rotation between two of them syncs the sealed segment as it
+    /// always does). The caller publishes each location as
+    /// [`Log::append`]'s caller does (on failure this does it). A crash
+    /// before the sync returns can keep a prefix of them, as it can of
+    /// appends made one by one.
+    pub fn append_all(&self, payloads: &[Vec<u8>]) -> Result<Vec<RecordLoc>> {
+        let mut locs = Vec::with_capacity(payloads.len());
+        let mut last = None;
+        for payload in payloads {
+            match self.write(payload) {
+                Ok((loc, file, end)) => {
+                    locs.push(loc);
+                    last = Some((loc.segment, file, end));
+                }
+                Err(e) => {
+                    locs.iter().for_each(|&loc| self.published(loc));
+                    return Err(e);
+                }
+            }
+        }
+        let durable = match &last {
+            Some((segment, file, end)) => self.make_durable(file.as_ref(), *segment, *end),
+            None => Ok(()),
+        };
+        if durable.is_err() {
+            locs.iter().for_each(|&loc| self.published(loc));
+        }
+        durable.map(|()| locs)
     }
 
     /// The record at `loc` is published (or abandoned).

@@ -128,11 +128,51 @@ impl Store {
         n: usize,
         buf: &mut MessageBuf,
     ) -> Result<()> {
+        self.messages_before_into(tenant, context_id, None, n, None, buf)
+    }
+
+    /// The last `n` messages of a context with a seq below `before` (all
+    /// of them for `None`), oldest first, into `buf` as
+    /// [`last_messages_into`](Self::last_messages_into) reads them: a page
+    /// of the history read backwards from any point, reading only those
+    /// records. `before` need not be a message's seq. With `head`, only the
+    /// first `head` bytes of each message are copied: a reader of messages
+    /// that begin with a header (as the Python package's LangGraph
+    /// checkpointer writes them) reads the headers of a whole history
+    /// without copying what follows them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// for text in ["one", "two", "three", "four"] {
+    ///     store.append_message("acme", "case-42", text.as_bytes())?;
+    /// }
+    /// let mut page = ctxlog::MessageBuf::new();
+    /// store.messages_before_into("acme", "case-42", Some(3), 2, None, &mut page)?; // seqs 1 and 2
+    /// let raws: Vec<&[u8]> = page.iter().map(|m| m.raw).collect();
+    /// assert_eq!(raws, [&b"two"[..], &b"three"[..]]);
+    /// store.messages_before_into("acme", "case-42", None, 4, Some(2), &mut page)?;
+    /// let heads: Vec<&[u8]> = page.iter().map(|m| m.raw).collect();
+    /// assert_eq!(heads, [&b"on"[..], &b"tw"[..], &b"th"[..], &b"fo"[..]]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn messages_before_into(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        before: Option<u64>,
+        n: usize,
+        head: Option<usize>,
+        buf: &mut MessageBuf,
+    ) -> Result<()> {
         buf.clear();
-        let read = self.with_newest_before(tenant, context_id, None, n, |records, refs, _| {
+        let head = head.unwrap_or(usize::MAX);
+        let read = self.with_newest_before(tenant, context_id, before, n, |records, refs, _| {
             for r in refs {
                 records.message(r.loc(), |view, raw| {
-                    buf.push(view.seq, view.timestamp_ms, raw);
+                    buf.push(view.seq, view.timestamp_ms, raw.get(..head).unwrap_or(raw));
                 })?;
             }
             Ok(())

@@ -17,8 +17,10 @@ use crate::log::segments::{Reading, RecordLoc, Segments};
 use crate::log::verify::{verify_dir, VerifyReport};
 use crate::log::writer::LogWriter;
 
+mod batch;
 pub(crate) mod checkpoint;
 mod compact;
+mod hide;
 mod maintain;
 mod messages;
 pub(crate) mod portable;
@@ -1296,7 +1298,7 @@ impl ContextRecords<'_> {
                         .ok_or_else(|| bad("a history status without a message"))?;
                     Ok(f(&view, message.get().as_bytes()))
                 }
-                ViewKind::Artifact { .. } | ViewKind::Gone => {
+                ViewKind::Artifact { .. } | ViewKind::Gone | ViewKind::Hide => {
                     Err(bad("the history points at a record that holds no message"))
                 }
             }
@@ -1641,6 +1643,18 @@ fn check_owner(body: &RecordBody, key: ContextKey) -> std::result::Result<(), St
 fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Result<(), String> {
     let (task_id, op) = match &body.kind {
         RecordKind::Message { task: None } | RecordKind::Gone { .. } => return Ok(()),
+        RecordKind::Hide { from_seq, to_seq } => {
+            return if state.task_count() > 0 {
+                Err("a hide record in a context with tasks".into())
+            } else if from_seq > to_seq || *to_seq > body.seq {
+                Err(format!(
+                    "a hide record at seq {} of seqs {from_seq}..{to_seq}",
+                    body.seq
+                ))
+            } else {
+                Ok(())
+            };
+        }
         RecordKind::Message { task: Some(link) } if link.opens_task => {
             return match state.task(&link.task_id) {
                 Some(_) => Err(format!("task {:?} opened twice", link.task_id)),
@@ -1800,6 +1814,10 @@ fn apply(
             if let Some(task) = task {
                 state.add_chunk(task, pos, artifact_id, *append, *last_chunk);
             }
+        }
+        RecordKind::Hide { from_seq, to_seq } => {
+            state.push_record(body.seq, loc, Kind::Hide, None);
+            state.hide(*from_seq, *to_seq);
         }
         RecordKind::Gone { expired } => {
             if let Some(meta) = &state.meta {

@@ -319,7 +319,9 @@ impl Store {
         let state = slot.state.read();
         let context_id = context_of(&state)?.to_string();
         let mut items = Vec::with_capacity(state.history_len() as usize);
-        for loc in state.record_locs() {
+        // Messages taken out of the history are not exported, nor the
+        // records that took them: an export is what the context holds.
+        for loc in state.visible_record_locs() {
             let item = self.with_record(&slot.key, loc, |body, blob| {
                 let kind = match &body.kind {
                     RecordKind::Message { task: None } => {
@@ -345,7 +347,7 @@ impl Store {
                         last_chunk: *last_chunk,
                         artifact: blob.to_vec(),
                     }),
-                    RecordKind::Gone { .. } => None,
+                    RecordKind::Gone { .. } | RecordKind::Hide { .. } => None,
                 };
                 kind.map(|kind| Item {
                     tenant: tenant.to_string(),

@@ -1044,8 +1044,8 @@ impl Store {
                             metadata: None,
                         })
                     }
-                    RecordKind::Gone { .. } => {
-                        return Err("a task event points at a tombstone".into())
+                    RecordKind::Gone { .. } | RecordKind::Hide { .. } => {
+                        return Err("a task event points at a record of no task".into())
                     }
                     RecordKind::Artifact {
                         append, last_chunk, ..

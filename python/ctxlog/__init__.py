@@ -242,10 +242,39 @@ class Store:
         stored as its JSON."""
         return self._s.append_message(tenant, context_id, _text(raw))
 
-    def history(self, tenant: str, context_id: str, n: int | None = None) -> list[tuple[int, int, bytes]]:
+    def append_messages(self, tenant: str, context_id: str, raws: list[JsonIn]) -> list[tuple[int, int]]:
+        """Saves each of ``raws`` as :meth:`append_message` does, in order,
+        with one sync for all; returns (seq, timestamp in ms) of each. A
+        crash before it returns keeps at most a prefix of them."""
+        return self._s.append_messages(tenant, context_id, [_text(raw) for raw in raws])
+
+    def pop_message(self, tenant: str, context_id: str) -> tuple[int, int, bytes] | None:
+        """Takes the newest message out of the context's history, durably,
+        and returns it as (seq, timestamp in ms, the bytes as stored), or
+        ``None`` when the history is empty. Only in a context without
+        tasks; the context keeps its id."""
+        return self._s.pop_message(tenant, context_id)
+
+    def empty_context(self, tenant: str, context_id: str) -> int:
+        """Takes every message out of the context's history, durably;
+        returns how many. The context keeps its id: the next
+        :meth:`append_message` continues it. Only in a context without
+        tasks."""
+        return self._s.empty_context(tenant, context_id)
+
+    def history(
+        self,
+        tenant: str,
+        context_id: str,
+        n: int | None = None,
+        before: int | None = None,
+        head: int | None = None,
+    ) -> list[tuple[int, int, bytes]]:
         """The context's last ``n`` messages (all by default), oldest first,
-        as (seq, timestamp in ms, the bytes as stored)."""
-        return self._s.last_messages(tenant, context_id, n)
+        as (seq, timestamp in ms, the bytes as stored); with ``before``,
+        only those of a seq below it (a page read backwards); with
+        ``head``, only the first ``head`` bytes of each."""
+        return self._s.last_messages(tenant, context_id, n, before, head)
 
     def render_history(
         self,

@@ -313,21 +313,58 @@ impl Store {
         Ok((a.seq, a.timestamp_ms))
     }
 
-    /// The context's last `n` messages, oldest first, as (seq, timestamp in
-    /// ms, bytes).
-    #[pyo3(signature = (tenant, context_id, n = None))]
+    /// Appends each of `raws` as a message, one sync for all; returns
+    /// (seq, timestamp in ms) of each.
+    fn append_messages(
+        &self,
+        py: Python<'_>,
+        tenant: &str,
+        context_id: &str,
+        raws: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<(u64, u64)>> {
+        let raws = raws
+            .iter()
+            .map(|raw| bytes_of(raw, "each item"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let appended = self.with(py, |s| s.append_messages(tenant, context_id, &raws))?;
+        Ok(appended.iter().map(|a| (a.seq, a.timestamp_ms)).collect())
+    }
+
+    /// Takes the newest message out of the history: (seq, timestamp in ms,
+    /// bytes), or `None`.
+    fn pop_message<'py>(
+        &self,
+        py: Python<'py>,
+        tenant: &str,
+        context_id: &str,
+    ) -> PyResult<Option<(u64, u64, Bound<'py, PyBytes>)>> {
+        let popped = self.with(py, |s| s.pop_message(tenant, context_id))?;
+        Ok(popped.map(|m| (m.seq, m.timestamp_ms, PyBytes::new(py, &m.raw))))
+    }
+
+    /// Takes every message out of the history; returns how many.
+    fn empty_context(&self, py: Python<'_>, tenant: &str, context_id: &str) -> PyResult<u64> {
+        self.with(py, |s| s.empty_context(tenant, context_id))
+    }
+
+    /// The context's last `n` messages below seq `before`, oldest first,
+    /// as (seq, timestamp in ms, bytes): the first `head` bytes of each.
+    #[pyo3(signature = (tenant, context_id, n = None, before = None, head = None))]
     fn last_messages<'py>(
         &self,
         py: Python<'py>,
         tenant: &str,
         context_id: &str,
         n: Option<usize>,
+        before: Option<u64>,
+        head: Option<usize>,
     ) -> PyResult<Vec<(u64, u64, Bound<'py, PyBytes>)>> {
         // Read into one buffer, then one copy of each message into its
         // Python bytes.
         let mut buf = ctxlog::MessageBuf::new();
         self.with(py, |s| {
-            s.last_messages_into(tenant, context_id, n.unwrap_or(usize::MAX), &mut buf)
+            let n = n.unwrap_or(usize::MAX);
+            s.messages_before_into(tenant, context_id, before, n, head, &mut buf)
         })?;
         Ok(buf
             .iter()

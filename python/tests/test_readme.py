@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -31,3 +32,53 @@ def test_the_engine_example_prints_what_it_says_twice(where, tmp_path, monkeypat
             exec(compile(example, where, "exec"), {})
         assert out.getvalue() == "TASK_STATE_COMPLETED\n", f"run {run + 1}"
     assert os.path.isdir(tmp_path / "agent-data")
+
+
+def test_the_agents_example_keeps_the_conversation(tmp_path, monkeypatch):
+    """The README's Agents SDK block, driven with the offline model of
+    examples/python/agents_session.py: a second turn sees the first."""
+    import asyncio
+    import importlib.util
+
+    from agents import Agent, set_tracing_disabled
+
+    [example, _] = python_blocks(readme_section("With agent frameworks"))
+    spec = importlib.util.spec_from_file_location(
+        "agents_session", ROOT / "examples" / "python" / "agents_session.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    set_tracing_disabled(True)
+    agent = Agent(name="recall", model=module.RecallModel())
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(example, "README.md", "exec"), scope)
+    assert "(1 turns)" in asyncio.run(scope["turn"](agent, "hello"))
+    assert asyncio.run(scope["turn"](agent, "again")) == "I have seen 3 items; you said 'again' (2 turns)"
+
+
+def test_the_langgraph_example_keeps_the_graph(tmp_path, monkeypatch):
+    """The README's LangGraph block, with the example's graph builder: the
+    second run of the thread finds the first's state and goes on."""
+    import importlib.util
+
+    from langgraph.graph import END, START, StateGraph
+
+    [_, example] = python_blocks(readme_section("With agent frameworks"))
+    spec = importlib.util.spec_from_file_location(
+        "langgraph_graph", ROOT / "examples" / "python" / "langgraph_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    # Registered, so that LangGraph can resolve the state's annotations.
+    monkeypatch.setitem(sys.modules, "langgraph_graph", module)
+    spec.loader.exec_module(module)
+    builder = StateGraph(module.Case)
+    builder.add_node("draft", module.draft)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", END)
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(example, "README.md", "exec"), scope)
+    first = scope["run"](builder, {"request": "refund 1", "log": [], "outcome": ""})
+    assert first["log"] == ["drafted: refund 1"]
+    second = scope["run"](builder, {"request": "refund 2", "log": [], "outcome": ""})
+    assert second["log"] == ["drafted: refund 1", "drafted: refund 2"]
+    assert (tmp_path / "agent-data").is_dir()

@@ -1,0 +1,557 @@
+"""``CtxlogSaver`` and ``AsyncCtxlogSaver``: LangGraph checkpointers on ctxlog.
+
+A graph keeps its steps in ctxlog instead of SQLite by changing its
+checkpointer::
+
+    from ctxlog.langgraph import CtxlogSaver
+
+    with CtxlogSaver("agent-data") as saver:
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke(inputs, {"configurable": {"thread_id": "thread-1"}})
+
+What is stored where: a thread is a ctxlog context (its id the thread id)
+of the tenant ``tenant`` (``"langgraph"`` by default). Every change is one
+message of it, a JSON object, durable before the call returns: ``put`` a
+checkpoint (its namespace, id, parent, the checkpoint as the serializer
+gives it, its metadata), ``put_writes`` a task's writes, ``delete_for_runs``
+and ``prune`` a record of the checkpoints they remove. ``delete_thread``
+empties the context (``Store.empty_context``): the thread id stays
+usable. ``copy_thread`` appends the source's live records to the target
+with one sync. Which threads a run wrote to is kept under the tenant
+``tenant + "\\0runs"``, one context per run id, so ``delete_for_runs`` reads
+only those threads.
+
+A thread is read from the store once, on its first use in a process, and
+then kept in memory (the most recently used ``cache_size`` threads), so
+``get_tuple`` and ``list`` never read the store again: ``list(limit=10)``
+costs the same on a thread of 10 or 10,000 checkpoints. Every write goes to
+the store first and to memory after, under a lock per thread.
+
+The serializer is LangGraph's own (``JsonPlusSerializer``, or the one
+passed in), so whatever a graph can checkpoint round-trips. Metadata is
+kept as JSON, as ``SqliteSaver`` keeps it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    SerializerProtocol,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+
+from . import ContextNotFound, Store
+from ._workers import Workers
+
+__all__ = ["CtxlogSaver", "AsyncCtxlogSaver"]
+
+_STRIPES = 64
+# The bytes of each record read when a thread is read back: its header
+# (the bytes after it are read when asked for).
+_HEAD = 1024
+
+
+class _Checkpoint:
+    __slots__ = ("parent", "type", "data", "metadata", "seq")
+
+    def __init__(self, parent: str | None, type_: str, data: bytes | None, metadata: Any, seq: int) -> None:
+        self.parent = parent
+        self.type = type_
+        # The serialized checkpoint; kept for the newest of its namespace
+        # only, the others read from the store when asked for.
+        self.data = data
+        self.metadata = metadata
+        self.seq = seq
+
+
+# A pending write: task id, channel, type, value bytes, task path.
+_Write = tuple[str, str, str, bytes, str]
+
+
+class _Thread:
+    """What a thread holds, as its records replayed say."""
+
+    __slots__ = ("checkpoints", "order", "writes", "unread", "runs")
+
+    def __init__(self) -> None:
+        # namespace -> checkpoint id -> checkpoint; and the ids, ascending.
+        self.checkpoints: dict[str, dict[str, _Checkpoint]] = {}
+        self.order: dict[str, list[str]] = {}
+        # (namespace, checkpoint id) -> (task id, idx) -> write, once read.
+        self.writes: dict[tuple[str, str], dict[tuple[str, int], _Write]] = {}
+        # (namespace, checkpoint id) -> the seqs of its writes records not
+        # read yet (a thread read back holds only its records' headers):
+        # read, in order, when the checkpoint is first asked for.
+        self.unread: dict[tuple[str, str], list[int]] = {}
+        # The run ids whose checkpoints the thread holds.
+        self.runs: set[str] = set()
+
+    def apply(self, seq: int, raw: bytes, whole: bool = True) -> None:
+        """Applies the record of seq `seq`: a JSON header, then (after a
+        newline) the bytes it describes, all of them if `whole`, else
+        perhaps only their start (which is not kept)."""
+        head, _, body = raw.partition(b"\n")
+        self.apply_record(seq, json.loads(head), body, whole)
+
+    def apply_record(self, seq: int, record: dict[str, Any], body: bytes, whole: bool = True) -> None:
+        """Applies a record already parsed: its header and its bytes."""
+        op = record.get("o")
+        if op == "put":
+            ns, cid, metadata = record["ns"], record["id"], record["metadata"]
+            by_id = self.checkpoints.setdefault(ns, {})
+            ids = self.order.setdefault(ns, [])
+            if cid not in by_id:
+                bisect.insort(ids, cid)
+            by_id[cid] = _Checkpoint(record["parent"], record["type"], body if whole else None, metadata, seq)
+            # Bytes are kept for the newest checkpoint of the namespace only.
+            if ids[-1] != cid:
+                by_id[cid].data = None
+            elif len(ids) > 1:
+                by_id[ids[-2]].data = None
+            if isinstance(metadata, dict) and isinstance(metadata.get("run_id"), str):
+                self.runs.add(metadata["run_id"])
+        elif op == "writes":
+            key = (record["ns"], record["id"])
+            if not whole or key in self.unread:
+                self.unread.setdefault(key, []).append(seq)
+            else:
+                self.apply_writes(record, body)
+        elif op == "drop":
+            for ns, cid in record["checkpoints"]:
+                if self.checkpoints.get(ns, {}).pop(cid, None) is not None:
+                    ids = self.order[ns]
+                    del ids[bisect.bisect_left(ids, cid)]
+                self.writes.pop((ns, cid), None)
+                self.unread.pop((ns, cid), None)
+
+    def apply_writes(self, record: dict[str, Any], body: bytes) -> None:
+        stored = self.writes.setdefault((record["ns"], record["id"]), {})
+        replace = record["replace"]
+        at = 0
+        for idx, channel, type_, size in record["writes"]:
+            key = (record["task"], idx)
+            value, at = body[at:at + size], at + size
+            if key in stored and not replace:
+                continue
+            stored[key] = (record["task"], channel, type_, value, record["path"])
+
+
+# A record as it is built: its header and the bytes after it.
+_Record = tuple[dict[str, Any], bytes]
+
+
+def _dump(record: _Record) -> bytes:
+    head, body = record
+    return json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" + body
+
+
+def _put_record(ns: str, cid: str, parent: str | None, type_: str, data: bytes, metadata: Any) -> _Record:
+    return {"o": "put", "ns": ns, "id": cid, "parent": parent, "type": type_, "metadata": metadata}, data
+
+
+def _writes_record(ns: str, cid: str, task: str, path: str, replace: bool,
+                   writes: list[tuple[int, str, str, bytes]]) -> _Record:
+    head = {"o": "writes", "ns": ns, "id": cid, "task": task, "path": path, "replace": replace,
+            "writes": [[idx, channel, type_, len(data)] for idx, channel, type_, data in writes]}
+    return head, b"".join(data for _, _, _, data in writes)
+
+
+class CtxlogSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer on a ctxlog store, with every capability:
+    ``put``, ``put_writes``, ``get_tuple``, ``list``, ``delete_thread``,
+    ``delete_for_runs``, ``copy_thread``, ``prune``, each also async
+    (``a``-prefixed; run on worker threads, never on the event loop).
+
+    Args:
+        store: the store's directory (opened here, and closed by
+            :meth:`close`), or an open :class:`ctxlog.Store` (left open).
+        serde: the serializer (LangGraph's ``JsonPlusSerializer`` by default).
+        tenant: the ctxlog tenant the threads are kept under.
+        durability: for a directory: ``"sync"`` (default: every change is
+            on disk before the call returns), ``"group"`` or ``"buffered"``.
+        cache_size: how many threads are kept in memory once read.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | Store,
+        *,
+        serde: SerializerProtocol | None = None,
+        tenant: str = "langgraph",
+        durability: str = "sync",
+        cache_size: int = 1024,
+    ) -> None:
+        super().__init__(serde=serde)
+        if cache_size < 1:
+            raise ValueError("cache_size must be at least 1")
+        if isinstance(store, Store):
+            self._store, self._owns_store = store, False
+        else:
+            self._store, self._owns_store = Store(store, durability=durability), True  # type: ignore[arg-type]
+        self._tenant = tenant
+        self._runs_tenant = tenant + "\0runs"
+        self._cache_size = cache_size
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._workers = Workers(8, "ctxlog-langgraph")
+
+    @property
+    def store(self) -> Store:
+        """The ctxlog store the threads are in."""
+        return self._store
+
+    def close(self) -> None:
+        """Stops the worker threads, and closes the store if this saver
+        opened it."""
+        self._workers.stop()
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> CtxlogSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> CtxlogSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # Threads in memory.
+
+    def _lock(self, thread_id: str) -> threading.RLock:
+        return self._stripes[hash(thread_id) % _STRIPES]
+
+    def _thread(self, thread_id: str) -> _Thread:
+        """The thread, read from the store on first use (the caller holds
+        its lock)."""
+        with self._cache_lock:
+            thread = self._threads.get(thread_id)
+            if thread is not None:
+                self._threads.move_to_end(thread_id)
+                return thread
+        thread = _Thread()
+        try:
+            # Only each record's start: its header, unless longer.
+            for seq, _, head in self._store.history(self._tenant, thread_id, head=_HEAD):
+                if b"\n" not in head:
+                    head = self._record(thread_id, seq)
+                thread.apply(seq, head, whole=False)
+        except ContextNotFound:
+            pass
+        with self._cache_lock:
+            self._threads[thread_id] = thread
+            while len(self._threads) > self._cache_size:
+                self._threads.popitem(last=False)
+        return thread
+
+    def _append(self, thread_id: str, thread: _Thread, records: list[_Record]) -> None:
+        """Stores `records` durably, then applies them as built (the caller
+        holds the thread's lock)."""
+        if not records:
+            return
+        appended = self._store.append_messages(self._tenant, thread_id, [_dump(r) for r in records])
+        for (seq, _), (head, body) in zip(appended, records):
+            thread.apply_record(seq, head, body)
+
+    def _record(self, thread_id: str, seq: int) -> bytes:
+        """The whole record of seq `seq` (the caller holds the thread's
+        lock, so it cannot be taken out meanwhile)."""
+        [(found, _, raw)] = self._store.history(self._tenant, thread_id, 1, before=seq + 1)
+        if found != seq:
+            raise RuntimeError(f"the record of seq {seq} of thread {thread_id!r} is gone")
+        return raw
+
+    def _entry(self, thread_id: str, thread: _Thread, ns: str, cid: str) -> tuple[Any, ...]:
+        """What a tuple of the checkpoint is made of (the caller holds the
+        thread's lock): its bytes kept, or read from its record, and its
+        writes, read first if they were not."""
+        c = thread.checkpoints[ns][cid]
+        data = c.data
+        if data is None:
+            data = self._record(thread_id, c.seq).partition(b"\n")[2]
+        for seq in thread.unread.pop((ns, cid), []):
+            head, _, body = self._record(thread_id, seq).partition(b"\n")
+            thread.apply_writes(json.loads(head), body)
+        writes = sorted(thread.writes.get((ns, cid), {}).items(),
+                        key=lambda kv: writes_sort_key(kv[1][4], kv[0][0], kv[0][1]))
+        return thread_id, ns, cid, c.parent, c.type, data, c.metadata, [w for _, w in writes]
+
+    # The sync interface.
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id = str(config["configurable"]["thread_id"])
+        ns = config["configurable"].get("checkpoint_ns", "")
+        with self._lock(thread_id):
+            thread = self._thread(thread_id)
+            cid = get_checkpoint_id(config)
+            if not cid:
+                ids = thread.order.get(ns)
+                if not ids:
+                    return None
+                cid = ids[-1]
+            if cid not in thread.checkpoints.get(ns, {}):
+                return None
+            entry = self._entry(thread_id, thread, ns, cid)
+        return self._tuple(*entry)
+
+    def _tuple(self, thread_id: str, ns: str, cid: str, parent_id: str | None, type_: str, data: bytes,
+               metadata: Any, writes: list[_Write]) -> CheckpointTuple:
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+        parent = ({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}}
+                  if parent_id else None)
+        return CheckpointTuple(
+            config,  # type: ignore[arg-type]
+            self.serde.loads_typed((type_, data)),
+            json.loads(json.dumps(metadata)),  # a copy the caller may change
+            parent,  # type: ignore[arg-type]
+            [(task, channel, self.serde.loads_typed((t, value))) for task, channel, t, value, _ in writes],
+        )
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by id), of one thread (and namespace,
+        if the config names one), or of every thread for ``None``."""
+        if config is not None:
+            thread_ids = [str(config["configurable"]["thread_id"])]
+            ns_wanted = config["configurable"].get("checkpoint_ns")
+            cid_wanted = get_checkpoint_id(config)
+        else:
+            thread_ids, ns_wanted, cid_wanted = self._all_threads(), None, None
+        if limit is not None and limit < 0:
+            limit = None  # as SqliteSaver (SQLite's LIMIT -1): no limit
+        before_id = get_checkpoint_id(before) if before else None
+        found: list[tuple[Any, ...]] = []
+        for thread_id in thread_ids:
+            with self._lock(thread_id):
+                thread = self._thread(thread_id)
+                # Newest first across the namespaces asked for: each list of
+                # ids is ascending, walked from its end.
+                walks = [(ns, ids) for ns, ids in thread.order.items() if ns_wanted in (None, ns)]
+                candidates = []
+                for ns, ids in walks:
+                    end = bisect.bisect_left(ids, before_id) if before_id else len(ids)
+                    taken = 0
+                    for i in range(end - 1, -1, -1):
+                        cid = ids[i]
+                        if limit is not None and taken >= limit:
+                            break
+                        if cid_wanted and cid != cid_wanted:
+                            continue
+                        c = thread.checkpoints[ns][cid]
+                        if filter and not all(c.metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                        candidates.append((cid, ns))
+                        taken += 1
+                candidates.sort(reverse=True)
+                if limit is not None:
+                    candidates = candidates[:limit]
+                found.extend(self._entry(thread_id, thread, ns, cid) for cid, ns in candidates)
+        if config is None:
+            found.sort(key=lambda f: f[2], reverse=True)
+        if limit is not None:
+            found = found[:limit]
+        for entry in found:
+            yield self._tuple(*entry)
+
+    def _all_threads(self) -> list[str]:
+        ids, token = [], None
+        while True:
+            page = self._store.list_contexts(self._tenant, 1000, token)
+            ids.extend(c["contextId"] for c in page["contexts"])
+            token = page["nextPageToken"]
+            if not token:
+                return ids
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = str(config["configurable"]["thread_id"])
+        ns = config["configurable"].get("checkpoint_ns", "")
+        type_, data = self.serde.dumps_typed(checkpoint)
+        meta = json.loads(json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False))
+        record = _put_record(ns, checkpoint["id"], config["configurable"].get("checkpoint_id"), type_, data, meta)
+        run_id = meta.get("run_id") if isinstance(meta, dict) else None
+        with self._lock(thread_id):
+            thread = self._thread(thread_id)
+            if isinstance(run_id, str) and run_id not in thread.runs:
+                # Before the checkpoint: a run listed with no checkpoint
+                # of it is harmless, the other way round is not.
+                self._store.append_message(self._runs_tenant, run_id, thread_id)
+            self._append(thread_id, thread, [record])
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        if not writes:
+            return
+        thread_id = str(config["configurable"]["thread_id"])
+        ns = config["configurable"].get("checkpoint_ns", "")
+        cid = config["configurable"]["checkpoint_id"]
+        # As SqliteSaver: writes to the special channels only replace what
+        # the task wrote before; any other batch keeps what is there.
+        replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        encoded = [(WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
+                   for idx, (channel, value) in enumerate(writes)]
+        record = _writes_record(ns, cid, task_id, task_path, replace, encoded)
+        with self._lock(thread_id):
+            self._append(thread_id, self._thread(thread_id), [record])
+
+    def delete_thread(self, thread_id: str) -> None:
+        thread_id = str(thread_id)
+        with self._lock(thread_id):
+            try:
+                self._store.empty_context(self._tenant, thread_id)
+            except ContextNotFound:
+                pass
+            with self._cache_lock:
+                self._threads[thread_id] = _Thread()
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = set(run_ids)
+        threads: set[str] = set()
+        for run_id in wanted:
+            try:
+                threads.update(raw.decode() for _, _, raw in self._store.history(self._runs_tenant, run_id))
+            except ContextNotFound:
+                pass
+        for thread_id in sorted(threads):
+            with self._lock(thread_id):
+                thread = self._thread(thread_id)
+                gone = [[ns, cid] for ns, by_id in thread.checkpoints.items() for cid, c in by_id.items()
+                        if c.metadata.get("run_id") in wanted]
+                if gone:
+                    self._append(thread_id, thread, [({"o": "drop", "checkpoints": gone}, b"")])
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """The target thread gets the source's records, as they are, in
+        order (one sync): replayed, they give it what the source holds."""
+        source, target = str(source_thread_id), str(target_thread_id)
+        if source == target:
+            return
+        with self._lock(source):
+            try:
+                raws = [raw.partition(b"\n") for _, _, raw in self._store.history(self._tenant, source)]
+                records = [(json.loads(head), body) for head, _, body in raws]
+            except ContextNotFound:
+                return
+            runs = self._thread(source).runs
+        with self._lock(target):
+            thread = self._thread(target)
+            for run_id in sorted(runs - thread.runs):
+                self._store.append_message(self._runs_tenant, run_id, target)
+            self._append(target, thread, records)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            thread_id = str(thread_id)
+            with self._lock(thread_id):
+                thread = self._thread(thread_id)
+                gone = [[ns, cid] for ns, ids in thread.order.items() for cid in ids[:-1]]
+                if gone:
+                    self._append(thread_id, thread, [({"o": "drop", "checkpoints": gone}, b"")])
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """As SqliteSaver: a zero-padded counter and a random tail."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # The async interface: the same calls on worker threads.
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._workers.run(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await self._workers.run(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._workers.run(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._workers.run(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._workers.run(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._workers.run(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._workers.run(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._workers.run(lambda: self.prune(thread_ids, strategy=strategy))
+
+
+class AsyncCtxlogSaver(CtxlogSaver):
+    """The checkpointer for async graphs (``ainvoke``, ``astream``): the
+    same as :class:`CtxlogSaver`, whose async methods already run the
+    store's calls on worker threads. Named as LangGraph names its savers
+    (``SqliteSaver``, ``AsyncSqliteSaver``), so either import works."""

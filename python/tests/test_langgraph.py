@@ -1,0 +1,262 @@
+"""ctxlog.langgraph: LangGraph's own conformance suite for checkpointers
+(every base and extended capability), a differential test against
+SqliteSaver, and a graph interrupted for a human, SIGKILLed while it
+waits, and resumed."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import sqlite3
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from ctxlog.langgraph import AsyncCtxlogSaver, CtxlogSaver
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python")
+
+
+@pytest.mark.parametrize("saver_class", [CtxlogSaver, AsyncCtxlogSaver])
+def test_the_conformance_suite_passes_every_capability(saver_class):
+    @checkpointer_test(name=saver_class.__name__)
+    async def ctxlog_saver():
+        with tempfile.TemporaryDirectory() as where:
+            saver = saver_class(where)
+            yield saver
+            saver.close()
+
+    report = asyncio.run(validate(ctxlog_saver))
+    failures = {cap: r.failures for cap, r in report.results.items() if not r.passed}
+    assert report.passed_all_base(), failures
+    assert report.passed_all(), failures
+    assert report.conformance_level() == "FULL", report.conformance_level()
+    assert all(r.tests_passed > 0 and r.tests_failed == 0 for r in report.results.values())
+
+
+THREADS = ["t1", "t2"]
+NAMESPACES = ["", "child:1"]
+put = st.tuples(st.just("put"), st.sampled_from(THREADS), st.sampled_from(NAMESPACES),
+              st.fixed_dictionaries({"source": st.sampled_from(["input", "loop", "update"]),
+                                     "step": st.integers(-1, 3),
+                                     "run_id": st.sampled_from(["r1", "r2"])}),
+              st.dictionaries(st.sampled_from(["messages", "count"]), st.integers(-2**63, 2**63 - 1) | st.text(max_size=5),
+                              max_size=2))
+writes = st.tuples(st.just("writes"), st.sampled_from(THREADS), st.sampled_from(NAMESPACES), st.integers(0, 5),
+              st.lists(st.tuples(st.sampled_from(["a", "b", "__error__", "__interrupt__"]),
+                                 st.integers(-2**63, 2**63 - 1) | st.text(max_size=5)), max_size=3),
+              st.sampled_from(["task-1", "task-2"]), st.sampled_from(["", "~__pregel_pull, node"]))
+op = st.one_of(
+    put, put, put, writes, writes,
+    st.tuples(st.just("get"), st.sampled_from(THREADS), st.sampled_from(NAMESPACES), st.integers(-1, 5)),
+    st.tuples(st.just("list"), st.sampled_from(THREADS), st.sampled_from(NAMESPACES + [None]),
+              st.one_of(st.none(), st.none(), st.just({"source": "loop"}), st.just({"step": 1}),
+                        st.just({"run_id": "r2"})),
+              st.one_of(st.none(), st.integers(-1, 4)), st.one_of(st.none(), st.integers(-2, 3))),
+    st.tuples(st.just("delete"), st.sampled_from(THREADS)),
+    st.tuples(st.just("reopen"),),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(op, min_size=5, max_size=60))
+def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
+    where = tmp_path_factory.mktemp("savers")
+    made: dict[tuple[str, str], list[str]] = {}
+
+    def open_both():
+        conn = sqlite3.connect(str(where / "sqlite.db"), check_same_thread=False)
+        # One thread in memory at a time: every switch reads a thread back.
+        return CtxlogSaver(where / "ctxlog", cache_size=1), SqliteSaver(conn), conn
+
+    def config(thread, ns, cid=None):
+        c = {"configurable": {"thread_id": thread}}
+        if ns is not None:
+            c["configurable"]["checkpoint_ns"] = ns
+        if cid is not None:
+            c["configurable"]["checkpoint_id"] = cid
+        return c
+
+    def pick(thread, ns, i):
+        ids = made.get((thread, ns), [])
+        if i < 0 or not ids:
+            return str(uuid6(clock_seq=-1))  # no such checkpoint
+        return ids[i % len(ids)]
+
+    mine, theirs, conn = open_both()
+    try:
+        for step in ops:
+            name = step[0]
+            if name == "put":
+                _, thread, ns, metadata, values = step
+                ids = made.setdefault((thread, ns), [])
+                checkpoint = empty_checkpoint()
+                checkpoint["channel_values"] = values
+                checkpoint["id"] = str(uuid6(clock_seq=-1))
+                parent = config(thread, ns, ids[-1] if ids else None)
+                assert mine.put(parent, checkpoint, metadata, {}) == theirs.put(parent, checkpoint, metadata, {})
+                ids.append(checkpoint["id"])
+            elif name == "writes":
+                _, thread, ns, i, writes, task, path = step
+                if not made.get((thread, ns)):
+                    continue
+                target = config(thread, ns, pick(thread, ns, i))
+                mine.put_writes(target, writes, task, path)
+                theirs.put_writes(target, writes, task, path)
+            elif name == "get":
+                _, thread, ns, i = step
+                target = config(thread, ns, None if i == 5 else pick(thread, ns, i))
+                assert mine.get_tuple(target) == theirs.get_tuple(target)
+            elif name == "list":
+                _, thread, ns, where_, before, limit = step
+                before_cfg = None if before is None else config(thread, ns, pick(thread, ns or "", before))
+                args = dict(filter=where_, before=before_cfg, limit=limit)
+                assert list(mine.list(config(thread, ns), **args)) == list(theirs.list(config(thread, ns), **args))
+            elif name == "delete":
+                mine.delete_thread(step[1])
+                theirs.delete_thread(step[1])
+                for key in [k for k in made if k[0] == step[1]]:
+                    del made[key]
+            else:
+                mine.close()
+                conn.close()
+                mine, theirs, conn = open_both()
+        for thread in THREADS:
+            assert list(mine.list(config(thread, None))) == list(theirs.list(config(thread, None)))
+    finally:
+        mine.close()
+        conn.close()
+
+
+def test_rewritten_writes_keep_or_replace_as_sqlite_does(tmp_path):
+    """A task's second write at the same place is ignored, unless the
+    batch holds only the special channels (errors, interrupts), which
+    replace: SqliteSaver's rule, kept across a reopen."""
+    conn = sqlite3.connect(str(tmp_path / "sqlite.db"), check_same_thread=False)
+    theirs = SqliteSaver(conn)
+    mine = CtxlogSaver(tmp_path / "ctxlog")
+    cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for saver in (mine, theirs):
+        at = saver.put(cfg, empty_checkpoint(), {"source": "loop"}, {})
+        saver.put_writes(at, [("a", 1), ("__error__", "first")], "task", "")
+        saver.put_writes(at, [("a", 2), ("__error__", "ignored")], "task", "")
+        saver.put_writes(at, [("__interrupt__", "x"), ("__error__", "replaced")], "task", "")
+    mine.close()
+    mine = CtxlogSaver(tmp_path / "ctxlog")
+    got = mine.get_tuple(cfg).pending_writes
+    assert got == theirs.get_tuple(cfg).pending_writes
+    assert ("task", "a", 1) in got and ("task", "__error__", "replaced") in got
+    mine.close()
+    conn.close()
+
+
+def test_a_graph_waiting_for_a_human_outlives_a_kill(tmp_path):
+    """The example graph stops at its approval and waits; the process is
+    SIGKILLed there. A new process resumes it from the checkpoint with the
+    state it had, and time travel back to the approval takes another
+    answer."""
+    script = os.path.join(EXAMPLES, "langgraph_graph.py")
+
+    def run(*args):
+        done = subprocess.run([sys.executable, script, *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    waiting = subprocess.Popen([sys.executable, script, "start", "refund order 42"], cwd=tmp_path,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert waiting.stdout.readline() == "waiting for a human: approve refund order 42?\n"
+    finally:
+        waiting.send_signal(signal.SIGKILL)
+        waiting.wait(timeout=30)
+    assert waiting.returncode == -signal.SIGKILL
+    assert run("resume", "yes") == (
+        "done: approved; drafted: refund order 42 | reviewed: yes | carried out: refund order 42\n")
+    assert run("travel", "no") == (
+        "done: declined; drafted: refund order 42 | reviewed: no | not carried out: refund order 42\n")
+    steps = run("history").splitlines()
+    # Both branches are kept: start, draft, the wait, the yes and its end,
+    # the fork, the no and its end.
+    assert len(steps) == 8, steps
+    assert steps[0].startswith("step 4: next []") and "'reviewed: no'" in steps[0]
+
+
+def test_a_thread_read_back_answers_as_before(tmp_path):
+    """Read back in a new saver (headers first, checkpoints' bytes and
+    writes when asked for), a thread answers exactly as it did: a header
+    longer than what is read first, writes added after the read back and
+    drops included."""
+    saver = CtxlogSaver(tmp_path)
+    cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    at = cfg
+    for step in range(12):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": [f"message {i}" for i in range(step)]}
+        metadata = {"source": "loop", "step": step, "note": "x" * (3000 if step == 5 else 10)}
+        at = saver.put(at, checkpoint, metadata, {})
+        saver.put_writes(at, [("a", step), ("b", f"value {step}")], f"task-{step % 3}", "")
+    before = list(saver.list(cfg))
+    saver.close()
+
+    saver = CtxlogSaver(tmp_path)
+    assert list(saver.list(cfg)) == before
+    # Writes added to a checkpoint whose writes were not read yet keep
+    # their order after the earlier ones.
+    oldest = before[-1].config
+    saver.put_writes(oldest, [("a", "late")], "task-0", "")
+    got = saver.get_tuple(oldest).pending_writes
+    assert got == [("task-0", "a", 0), ("task-0", "b", "value 0")]  # ("a", idx 0) kept, as SQLite keeps it
+    saver.put_writes(oldest, [("c", "new")], "task-9", "")
+    assert saver.get_tuple(oldest).pending_writes[-1] == ("task-9", "c", "new")
+    saver.close()
+
+    saver = CtxlogSaver(tmp_path)
+    saver.prune(["t"])
+    [latest] = list(saver.list(cfg))
+    assert latest == before[0]
+    saver.close()
+    saver = CtxlogSaver(tmp_path)
+    assert list(saver.list(cfg)) == [before[0]]
+    assert saver.get_tuple(oldest) is None
+    saver.close()
+
+
+def test_one_store_serves_tasks_sessions_and_graphs(tmp_path):
+    """One open store shared by an a2a-sdk TaskStore, an Agents SDK session
+    and a LangGraph checkpointer: each under its own tenant, none sees the
+    others' data, and closing them leaves the store open."""
+    import ctxlog
+    from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
+    from ctxlog.a2a import CtxlogTaskStore
+    from ctxlog.agents import CtxlogSession
+
+    from conftest import as_owner
+
+    async def run():
+        with ctxlog.Store(tmp_path) as store:
+            tasks = CtxlogTaskStore(store)
+            session = CtxlogSession("same-id", store)
+            saver = CtxlogSaver(store)
+            await tasks.save(Task(id="same-id", context_id="c",
+                                  status=TaskStatus(state=TaskState.TASK_STATE_WORKING)), as_owner("alice"))
+            await session.add_items([{"role": "user", "content": "hello"}])
+            cfg = {"configurable": {"thread_id": "same-id", "checkpoint_ns": ""}}
+            await saver.aput(cfg, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            assert (await tasks.get("same-id", as_owner("alice"))).status.state == TaskState.TASK_STATE_WORKING
+            assert await session.get_items() == [{"role": "user", "content": "hello"}]
+            assert len([t async for t in saver.alist(cfg)]) == 1
+            for user in (tasks, session, saver):
+                user.close()
+            assert not store.closed
+            tenants = {c for c in ("agents", "langgraph") if store.list_contexts(c)["contexts"]}
+            assert tenants == {"agents", "langgraph"}
+
+    asyncio.run(run())

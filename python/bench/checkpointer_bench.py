@@ -1,0 +1,175 @@
+"""CtxlogSaver against LangGraph's SqliteSaver, in one run, file-backed,
+each with its durable default.
+
+1. A 3-node StateGraph (a conversation state that grows by a message per
+   node) invoked ``--steps`` times on one thread: p50/p99 of each ``put``
+   and ``put_writes`` the graph makes and of each whole invoke, and the
+   bytes on disk at the end.
+2. ``get_tuple`` of the latest checkpoint of that thread (1,000 calls),
+   warm, and its first call after a reopen (ctxlog then reads the thread).
+3. ``list(limit=10)`` on threads of 10 and of ``--checkpoints``
+   checkpoints (500 calls each).
+
+    python checkpointer_bench.py [--steps 200] [--checkpoints 10000]
+
+Durability: CtxlogSaver's default ("sync") makes each put and put_writes
+durable with one fdatasync before it returns; SqliteSaver commits in WAL
+mode with Python's default synchronous=FULL, one fsync of the WAL per
+commit. Ratios are SQLite's time over ctxlog's.
+"""
+
+import argparse
+import operator
+import os
+import sqlite3
+import tempfile
+import time
+from typing import Annotated, TypedDict
+
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from ctxlog.langgraph import CtxlogSaver
+
+
+class State(TypedDict):
+    messages: Annotated[list[str], operator.add]
+
+
+def node(name: str):
+    def run(state: State) -> dict:
+        return {"messages": [f"{name}: step {len(state['messages'])}, the order left the warehouse today"]}
+    return run
+
+
+def build(saver):
+    g = StateGraph(State)
+    for name in "abc":
+        g.add_node(name, node(name))
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    return g.compile(checkpointer=saver)
+
+
+def pct(samples: list[float], p: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(p * len(s)))] * 1e3
+
+
+def timing(obj, name: str, into: list[float]) -> None:
+    """Times every call of obj.name into `into`."""
+    inner = getattr(obj, name)
+
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            into.append(time.perf_counter() - t)
+    setattr(obj, name, timed)
+
+
+def disk_bytes(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    return sum(os.path.getsize(p) for p in (path, path + "-wal", path + "-shm") if os.path.exists(p))
+
+
+def open_saver(kind: str, where: str):
+    if kind == "ctxlog":
+        return CtxlogSaver(where)
+    saver = SqliteSaver(sqlite3.connect(where, check_same_thread=False))
+    saver.setup()
+    return saver
+
+
+def close(saver) -> None:
+    if isinstance(saver, CtxlogSaver):
+        saver.close()
+    else:
+        saver.conn.close()
+
+
+def graph_run(kind: str, where: str, steps: int) -> dict:
+    saver = open_saver(kind, where)
+    puts: list[float] = []
+    writes: list[float] = []
+    timing(saver, "put", puts)
+    timing(saver, "put_writes", writes)
+    app = build(saver)
+    config = {"configurable": {"thread_id": "conversation"}}
+    invokes = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        app.invoke({"messages": ["user: where is my order?"]}, config)
+        invokes.append(time.perf_counter() - t)
+    gets = []
+    for _ in range(1000):
+        t = time.perf_counter()
+        saver.get_tuple(config)
+        gets.append(time.perf_counter() - t)
+    close(saver)
+    saver = open_saver(kind, where)
+    t = time.perf_counter()
+    saver.get_tuple(config)
+    first = time.perf_counter() - t
+    close(saver)
+    return {"put": puts, "put_writes": writes, "invoke": invokes, "get": gets, "first": first,
+            "bytes": disk_bytes(where), "checkpoints": len(puts)}
+
+
+def lists(kind: str, where: str, sizes: list[int]) -> dict[int, list[float]]:
+    saver = open_saver(kind, where)
+    out = {}
+    for size in sizes:
+        config = {"configurable": {"thread_id": f"thread-{size}", "checkpoint_ns": ""}}
+        parent = dict(config)
+        for step in range(size):
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = str(uuid6(clock_seq=-1))
+            checkpoint["channel_values"] = {"messages": [f"message {step}"]}
+            parent = saver.put(parent, checkpoint, {"source": "loop", "step": step}, {})
+        samples = []
+        for _ in range(500):
+            t = time.perf_counter()
+            list(saver.list(config, limit=10))
+            samples.append(time.perf_counter() - t)
+        out[size] = samples
+    close(saver)
+    return out
+
+
+def row(label: str, mine: list[float], theirs: list[float]) -> None:
+    m50, m99, t50, t99 = pct(mine, .5), pct(mine, .99), pct(theirs, .5), pct(theirs, .99)
+    print(f"{label:>24} {m50:>10.3f} {m99:>7.3f} {t50:>10.3f} {t99:>7.3f} {t50 / m50:>6.1f} {t99 / m99:>6.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--checkpoints", type=int, default=10_000)
+    args = parser.parse_args()
+    header = f"{'':>24} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
+    with tempfile.TemporaryDirectory() as tmp:
+        mine = graph_run("ctxlog", os.path.join(tmp, "ctxlog"), args.steps)
+        theirs = graph_run("sqlite", os.path.join(tmp, "graph.db"), args.steps)
+        print(f"a 3-node graph, {args.steps} invokes on one thread ({mine['checkpoints']} checkpoints); ms")
+        print(header)
+        for key in ("put", "put_writes", "invoke", "get"):
+            row({"get": "get_tuple (latest)", "invoke": "whole invoke"}.get(key, key), mine[key], theirs[key])
+        print(f"{'get_tuple after reopen':>24} {mine['first'] * 1e3:>10.3f} {'':>7} {theirs['first'] * 1e3:>10.3f}")
+        print(f"{'bytes on disk':>24} {mine['bytes']:>10,} {'':>7} {theirs['bytes']:>10,}")
+        mine_l = lists("ctxlog", os.path.join(tmp, "ctxlog-lists"), [10, args.checkpoints])
+        theirs_l = lists("sqlite", os.path.join(tmp, "lists.db"), [10, args.checkpoints])
+        print(f"\nlist(limit=10), 500 calls; ms")
+        print(header)
+        for size in mine_l:
+            row(f"thread of {size:,}", mine_l[size], theirs_l[size])
+
+
+if __name__ == "__main__":
+    main()

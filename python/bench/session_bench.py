@@ -1,0 +1,129 @@
+"""CtxlogSession against the OpenAI Agents SDK's SQLiteSession, in one run,
+file-backed, each with its durable default.
+
+1. ``add_items`` of one turn (3 items: the user's input, a tool call's
+   output, the reply) on a session already holding 10, 1,000 and 10,000
+   items: p50 and p99 of ``--turns`` turns each.
+2. ``get_items(limit=20)`` on ``--sessions`` sessions of 100 items, each
+   session read once in a random order: p50 and p99, warm and after a
+   reopen.
+
+    python session_bench.py [--turns 300] [--sessions 2000]
+
+Durability: CtxlogSession's default ("sync") makes a turn durable with one
+fdatasync before ``add_items`` returns; SQLiteSession commits in WAL mode
+with Python's default synchronous=FULL, one fsync of the WAL per commit.
+The sessions of part 2 are filled through each store's own API (ctxlog's
+with durability "buffered" and a sync at the end; SQLite's in one
+transaction per session), then read with the defaults.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+
+from agents.memory import SQLiteSession
+
+import ctxlog
+from ctxlog.agents import CtxlogSession
+
+
+def turn(n: int) -> list[dict]:
+    return [
+        {"role": "user", "content": f"Question {n}: where is my order? It was due on Monday."},
+        {"type": "function_call_output", "call_id": f"call_{n}", "output": '{"status": "shipped"}'},
+        {"role": "assistant", "content": f"Answer {n}: it left the warehouse today; tracking ZX{n:06}."},
+    ]
+
+
+def pct(samples: list[float], p: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(p * len(s)))] * 1e3
+
+
+async def timed(fn, *args) -> float:
+    t = time.perf_counter()
+    await fn(*args)
+    return time.perf_counter() - t
+
+
+async def fill(session, items: int) -> None:
+    for start in range(0, items, 300):
+        await session.add_items([turn(n)[n % 3] for n in range(start, min(items, start + 300))])
+
+
+async def adds(kind: str, where: str, size: int, turns: int) -> list[float]:
+    session = CtxlogSession("s", where) if kind == "ctxlog" else SQLiteSession("s", where)
+    await fill(session, size)
+    samples = [await timed(session.add_items, turn(n)) for n in range(turns)]
+    session.close()
+    return samples
+
+
+def fill_ctxlog(where: str, sessions: int) -> None:
+    with ctxlog.Store(where, durability="buffered") as store:
+        for i in range(sessions):
+            store.append_messages("agents", f"s{i}", [json.dumps(turn(n)[n % 3]) for n in range(100)])
+        store.sync()
+
+
+async def fill_sqlite(where: str, sessions: int) -> None:
+    for i in range(sessions):
+        session = SQLiteSession(f"s{i}", where)
+        await session.add_items([turn(n)[n % 3] for n in range(100)])
+        session.close()
+
+
+async def reads(kind: str, where: str, order: list[int]) -> list[float]:
+    """Each session object is made first (SQLite's opens its connection
+    then), so that only ``get_items`` is timed."""
+    store = ctxlog.Store(where) if kind == "ctxlog" else None
+    if store is not None:
+        sessions = {i: CtxlogSession(f"s{i}", store) for i in order}
+    else:
+        sessions = {i: SQLiteSession(f"s{i}", where) for i in order}
+    for session in sessions.values():
+        if store is None:
+            await session.get_items(0)  # opens the connection, reads nothing
+    samples = [await timed(sessions[i].get_items, 20) for i in order]
+    for session in sessions.values():
+        session.close()
+    if store is not None:
+        store.close()
+    return samples
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--sessions", type=int, default=2000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"add_items of one turn (3 items), {args.turns} turns; ms")
+        print(f"{'session size':>12} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}")
+        for size in (10, 1_000, 10_000):
+            mine = await adds("ctxlog", os.path.join(tmp, f"c{size}"), size, args.turns)
+            theirs = await adds("sqlite", os.path.join(tmp, f"s{size}.db"), size, args.turns)
+            m50, m99, t50, t99 = pct(mine, .5), pct(mine, .99), pct(theirs, .5), pct(theirs, .99)
+            print(f"{size:>12,} {m50:>10.3f} {m99:>7.3f} {t50:>10.3f} {t99:>7.3f} {t50 / m50:>6.1f} {t99 / m99:>6.1f}")
+        mine_dir, theirs_db = os.path.join(tmp, "reads"), os.path.join(tmp, "reads.db")
+        fill_ctxlog(mine_dir, args.sessions)
+        await fill_sqlite(theirs_db, args.sessions)
+        order = list(range(args.sessions))
+        random.Random(7).shuffle(order)
+        print(f"\nget_items(limit=20) on {args.sessions:,} sessions of 100 items; ms")
+        print(f"{'pass':>12} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}")
+        for label in ("first open", "reopened"):
+            mine = await reads("ctxlog", mine_dir, order)
+            theirs = await reads("sqlite", theirs_db, order)
+            m50, m99, t50, t99 = pct(mine, .5), pct(mine, .99), pct(theirs, .5), pct(theirs, .99)
+            print(f"{label:>12} {m50:>10.3f} {m99:>7.3f} {t50:>10.3f} {t99:>7.3f} {t50 / m50:>6.1f} {t99 / m99:>6.1f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

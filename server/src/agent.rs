@@ -170,20 +170,39 @@ impl std::fmt::Display for SinkError {
 
 impl std::error::Error for SinkError {}
 
+/// A future a sink's write returns.
+pub(crate) type SinkFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'a>>;
+
+/// What an [`EventSink`] writes through: the server's running turn. A
+/// trait, so that this module (the agent's view of the server) depends on
+/// nothing else of the server; `turn.rs` implements it.
+pub(crate) trait TurnEvents: Send + Sync {
+    /// The task the turn works on.
+    fn task_id(&self) -> &str;
+    /// Its context.
+    fn context_id(&self) -> &str;
+    /// See [`EventSink::status`].
+    fn status(&self, state: TaskState, message: Option<Message>) -> SinkFuture<'_>;
+    /// See [`EventSink::artifact`].
+    fn artifact(&self, artifact: Artifact, append: bool, last_chunk: bool) -> SinkFuture<'_>;
+    /// See [`EventSink::reply`].
+    fn reply(&self, message: Message) -> SinkFuture<'_>;
+}
+
 /// Where an agent sends its answer. Each call returns once the event is
 /// durable (and then visible to every stream of the task).
 #[derive(Clone)]
-pub struct EventSink(pub(crate) Arc<crate::turns::Turn>);
+pub struct EventSink(pub(crate) Arc<dyn TurnEvents>);
 
 impl EventSink {
     /// The task this turn works on.
     pub fn task_id(&self) -> &str {
-        &self.0.task_id
+        self.0.task_id()
     }
 
     /// Its context.
     pub fn context_id(&self) -> &str {
-        &self.0.context_id
+        self.0.context_id()
     }
 
     /// A new status, with an optional agent message (which joins the

@@ -116,6 +116,15 @@ pub fn check_version(headers: &HeaderMap, query: Option<&str>) -> Result<(), A2a
     }
 }
 
+/// The caller's tenant: the token's, or the local tenant when no tokens are
+/// configured (`tokens`: the server's).
+pub(crate) fn caller(tokens: Option<&Tokens>, headers: &HeaderMap) -> Result<String, A2aError> {
+    match tokens {
+        None => Ok(LOCAL_TENANT.to_string()),
+        Some(tokens) => tokens.tenant_of(headers).ok_or(A2aError::Unauthenticated),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

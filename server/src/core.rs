@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxlog::a2a::{ListTasksResponse, Message, SpecForm, Task, TaskState, DIRECT_REPLY};
+use ctxlog::a2a::{ListTasksResponse, Message, Task, TaskState};
 use ctxlog::{ListTasksQuery, MessageIds, Receipt, TurnGuard};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -14,10 +14,12 @@ use tracing::instrument;
 
 use crate::config::Idempotency;
 use crate::error::{busy, from_store, A2aError};
+use crate::hub::Follower;
 use crate::keys::Key;
+use crate::reply::{direct_reply, is_direct_reply, settled};
 use crate::sse::{Follow, Start};
-use crate::state::{Follower, Shared};
-use crate::turns;
+use crate::state::Shared;
+use crate::turn;
 
 /// `SendMessageRequest` (the message kept as the text the client sent).
 #[derive(Debug, Deserialize)]
@@ -192,7 +194,17 @@ async fn begin_keyed(
     key: Option<Key>,
 ) -> Result<Begun, A2aError> {
     let claim = match &key {
-        Some(key) => Some(shared.keys.claim(shared, tenant, key).await?),
+        Some(key) => Some(
+            shared
+                .keys
+                .claim(
+                    &shared.store,
+                    shared.config.idempotency_key_window,
+                    tenant,
+                    key,
+                )
+                .await?,
+        ),
         None => None,
     };
     let replay = claim.as_ref().is_some_and(|c| c.replay);
@@ -254,7 +266,7 @@ async fn begin(
             let prepared = match receipt.duplicate {
                 true => None,
                 false => {
-                    turns::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
+                    turn::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
                 }
             };
             Ok(Some((receipt, lease, prepared)))
@@ -295,10 +307,10 @@ fn start_turn(
     receipt: &Receipt,
     lease: Option<TurnGuard>,
     permit: OwnedSemaphorePermit,
-    prepared: Option<turns::Prepared>,
+    prepared: Option<turn::Prepared>,
 ) {
     shared.hub.notify(tenant, &receipt.task_id, None);
-    turns::start(shared, tenant, receipt, lease, permit, prepared);
+    turn::start(shared, tenant, receipt, lease, permit, prepared);
 }
 
 /// Under the single-active-turn policy: a resend is answered as one; a
@@ -436,11 +448,6 @@ async fn settle(
     }
 }
 
-/// Terminal or interrupted: where a turn ends.
-pub(crate) fn settled(state: TaskState) -> bool {
-    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
-}
-
 /// The answer to a send: the agent's direct reply, or the task (as
 /// `settled` read it, or read now).
 async fn answer(
@@ -459,25 +466,6 @@ async fn answer(
         Some(message) => SendOutcome::Message(Box::new(message)),
         None => SendOutcome::Task(Box::new(task.into_wire())),
     })
-}
-
-/// Whether the task's turn ended in a direct reply: the client got a
-/// message, and no A2A view shows the task.
-pub(crate) fn is_direct_reply(task: &Task) -> bool {
-    task.status.extra.get(DIRECT_REPLY) == Some(&Value::Bool(true))
-}
-
-/// The agent's direct reply, if the task's turn ended in one: its status's
-/// message in the spec's form, without the task it was stored in (the
-/// client got no task).
-pub(crate) fn direct_reply(task: &Task) -> Option<Message> {
-    if !is_direct_reply(task) {
-        return None;
-    }
-    let mut message = task.status.message.clone()?;
-    message.drop_unknown();
-    message.task_id = None;
-    Some(message)
 }
 
 /// `GetTask`.

@@ -2,6 +2,7 @@
 //! (A2A v1.0.1 §5.4, §9.5, §11.6): a JSON-RPC code, an HTTP status, a
 //! `google.rpc` status name and an `ErrorInfo` reason.
 
+use axum::http::{header, HeaderMap, HeaderValue};
 use serde_json::{json, Map, Value};
 
 /// `ErrorInfo.domain` of every A2A error.
@@ -363,6 +364,24 @@ pub fn busy(task_id: &str, since_ms: u64) -> A2aError {
         ),
         reason: "CONTEXT_BUSY",
         metadata,
+    }
+}
+
+/// The headers an error's response carries besides its body: the
+/// challenge of a 401; `Connection: close` after a body cut short (the
+/// rest of it is never read).
+pub(crate) fn http_headers(e: &A2aError, headers: &mut HeaderMap) {
+    match e {
+        A2aError::Unauthenticated => {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"a2a\""),
+            );
+        }
+        A2aError::BodyTimeout | A2aError::PayloadTooLarge(_) => {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        _ => {}
     }
 }
 

@@ -1,5 +1,6 @@
-//! The store's health: the store every call uses, taken out and opened
-//! again when a failed write or sync has poisoned it, and `/healthz`.
+//! The store's health: the store (in its cell, `storecell.rs`) taken out
+//! and opened again when a failed write or sync has poisoned it, and
+//! `/healthz`.
 //!
 //! A poisoned store refuses every write until it is reopened (its page
 //! cache can no longer be trusted). The server does the reopen itself, as a
@@ -12,8 +13,7 @@
 //! a growing delay too. Once open, the turns the failure interrupted are
 //! resolved by the restart policy.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -22,107 +22,30 @@ use axum::response::{IntoResponse, Response};
 use ctxlog::Store;
 use tracing::{info, warn};
 
-use crate::state::{lock, Shared};
+use crate::state::Shared;
+use crate::storecell::backoff;
 
-/// The longest delay between two reopens.
-const MAX_DELAY: Duration = Duration::from_secs(30);
 /// How long a reopen waits for the calls under way to let go of the store.
 const LET_GO: Duration = Duration::from_secs(30);
 
-/// The store, while it is in; why not, while it is out.
-pub(crate) struct StoreCell {
-    store: RwLock<Option<Arc<Store>>>,
-    /// Why the store is out (or was last reopened).
-    why: Mutex<String>,
-    /// A reopen is under way.
-    reopening: AtomicBool,
-    /// The last reopen, and how many came each soon after the one before.
-    last: Mutex<Option<(Instant, u32)>>,
-    /// Bumped after each reopen (for a write that waits to try again).
-    reopened: tokio::sync::watch::Sender<u64>,
-}
-
-impl StoreCell {
-    pub(crate) fn new(store: Store) -> Self {
-        StoreCell {
-            store: RwLock::new(Some(Arc::new(store))),
-            why: Mutex::new(String::new()),
-            reopening: AtomicBool::new(false),
-            last: Mutex::new(None),
-            reopened: tokio::sync::watch::channel(0).0,
+/// What a store cell calls when it finds its store poisoned: the reopen,
+/// in the background, of the server `shared` names (while it lives).
+pub(crate) fn reopener(shared: Weak<Shared>) -> Box<dyn Fn() + Send + Sync> {
+    Box::new(move || {
+        if let Some(shared) = shared.upgrade() {
+            tokio::spawn(async move {
+                reopen(&shared).await;
+                shared.store.reopen_ended();
+            });
         }
-    }
-
-    /// Follows the reopens: the receiver changes after each.
-    pub(crate) fn reopens(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.reopened.subscribe()
-    }
-
-    /// The store, unless it is being reopened.
-    pub(crate) fn get(&self) -> Option<Arc<Store>> {
-        self.store
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn set(&self, store: Option<Arc<Store>>) -> Option<Arc<Store>> {
-        let mut cell = self
-            .store
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        std::mem::replace(&mut *cell, store)
-    }
-
-    /// Takes the store for good (at shutdown).
-    pub(crate) fn take(&self) -> Option<Arc<Store>> {
-        self.set(None)
-    }
-
-    /// What the store's state is, for `/healthz` and the errors calls get:
-    /// `None` while it takes writes.
-    pub(crate) fn trouble(&self) -> Option<String> {
-        match self.get() {
-            Some(store) if !store.is_poisoned() => None,
-            Some(_) => Some("the store refuses writes after a failed write or sync".into()),
-            None => Some(format!(
-                "the store is being reopened after a failed write or sync ({})",
-                lock(&self.why)
-            )),
-        }
-    }
-}
-
-/// After a store call failed: if the store is now poisoned, reopens it in
-/// the background (once; a reopen under way is not started again).
-pub(crate) fn check(shared: &Shared, store: &Store, error: &ctxlog::Error) {
-    if !store.is_poisoned() || shared.store.reopening.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    *lock(&shared.store.why) = error.to_string();
-    warn!(error = %error, "the store refuses writes; reopening it");
-    let Some(shared) = shared.me.upgrade() else {
-        return;
-    };
-    tokio::spawn(async move {
-        reopen(&shared).await;
-        shared.store.reopening.store(false, Ordering::Release);
-    });
+    })
 }
 
 /// Takes the store out, waits for it to be let go, and opens it again
 /// (retrying with a growing delay), then resolves the interrupted turns.
 async fn reopen(shared: &Arc<Shared>) {
     let cell = &shared.store;
-    let delay = {
-        let mut last = lock(&cell.last);
-        let streak = match *last {
-            Some((at, streak)) if at.elapsed() < Duration::from_secs(60) => streak + 1,
-            _ => 0,
-        };
-        *last = Some((Instant::now(), streak));
-        backoff(streak)
-    };
+    let delay = cell.reopen_delay();
     let Some(old) = cell.take() else { return };
     let (dir, options) = (old.dir().to_path_buf(), old.options().clone());
     // A store poisoned again soon after a reopen (a disk still full) waits
@@ -148,7 +71,7 @@ async fn reopen(shared: &Arc<Shared>) {
             Ok(Ok(store)) => break store,
             Ok(Err(e)) => {
                 warn!(error = %e, "reopening the store failed; trying again");
-                *lock(&cell.why) = e.to_string();
+                cell.set_why(e.to_string());
             }
             Err(e) => warn!(error = %e, "reopening the store failed; trying again"),
         }
@@ -163,7 +86,7 @@ async fn reopen(shared: &Arc<Shared>) {
         );
     }
     cell.set(Some(Arc::new(store)));
-    cell.reopened.send_modify(|n| *n += 1);
+    cell.reopened();
     info!("the store is open again and takes writes");
     let resolved = crate::restart::recover(shared).await;
     if resolved > 0 {
@@ -171,15 +94,6 @@ async fn reopen(shared: &Arc<Shared>) {
             tasks = resolved,
             "resolved turns interrupted by the failed write"
         );
-    }
-}
-
-/// 250 ms, doubled for each attempt, at most [`MAX_DELAY`] (none for the
-/// first).
-fn backoff(attempt: u32) -> Duration {
-    match attempt {
-        0 => Duration::ZERO,
-        n => Duration::from_millis(250u64 << n.min(10)).min(MAX_DELAY),
     }
 }
 
@@ -231,18 +145,4 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         body.to_string(),
     )
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_delay_grows_from_nothing_to_its_bound() {
-        let delays: Vec<Duration> = (0..14).map(backoff).collect();
-        assert_eq!(delays[0], Duration::ZERO);
-        assert_eq!(delays[1], Duration::from_millis(500));
-        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(delays[13], MAX_DELAY);
-    }
 }

@@ -29,7 +29,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::{now_ms, A2aError};
-use crate::state::{lock, Shared};
+use crate::storecell::StoreCell;
+use crate::util::lock;
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -162,7 +163,8 @@ impl Keys {
     /// replay, or a conflict.
     pub(crate) async fn claim(
         &self,
-        shared: &Arc<Shared>,
+        store: &StoreCell,
+        window: Duration,
         tenant: &str,
         key: &Key,
     ) -> Result<Claim, A2aError> {
@@ -170,9 +172,8 @@ impl Keys {
             .entry(tenant.to_string())
             .or_default()
             .clone();
-        let window = shared.config.idempotency_key_window;
         keys.loaded
-            .get_or_try_init(|| keys.load(shared, tenant, window))
+            .get_or_try_init(|| keys.load(store, tenant, window))
             .await?;
         let busy = lock(&keys.busy).entry(key.key.clone()).or_default().clone();
         let held = busy.lock_owned().await;
@@ -190,7 +191,7 @@ impl Keys {
                 }
             }
             _ => {
-                keys.record(shared, tenant, key, now, window).await?;
+                keys.record(store, tenant, key, now, window).await?;
                 Claim {
                     replay: false,
                     _held: held,
@@ -207,14 +208,14 @@ impl TenantKeys {
     /// Reads the tenant's stored keys of the window.
     async fn load(
         &self,
-        shared: &Arc<Shared>,
+        store: &StoreCell,
         tenant: &str,
         window: Duration,
     ) -> Result<(), A2aError> {
         let (owner, now) = (keys_tenant(tenant), now_ms());
         let oldest = now.saturating_sub(window.as_millis() as u64);
         let days: Vec<u64> = (oldest / DAY_MS..=now / DAY_MS).collect();
-        let stored = shared
+        let stored = store
             .blocking(move |store| {
                 let mut found = Vec::new();
                 for day in days {
@@ -241,7 +242,7 @@ impl TenantKeys {
     /// Stores `key` durably (and forgets keys past the window).
     async fn record(
         &self,
-        shared: &Arc<Shared>,
+        store: &StoreCell,
         tenant: &str,
         key: &Key,
         now: u64,
@@ -263,7 +264,7 @@ impl TenantKeys {
             due
         };
         let last_kept = now.saturating_sub(window.as_millis() as u64) / DAY_MS;
-        shared
+        store
             .blocking(move |store| {
                 store.append_message(&owner, &day_context(today), record.as_bytes())?;
                 if sweep {

@@ -39,26 +39,33 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+mod hub;
 mod keys;
 mod listener;
 mod media;
+mod reply;
 mod rest;
 mod restart;
 mod rpc;
 mod sse;
 mod state;
+mod storecell;
+mod turn;
 mod turns;
+mod util;
 
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use ctxlog::{Durability, Options, Store, TurnPolicy};
+use serde_json::value::RawValue;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -113,12 +120,11 @@ impl Server {
         let description = agent.describe();
         let cards = card::Cards::new(&config, &description, tokens.is_some());
         let shared = Arc::new_cyclic(|me| Shared {
-            me: me.clone(),
-            store: health::StoreCell::new(store),
+            store: storecell::StoreCell::new(store, health::reopener(me.clone())),
             agent,
             turns: turns::Turns::new(config.max_turns.max(1)),
             config,
-            hub: Arc::new(state::Hub::default()),
+            hub: Arc::new(hub::Hub::default()),
             cards,
             tokens,
             shutdown: watching,
@@ -139,7 +145,7 @@ impl Server {
             .route("/healthz", get(health::healthz))
             .merge(rest::routes())
             .fallback(rest::not_found)
-            .layer(axum::middleware::from_fn(media::negotiate))
+            .layer(axum::middleware::from_fn(negotiate))
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .with_state(self.shared.clone())
     }
@@ -190,7 +196,7 @@ impl Server {
                 let _ = signalled.changed().await;
                 let left = shared.turns.drain(shared.config.grace).await;
                 for (tenant, task) in left {
-                    turns::fail(
+                    turn::fail(
                         &shared,
                         &tenant,
                         &task,
@@ -255,31 +261,35 @@ async fn close(shared: Arc<Shared>) {
     warn!("the store is still in use; it is closed when the process exits");
 }
 
-/// The caller's tenant: the token's, or the local tenant when no tokens are
-/// configured.
-pub(crate) fn caller(shared: &Shared, headers: &HeaderMap) -> Result<String, A2aError> {
-    match &shared.tokens {
-        None => Ok(auth::LOCAL_TENANT.to_string()),
-        Some(tokens) => tokens.tenant_of(headers).ok_or(A2aError::Unauthenticated),
+/// Every call of both bindings: a body of another type is refused before
+/// anything reads it (JSON-RPC: -32005 with HTTP 200, as the binding's
+/// errors are; HTTP+JSON: 415), and a JSON response is written in the
+/// client's type ([`media::response_type`]). The agent card and `/healthz` are
+/// not calls: they keep their own.
+async fn negotiate(request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path.starts_with("/.well-known/") {
+        return next.run(request).await;
     }
-}
-
-/// The headers an error's response carries besides its body: the
-/// challenge of a 401; `Connection: close` after a body cut short (the
-/// rest of it is never read).
-pub(crate) fn http_headers(e: &A2aError, headers: &mut HeaderMap) {
-    match e {
-        A2aError::Unauthenticated => {
-            headers.insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"a2a\""),
-            );
+    let rpc = path == "/";
+    if request.method() == Method::POST {
+        if let Err(e) = media::check_request(request.headers()) {
+            return match rpc {
+                true => rpc::error(&RawValue::NULL.to_owned(), &e),
+                false => rest::error(&e),
+            };
         }
-        A2aError::BodyTimeout | A2aError::PayloadTooLarge(_) => {
-            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
-        _ => {}
     }
+    let wanted = media::response_type(request.headers());
+    let mut response = next.run(request).await;
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| matches!(media::essence(t).as_str(), media::JSON | media::A2A_JSON));
+    if json {
+        response.headers_mut().insert(header::CONTENT_TYPE, wanted);
+    }
+    response
 }
 
 async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Response {

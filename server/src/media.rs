@@ -4,21 +4,17 @@
 //! clients send and expect either; both are JSON, so both are taken, and a
 //! response is written in the type the client used.
 
-use axum::extract::Request;
-use axum::http::{header, HeaderMap, HeaderValue, Method};
-use axum::middleware::Next;
-use axum::response::Response;
-use serde_json::value::RawValue;
+use axum::http::{header, HeaderMap, HeaderValue};
 
 use crate::error::A2aError;
 
 /// The two JSON types.
-const JSON: &str = "application/json";
-const A2A_JSON: &str = "application/a2a+json";
+pub(crate) const JSON: &str = "application/json";
+pub(crate) const A2A_JSON: &str = "application/a2a+json";
 
 /// The type a body's `Content-Type` names, without its parameters
 /// (`charset=utf-8`), in lower case.
-fn essence(value: &HeaderValue) -> String {
+pub(crate) fn essence(value: &HeaderValue) -> String {
     let text = String::from_utf8_lossy(value.as_bytes());
     text.split(';')
         .next()
@@ -62,37 +58,6 @@ pub(crate) fn response_type(headers: &HeaderMap) -> HeaderValue {
         Some(t) if t == A2A_JSON => HeaderValue::from_static(A2A_JSON),
         _ => HeaderValue::from_static(JSON),
     }
-}
-
-/// Every call of both bindings: a body of another type is refused before
-/// anything reads it (JSON-RPC: -32005 with HTTP 200, as the binding's
-/// errors are; HTTP+JSON: 415), and a JSON response is written in the
-/// client's type ([`response_type`]). The agent card and `/healthz` are
-/// not calls: they keep their own.
-pub(crate) async fn negotiate(request: Request, next: Next) -> Response {
-    let path = request.uri().path();
-    if path == "/healthz" || path.starts_with("/.well-known/") {
-        return next.run(request).await;
-    }
-    let rpc = path == "/";
-    if request.method() == Method::POST {
-        if let Err(e) = check_request(request.headers()) {
-            return match rpc {
-                true => crate::rpc::error(&RawValue::NULL.to_owned(), &e),
-                false => crate::rest::error(&e),
-            };
-        }
-    }
-    let wanted = response_type(request.headers());
-    let mut response = next.run(request).await;
-    let json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|t| matches!(essence(t).as_str(), JSON | A2A_JSON));
-    if json {
-        response.headers_mut().insert(header::CONTENT_TYPE, wanted);
-    }
-    response
 }
 
 /// Checks the media types of a message's parts (`message`: its JSON)

@@ -36,7 +36,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
 
 /// Checks the caller and the version; the tenant.
 fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
-    let tenant = crate::caller(shared, &parts.headers)?;
+    let tenant = crate::auth::caller(shared.tokens.as_ref(), &parts.headers)?;
     crate::auth::check_version(&parts.headers, parts.uri.query())?;
     Ok(tenant)
 }
@@ -121,7 +121,7 @@ pub(crate) fn error(e: &A2aError) -> Response {
         e.rest_body().to_string(),
     )
         .into_response();
-    crate::http_headers(e, response.headers_mut());
+    crate::error::http_headers(e, response.headers_mut());
     response
 }
 

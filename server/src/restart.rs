@@ -14,7 +14,7 @@ use tracing::warn;
 
 use crate::config::OnRestart;
 use crate::state::Shared;
-use crate::turns;
+use crate::turn;
 
 /// The message a task failed by a restart carries.
 pub(crate) const INTERRUPTED: &str = "The turn was interrupted: the server stopped while it ran. \
@@ -42,7 +42,7 @@ pub(crate) async fn recover(shared: &Arc<Shared>) -> usize {
     for task in &mid {
         match shared.config.on_restart {
             OnRestart::Fail => {
-                turns::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await;
+                turn::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await;
             }
             OnRestart::Resume => resume(shared, task).await,
         }
@@ -53,7 +53,7 @@ pub(crate) async fn recover(shared: &Arc<Shared>) -> usize {
 /// Calls the agent again with the task's latest message.
 async fn resume(shared: &Arc<Shared>, task: &ctxlog::TaskRef) {
     let Some(permit) = shared.turns.permit() else {
-        turns::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await;
+        turn::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await;
         return;
     };
     let (tenant, context, id) = (
@@ -74,7 +74,7 @@ async fn resume(shared: &Arc<Shared>, task: &ctxlog::TaskRef) {
         event: 0,
     };
     match lease {
-        Ok(lease) => turns::start(shared, &task.tenant, &receipt, Some(lease), permit, None),
-        Err(_) => turns::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await,
+        Ok(lease) => turn::start(shared, &task.tenant, &receipt, Some(lease), permit, None),
+        Err(_) => turn::fail(shared, &task.tenant, &task.task_id, INTERRUPTED).await,
     }
 }

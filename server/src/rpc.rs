@@ -40,7 +40,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue
 pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let null = || RawValue::NULL.to_owned();
-    let tenant = match crate::caller(&shared, &parts.headers) {
+    let tenant = match crate::auth::caller(shared.tokens.as_ref(), &parts.headers) {
         Ok(t) => t,
         Err(e) => return error(&null(), &e),
     };
@@ -257,7 +257,7 @@ pub(crate) fn error(id: &RawValue, e: &A2aError) -> Response {
         _ => StatusCode::OK,
     };
     let mut response = json_response(status, body);
-    crate::http_headers(e, response.headers_mut());
+    crate::error::http_headers(e, response.headers_mut());
     response
 }
 

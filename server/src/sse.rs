@@ -28,9 +28,10 @@ use ctxlog::a2a::{StreamResponse, TaskState};
 use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-use crate::core::{direct_reply, settled};
 use crate::error::A2aError;
-use crate::state::{Follower, Payload, PayloadKey, Shared};
+use crate::hub::{Follower, Payload, PayloadKey};
+use crate::reply::{direct_reply, settled};
+use crate::state::Shared;
 
 /// How much of the store (records' bytes) a stream reads at once.
 const PAGE_BYTES: usize = 256 << 10;

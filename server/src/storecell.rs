@@ -1,0 +1,181 @@
+//! The store every call uses: held in a cell so that a store poisoned by a
+//! failed write or sync can be taken out and opened again (see
+//! `health.rs`), and the way every call reaches it (on the blocking pool).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use ctxlog::Store;
+use tracing::warn;
+
+use crate::error::{from_store, A2aError};
+use crate::util::lock;
+
+/// The store, while it is in; why not, while it is out.
+pub(crate) struct StoreCell {
+    store: RwLock<Option<Arc<Store>>>,
+    /// Why the store is out (or was last reopened).
+    why: Mutex<String>,
+    /// A reopen is under way.
+    reopening: AtomicBool,
+    /// The last reopen, and how many came each soon after the one before.
+    last: Mutex<Option<(Instant, u32)>>,
+    /// Bumped after each reopen (for a write that waits to try again).
+    reopened: tokio::sync::watch::Sender<u64>,
+    /// Starts the reopen of a poisoned store (given by the server, which
+    /// the reopen needs whole: it resolves the turns the failure cut).
+    reopen: Box<dyn Fn() + Send + Sync>,
+}
+
+impl StoreCell {
+    /// A cell holding `store`; `reopen` is called when a call finds it
+    /// poisoned (once, until [`reopened`](Self::reopened)).
+    pub(crate) fn new(store: Store, reopen: Box<dyn Fn() + Send + Sync>) -> Self {
+        StoreCell {
+            reopen,
+            store: RwLock::new(Some(Arc::new(store))),
+            why: Mutex::new(String::new()),
+            reopening: AtomicBool::new(false),
+            last: Mutex::new(None),
+            reopened: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    /// Follows the reopens: the receiver changes after each.
+    pub(crate) fn reopens(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reopened.subscribe()
+    }
+
+    /// The store, unless it is being reopened.
+    pub(crate) fn get(&self) -> Option<Arc<Store>> {
+        self.store
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set(&self, store: Option<Arc<Store>>) -> Option<Arc<Store>> {
+        let mut cell = self
+            .store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::replace(&mut *cell, store)
+    }
+
+    /// Takes the store for good (at shutdown).
+    pub(crate) fn take(&self) -> Option<Arc<Store>> {
+        self.set(None)
+    }
+
+    /// What the store's state is, for `/healthz` and the errors calls get:
+    /// `None` while it takes writes.
+    pub(crate) fn trouble(&self) -> Option<String> {
+        match self.get() {
+            Some(store) if !store.is_poisoned() => None,
+            Some(_) => Some("the store refuses writes after a failed write or sync".into()),
+            None => Some(format!(
+                "the store is being reopened after a failed write or sync ({})",
+                lock(&self.why)
+            )),
+        }
+    }
+
+    /// Runs a store call on the blocking pool (never on the async workers).
+    /// A store that is being reopened (after a failed write or sync)
+    /// answers `Poisoned` at once; a call that finds the store poisoned
+    /// starts its reopen.
+    pub(crate) async fn blocking_raw<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> ctxlog::Result<T> + Send + 'static,
+    ) -> ctxlog::Result<T> {
+        let Some(store) = self.get() else {
+            return Err(ctxlog::Error::Poisoned);
+        };
+        let held = store.clone();
+        let result = match tokio::task::spawn_blocking(move || f(&held)).await {
+            Ok(result) => result,
+            Err(_) => Err(ctxlog::Error::InvalidParams {
+                field: "store",
+                reason: "a store call panicked".into(),
+            }),
+        };
+        if let Err(e) = &result {
+            self.check(&store, e);
+        }
+        result
+    }
+
+    /// [`blocking_raw`](Self::blocking_raw), its error as the caller sees it.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> ctxlog::Result<T> + Send + 'static,
+    ) -> Result<T, A2aError> {
+        self.blocking_raw(f).await.map_err(from_store)
+    }
+
+    /// After a store call failed: if the store is now poisoned, starts its
+    /// reopen (once; a reopen under way is not started again).
+    fn check(&self, store: &Store, error: &ctxlog::Error) {
+        if !store.is_poisoned() || self.reopening.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *lock(&self.why) = error.to_string();
+        warn!(error = %error, "the store refuses writes; reopening it");
+        (self.reopen)();
+    }
+
+    /// Records why the store is out (a failed reopen).
+    pub(crate) fn set_why(&self, why: String) {
+        *lock(&self.why) = why;
+    }
+
+    /// The reopen has ended (the store is in, or it will be tried again at
+    /// the next call that finds it poisoned).
+    pub(crate) fn reopen_ended(&self) {
+        self.reopening.store(false, Ordering::Release);
+    }
+
+    /// Marks a reopen done: writes waiting for it try again.
+    pub(crate) fn reopened(&self) {
+        self.reopened.send_modify(|n| *n += 1);
+    }
+
+    /// The delay before this reopen: none, unless the store poisoned again
+    /// soon after the last one (a disk still full).
+    pub(crate) fn reopen_delay(&self) -> Duration {
+        let mut last = lock(&self.last);
+        let streak = match *last {
+            Some((at, streak)) if at.elapsed() < Duration::from_secs(60) => streak + 1,
+            _ => 0,
+        };
+        *last = Some((Instant::now(), streak));
+        backoff(streak)
+    }
+}
+
+/// The longest delay between two reopens.
+const MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// 250 ms, doubled for each attempt, at most [`MAX_DELAY`] (none for the
+/// first).
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    match attempt {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(250u64 << n.min(10)).min(MAX_DELAY),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_grows_from_nothing_to_its_bound() {
+        let delays: Vec<Duration> = (0..14).map(backoff).collect();
+        assert_eq!(delays[0], Duration::ZERO);
+        assert_eq!(delays[1], Duration::from_millis(500));
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(delays[13], MAX_DELAY);
+    }
+}

@@ -71,26 +71,7 @@ mod process;
 #[path = "../bench/floor.rs"]
 mod floor;
 
-use process::Process;
-
-/// The CPU time (user and system) a process has used so far, from
-/// `/proc/PID/stat` (Linux; `None` elsewhere).
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces): state is the
-    // first, utime and stime the 12th and 13th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    let per_second = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|t| t.trim().parse::<u64>().ok())
-        .unwrap_or(100);
-    Some(Duration::from_secs_f64(ticks as f64 / per_second as f64))
-}
+use process::{cpu_time, Process};
 
 /// CPU time per request between two readings.
 fn per_request(before: Option<Duration>, after: Option<Duration>, run: &Run) -> Option<Duration> {

@@ -50,17 +50,11 @@ impl std::fmt::Display for Run {
 
 fn summarize(mut latencies: Vec<Duration>, errors: usize, elapsed: Duration) -> Run {
     latencies.sort_unstable();
-    let at = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
     Run {
         requests: latencies.len(),
         rps: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50: at(0.50),
-        p99: at(0.99),
+        p50: quantile(&latencies, 0.50),
+        p99: quantile(&latencies, 0.99),
         errors,
     }
 }
@@ -71,7 +65,7 @@ mod process;
 #[path = "../bench/floor.rs"]
 mod floor;
 
-use process::{cpu_time, Process};
+use process::{cpu_time, quantile, Process};
 
 /// CPU time per request between two readings.
 fn per_request(before: Option<Duration>, after: Option<Duration>, run: &Run) -> Option<Duration> {

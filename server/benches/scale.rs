@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 #[path = "../tests/common/process.rs"]
 mod process;
 
-use process::{cpu_time, Process};
+use process::{cpu_time, quantile, rss_anon, Process};
 
 const TENANT: &str = "default";
 
@@ -75,31 +75,13 @@ fn script(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// The server's anonymous resident memory, in bytes.
-fn rss_anon(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("RssAnon in /proc/PID/status");
-    kb << 10
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
 }
 
 fn quantiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort_unstable();
-    let at = |q: f64| {
-        samples
-            .get(((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
-    (at(0.50), at(0.99))
+    (quantile(&samples, 0.50), quantile(&samples, 0.99))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -435,12 +417,13 @@ fn streams_table(runtime: &tokio::runtime::Runtime, dir: &Path, script: &Path, t
         delivered.latencies.lock().unwrap().clear();
         let (cpu_before, window) = (cpu_time(pid), Instant::now());
         tokio::time::sleep(Duration::from_secs(3)).await;
+        let latencies = std::mem::take(&mut *delivered.latencies.lock().unwrap());
+        let seconds = window.elapsed().as_secs_f64();
         let server_cpu = cpu_time(pid)
             .zip(cpu_before)
-            .map(|(after, before)| after.saturating_sub(before).as_secs_f64() / window.elapsed().as_secs_f64());
-        let during = get_task_latency(&url, &reference, Some(10), 300).await;
+            .map(|(after, before)| after.saturating_sub(before).as_secs_f64() / seconds);
         let held = rss_anon(pid);
-        let latencies = std::mem::take(&mut *delivered.latencies.lock().unwrap());
+        let during = get_task_latency(&url, &reference, Some(10), 300).await;
         let received = latencies.len();
         let (d50, d99) = quantiles(latencies);
         for r in readers {
@@ -454,10 +437,12 @@ fn streams_table(runtime: &tokio::runtime::Runtime, dir: &Path, script: &Path, t
             mib(held)
         );
         println!(
-            "delivery over 3 s: {received} statuses, p50 {:.1} ms, p99 {:.1} ms (timestamps are in ms); the server used {:.2} of the 2 CPUs, the load client the rest",
+            "delivery over {seconds:.1} s: {received} statuses ({:.0}/s), p50 {:.1} ms, p99 {:.1} ms (timestamps are in ms); the server used {:.2} of the 2 CPUs ({:.0} us per status delivered), the load client the rest",
+            received as f64 / seconds,
             ms(d50),
             ms(d99),
-            server_cpu.unwrap_or(f64::NAN)
+            server_cpu.unwrap_or(f64::NAN),
+            server_cpu.unwrap_or(f64::NAN) * seconds * 1e6 / received.max(1) as f64
         );
         println!(
             "GetTask idle p50 {:.3} / p99 {:.3} ms; with the streams open p50 {:.3} / p99 {:.3} ms ({:.2}x at p50; aim: <= 2)",

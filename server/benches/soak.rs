@@ -35,7 +35,7 @@ use tokio::io::AsyncWriteExt;
 #[path = "../tests/common/process.rs"]
 mod process;
 
-use process::Process;
+use process::{rss_anon, Process};
 
 /// How far above its starting level (plus the index's growth) the
 /// server's memory may be once the traffic is over: the active segment's
@@ -92,18 +92,6 @@ fn start(dir: &Path, script: &Path) -> Process {
         &args,
         "warn,ctxlog_server=info",
     )
-}
-
-/// The server's anonymous resident memory, in bytes.
-fn rss_anon(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("RssAnon in /proc/PID/status");
-    kb << 10
 }
 
 /// The store's index bytes, from a read-only open beside the server.

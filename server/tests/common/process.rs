@@ -130,3 +130,24 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
         .unwrap_or(100);
     Some(Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
+
+/// A process's anonymous resident memory (`RssAnon`: the mapped log's
+/// pages are the page cache's, not the process's), in bytes.
+#[allow(dead_code)]
+pub fn rss_anon(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("RssAnon in /proc/PID/status");
+    kb << 10
+}
+
+/// The sample at quantile `q` of `sorted` (ascending; zero when empty).
+#[allow(dead_code)]
+pub fn quantile(sorted: &[std::time::Duration], q: f64) -> std::time::Duration {
+    let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(at).copied().unwrap_or_default()
+}

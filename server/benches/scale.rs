@@ -18,7 +18,8 @@
 //!
 //! `cargo bench -p ctxlog-server --bench scale`; `CTXLOG_BENCH_QUICK=1`
 //! makes it short (10^3, 10^4 and 10^5 contexts; 200 tasks of 10
-//! subscribers).
+//! subscribers); `CTXLOG_BENCH_ONLY=history|contexts|streams` runs one
+//! table.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -465,16 +466,20 @@ fn main() {
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let script = script(&tmp.path().join("script"));
-    history_table(&runtime, tmp.path(), &script);
+    let only = std::env::var("CTXLOG_BENCH_ONLY").ok();
+    let runs = |table: &str| only.as_deref().is_none_or(|o| o == table);
+    if runs("history") {
+        history_table(&runtime, tmp.path(), &script);
+    }
     let sizes: &[usize] = match quick {
         true => &[1_000, 10_000, 100_000],
         false => &[1_000, 100_000, 1_000_000],
     };
-    contexts_table(&runtime, tmp.path(), &script, sizes);
-    streams_table(
-        &runtime,
-        tmp.path(),
-        &script,
-        if quick { 200 } else { 1_000 },
-    );
+    if runs("contexts") {
+        contexts_table(&runtime, tmp.path(), &script, sizes);
+    }
+    if runs("streams") {
+        let tasks = if quick { 200 } else { 1_000 };
+        streams_table(&runtime, tmp.path(), &script, tasks);
+    }
 }

@@ -35,7 +35,9 @@ use crate::state::Shared;
 
 /// How much of the store (records' bytes) a stream reads at once.
 const PAGE_BYTES: usize = 256 << 10;
-/// Payloads this large are shared among a task's streams.
+/// Snapshots this large are shared among a task's streams (an event is
+/// always shared: a stream that finds it saves a read of the store, which
+/// for a small event costs far more than the event).
 const SHARE_FROM: usize = 8 << 10;
 
 /// Where a stream starts.
@@ -241,9 +243,7 @@ impl Follow {
             self.last = seq;
             let state = event.status_update.as_ref().map(|u| u.status.state);
             let payload = payload_of(&to_json(&event.into_wire())?, state, false);
-            if payload.data.len() >= SHARE_FROM {
-                task.share(PayloadKey::Event(seq), &payload);
-            }
+            task.share(PayloadKey::Event(seq), &payload);
             self.send(seq, payload);
             if self.done {
                 break;

@@ -1,14 +1,18 @@
 """Threads that run a store's blocking calls for an event loop, shared by
-``ctxlog.a2a`` and ``ctxlog.agents``."""
+``ctxlog.a2a``, ``ctxlog.agents`` and ``ctxlog.langgraph``; and the store
+and threads an adapter with threads of its own holds."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
+import os
 import threading
 from typing import Any
 
-__all__ = ["Workers"]
+from . import Store
+
+__all__ = ["StoreUser", "Workers"]
 
 
 class Workers:
@@ -68,3 +72,28 @@ def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None)
         done.set_result(result)
     else:
         done.set_exception(error)
+
+
+class StoreUser:
+    """A framework adapter's store (opened here from a directory, and then
+    closed by :meth:`close`; or an open :class:`ctxlog.Store`, left open)
+    and its worker threads."""
+
+    def __init__(self, store: str | os.PathLike[str] | Store, durability: str, workers: int, name: str) -> None:
+        if isinstance(store, Store):
+            self._store, self._owns_store = store, False
+        else:
+            self._store, self._owns_store = Store(store, durability=durability), True  # type: ignore[arg-type]
+        self._workers = Workers(workers, name)
+
+    @property
+    def store(self) -> Store:
+        """The ctxlog store this keeps its data in."""
+        return self._store
+
+    def close(self) -> None:
+        """Stops the worker threads, and closes the store if this object
+        opened it."""
+        self._workers.stop()
+        if self._owns_store:
+            self._store.close()

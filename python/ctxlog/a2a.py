@@ -53,7 +53,7 @@ from a2a.utils.task import (
 )
 
 from . import ContextNotFound, Error, Store
-from ._workers import Workers
+from ._workers import StoreUser
 
 __all__ = ["CtxlogTaskStore", "CONTEXT_PREFIX"]
 
@@ -289,7 +289,7 @@ class _Listing:
         self.complete = False
 
 
-class CtxlogTaskStore(TaskStore):
+class CtxlogTaskStore(TaskStore, StoreUser):
     """a2a-sdk's ``TaskStore`` on a ctxlog store.
 
     Args:
@@ -320,10 +320,7 @@ class CtxlogTaskStore(TaskStore):
         cache_size: int = 1024,
         check_history: bool = False,
     ) -> None:
-        if isinstance(store, Store):
-            self._store, self._owns_store = store, False
-        else:
-            self._store, self._owns_store = Store(store, durability=durability), True  # type: ignore[arg-type]
+        StoreUser.__init__(self, store, durability, 8, "ctxlog-task-store")
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
         self._owner_resolver = owner_resolver
@@ -335,19 +332,6 @@ class CtxlogTaskStore(TaskStore):
         # Per owner, once listed: every task's summary, kept up to date.
         self._listed: dict[str, _Listing] = {}
         self._building = threading.Lock()
-        self._workers = Workers(8, "ctxlog-task-store")
-
-    @property
-    def store(self) -> Store:
-        """The ctxlog store the tasks are in."""
-        return self._store
-
-    def close(self) -> None:
-        """Stops the worker threads, and closes the store if this object
-        opened it."""
-        self._workers.stop()
-        if self._owns_store:
-            self._store.close()
 
     # TaskStore.
 

@@ -58,7 +58,7 @@ from langgraph.checkpoint.base import (
 )
 
 from . import ContextNotFound, Store
-from ._workers import Workers
+from ._workers import StoreUser
 
 __all__ = ["CtxlogSaver", "AsyncCtxlogSaver"]
 
@@ -166,6 +166,10 @@ def _put_record(ns: str, cid: str, parent: str | None, type_: str, data: bytes, 
     return {"o": "put", "ns": ns, "id": cid, "parent": parent, "type": type_, "metadata": metadata}, data
 
 
+def _drop_record(gone: list[list[str]]) -> _Record:
+    return {"o": "drop", "checkpoints": gone}, b""
+
+
 def _writes_record(ns: str, cid: str, task: str, path: str, replace: bool,
                    writes: list[tuple[int, str, str, bytes]]) -> _Record:
     head = {"o": "writes", "ns": ns, "id": cid, "task": task, "path": path, "replace": replace,
@@ -173,7 +177,7 @@ def _writes_record(ns: str, cid: str, task: str, path: str, replace: bool,
     return head, b"".join(data for _, _, _, data in writes)
 
 
-class CtxlogSaver(BaseCheckpointSaver[str]):
+class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
     """A LangGraph checkpointer on a ctxlog store, with every capability:
     ``put``, ``put_writes``, ``get_tuple``, ``list``, ``delete_thread``,
     ``delete_for_runs``, ``copy_thread``, ``prune``, each also async
@@ -201,29 +205,13 @@ class CtxlogSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
-        if isinstance(store, Store):
-            self._store, self._owns_store = store, False
-        else:
-            self._store, self._owns_store = Store(store, durability=durability), True  # type: ignore[arg-type]
+        StoreUser.__init__(self, store, durability, 8, "ctxlog-langgraph")
         self._tenant = tenant
         self._runs_tenant = tenant + "\0runs"
         self._cache_size = cache_size
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
-        self._workers = Workers(8, "ctxlog-langgraph")
-
-    @property
-    def store(self) -> Store:
-        """The ctxlog store the threads are in."""
-        return self._store
-
-    def close(self) -> None:
-        """Stops the worker threads, and closes the store if this saver
-        opened it."""
-        self._workers.stop()
-        if self._owns_store:
-            self._store.close()
 
     def __enter__(self) -> CtxlogSaver:
         return self
@@ -273,6 +261,14 @@ class CtxlogSaver(BaseCheckpointSaver[str]):
         appended = self._store.append_messages(self._tenant, thread_id, [_dump(r) for r in records])
         for (seq, _), (head, body) in zip(appended, records):
             thread.apply_record(seq, head, body)
+
+    def _note_runs(self, thread_id: str, thread: _Thread, run_ids: set[str]) -> None:
+        """Lists the thread under each run it has no checkpoint of yet
+        (the caller holds its lock), before the records that give it one:
+        a run listed with no checkpoint of it is harmless, the other way
+        round is not."""
+        for run_id in sorted(run_ids - thread.runs):
+            self._store.append_message(self._runs_tenant, run_id, thread_id)
 
     def _record(self, thread_id: str, seq: int) -> bytes:
         """The whole record of seq `seq` (the caller holds the thread's
@@ -404,10 +400,8 @@ class CtxlogSaver(BaseCheckpointSaver[str]):
         run_id = meta.get("run_id") if isinstance(meta, dict) else None
         with self._lock(thread_id):
             thread = self._thread(thread_id)
-            if isinstance(run_id, str) and run_id not in thread.runs:
-                # Before the checkpoint: a run listed with no checkpoint
-                # of it is harmless, the other way round is not.
-                self._store.append_message(self._runs_tenant, run_id, thread_id)
+            if isinstance(run_id, str):
+                self._note_runs(thread_id, thread, {run_id})
             self._append(thread_id, thread, [record])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
@@ -456,7 +450,7 @@ class CtxlogSaver(BaseCheckpointSaver[str]):
                 gone = [[ns, cid] for ns, by_id in thread.checkpoints.items() for cid, c in by_id.items()
                         if c.metadata.get("run_id") in wanted]
                 if gone:
-                    self._append(thread_id, thread, [({"o": "drop", "checkpoints": gone}, b"")])
+                    self._append(thread_id, thread, [_drop_record(gone)])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """The target thread gets the source's records, as they are, in
@@ -473,8 +467,7 @@ class CtxlogSaver(BaseCheckpointSaver[str]):
             runs = self._thread(source).runs
         with self._lock(target):
             thread = self._thread(target)
-            for run_id in sorted(runs - thread.runs):
-                self._store.append_message(self._runs_tenant, run_id, target)
+            self._note_runs(target, thread, runs)
             self._append(target, thread, records)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -489,7 +482,7 @@ class CtxlogSaver(BaseCheckpointSaver[str]):
                 thread = self._thread(thread_id)
                 gone = [[ns, cid] for ns, ids in thread.order.items() for cid in ids[:-1]]
                 if gone:
-                    self._append(thread_id, thread, [({"o": "drop", "checkpoints": gone}, b"")])
+                    self._append(thread_id, thread, [_drop_record(gone)])
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """As SqliteSaver: a zero-padded counter and a random tail."""

@@ -106,21 +106,7 @@ fn ctxlog_server(dir: &Path) -> Process {
     let script = dir.join("echo-once.json");
     let once = r#"{"default":[{"status":"TASK_STATE_COMPLETED","text":"{text}"}]}"#;
     std::fs::write(&script, once).unwrap();
-    let agent = format!("scripted:{}", script.display());
-    let args: [std::ffi::OsString; 6] = [
-        "--dir".into(),
-        dir.join("store").into_os_string(),
-        "--agent".into(),
-        agent.into(),
-        "--max-turns".into(),
-        "1024".into(),
-    ];
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    Process::ctxlog_server(
-        env!("CARGO_BIN_EXE_ctxlog-server"),
-        &args,
-        "warn,ctxlog_server=info",
-    )
+    Process::scripted(&dir.join("store"), &script, &["--max-turns", "1024"])
 }
 
 /// The floor, as a process of its own: this binary started again with

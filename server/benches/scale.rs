@@ -34,26 +34,15 @@ use serde_json::{json, Value};
 #[path = "../tests/common/process.rs"]
 mod process;
 
-use process::{cpu_time, quantile, rss_anon, Process};
+use process::{cpu_time, quantile, rpc, rss_anon, Process};
 
 const TENANT: &str = "default";
 
 fn start(dir: &Path, script: &Path) -> Process {
-    let agent = format!("scripted:{}", script.display());
-    let args = [
-        "--dir".as_ref(),
-        dir.as_os_str(),
-        "--agent".as_ref(),
-        agent.as_ref(),
-        "--max-turns".as_ref(),
-        "4096".as_ref(),
-        "--max-connections".as_ref(),
-        "16000".as_ref(),
-    ];
-    Process::ctxlog_server(
-        env!("CARGO_BIN_EXE_ctxlog-server"),
-        &args,
-        "warn,ctxlog_server=info",
+    Process::scripted(
+        dir,
+        script,
+        &["--max-turns", "4096", "--max-connections", "16000"],
     )
 }
 
@@ -97,27 +86,6 @@ fn fill_options() -> Options {
 fn completed(receipt: &ctxlog::Receipt, text: &str, state: TaskState) -> TaskStatusUpdateEvent {
     let reply = Message::new(format!("a-{}", receipt.seq), Role::Agent, &[text]);
     receipt.status_update(TaskStatus::new(state).with_message(reply))
-}
-
-/// Posts a JSON-RPC call; its result, or panics with the error.
-async fn rpc(http: &reqwest::Client, url: &str, method: &str, params: Value) -> Value {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let response: Value = http
-        .post(format!("{url}/"))
-        .header("A2A-Version", "1.0")
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
-    match response.get("result") {
-        Some(result) => result.clone(),
-        None => panic!("{method}: {response}"),
-    }
 }
 
 /// `GetTask` of `id` `n` times from one client: p50, p99.

@@ -76,21 +76,10 @@ fn script(dir: &Path) -> std::path::PathBuf {
 }
 
 fn start(dir: &Path, script: &Path) -> Process {
-    let agent = format!("scripted:{}", script.display());
-    let args = [
-        "--dir".as_ref(),
-        dir.as_os_str(),
-        "--agent".as_ref(),
-        agent.as_ref(),
-        "--max-turns".as_ref(),
-        "1024".as_ref(),
-        "--body-limit".as_ref(),
-        "8388608".as_ref(),
-    ];
-    Process::ctxlog_server(
-        env!("CARGO_BIN_EXE_ctxlog-server"),
-        &args,
-        "warn,ctxlog_server=info",
+    Process::scripted(
+        dir,
+        script,
+        &["--max-turns", "1024", "--body-limit", "8388608"],
     )
 }
 
@@ -126,22 +115,7 @@ impl Client {
     }
 
     async fn call(&self, method: &str, params: Value) -> Value {
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-        let text = self
-            .http
-            .post(format!("{}/", self.url))
-            .header("A2A-Version", "1.0")
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let answer: Value = serde_json::from_str(&text).unwrap();
-        assert!(answer.get("error").is_none(), "{method}: {answer}");
-        answer["result"].clone()
+        process::rpc(&self.http, &self.url, method, params).await
     }
 
     /// A stream's whole body (it ends with its task), or its first chunk

@@ -240,6 +240,7 @@ async fn begin(
     // The receive, and (for a new turn) what its agent is called with, in
     // one call to the blocking pool.
     let received = shared
+        .store
         .blocking_raw(move |store| {
             if (at_bound && look_up) || replay {
                 if let Some(r) = store.find_received(&t, &raw)? {
@@ -394,6 +395,7 @@ impl Want<'_> {
             self.history,
         );
         shared
+            .store
             .blocking(move |store| store.task_snapshot(&t, &id, history, true))
             .await
     }
@@ -478,6 +480,7 @@ pub(crate) async fn get_task(
     let history = history_length(params.history_length)?;
     let t = tenant.to_string();
     let task = shared
+        .store
         .blocking(move |store| store.get_task(&t, &params.id, history, true))
         .await?;
     if is_direct_reply(&task) {
@@ -538,6 +541,7 @@ pub(crate) async fn list_tasks(
     };
     let t = tenant.to_string();
     let page = shared
+        .store
         .blocking(move |store| store.list_tasks(&t, &query))
         .await?;
     for damaged in &page.damaged {
@@ -559,6 +563,7 @@ pub(crate) async fn cancel_task(
 ) -> Result<Task, A2aError> {
     let (t, id) = (tenant.to_string(), params.id.clone());
     let task = shared
+        .store
         .blocking(move |store| {
             // A direct reply's task was never the client's.
             if store.task_progress(&t, &id)?.direct_reply {
@@ -593,6 +598,7 @@ pub(crate) async fn subscribe(
     // The state and the count, from memory: a subscriber reads nothing
     // more of the task than its stream sends.
     let progress = shared
+        .store
         .blocking(move |store| store.task_progress(&t, &id))
         .await?;
     if progress.direct_reply {

@@ -24,6 +24,7 @@ pub(crate) const INTERRUPTED: &str = "The turn was interrupted: the server stopp
 /// Resolves every interrupted turn; returns how many there were.
 pub(crate) async fn recover(shared: &Arc<Shared>) -> usize {
     let mid = match shared
+        .store
         .blocking_raw(|store| Ok(store.tasks_in(&[TaskState::Submitted, TaskState::Working])))
         .await
     {
@@ -62,6 +63,7 @@ async fn resume(shared: &Arc<Shared>, task: &ctxlog::TaskRef) {
         task.task_id.clone(),
     );
     let lease = shared
+        .store
         .blocking_raw(move |store| store.begin_turn(&tenant, &context, &id))
         .await;
     let receipt = Receipt {

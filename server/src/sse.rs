@@ -159,6 +159,7 @@ impl Follow {
     async fn progress(&self) -> Result<ctxlog::TaskProgress, A2aError> {
         let (t, id) = (self.tenant.clone(), self.task_id.clone());
         self.shared
+            .store
             .blocking(move |store| store.task_progress(&t, &id))
             .await
     }
@@ -180,6 +181,7 @@ impl Follow {
                 let (t, id, history) = (self.tenant.clone(), self.task_id.clone(), self.history);
                 let (snapshot, read) = self
                     .shared
+                    .store
                     .blocking(move |store| store.task_snapshot(&t, &id, history, true))
                     .await?;
                 let state = Some(snapshot.status.state);
@@ -235,6 +237,7 @@ impl Follow {
         let (t, id, after) = (self.tenant.clone(), self.task_id.clone(), self.last);
         let events = self
             .shared
+            .store
             .blocking(move |store| store.updates_page(&t, &id, after, PAGE_BYTES))
             .await?;
         for (seq, event) in events {

@@ -5,14 +5,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use ctxlog::Store;
 use tokio::sync::watch;
 
 use crate::agent::AgentExecutor;
 use crate::auth::Tokens;
 use crate::card::Cards;
 use crate::config::Config;
-use crate::error::A2aError;
 use crate::hub::Hub;
 use crate::keys::Keys;
 use crate::storecell::StoreCell;
@@ -39,24 +37,6 @@ pub(crate) struct Shared {
     pub(crate) keys: Keys,
     /// The media types the agent takes (its card's `defaultInputModes`).
     pub(crate) input_modes: Vec<String>,
-}
-
-impl Shared {
-    /// Runs a store call on the blocking pool (see [`StoreCell::blocking_raw`]).
-    pub(crate) async fn blocking_raw<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Store) -> ctxlog::Result<T> + Send + 'static,
-    ) -> ctxlog::Result<T> {
-        self.store.blocking_raw(f).await
-    }
-
-    /// [`blocking_raw`](Self::blocking_raw), its error as the caller sees it.
-    pub(crate) async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Store) -> ctxlog::Result<T> + Send + 'static,
-    ) -> Result<T, A2aError> {
-        self.store.blocking(f).await
-    }
 }
 
 /// Mutexes a context's key hashes to (a fixed number, shared by contexts

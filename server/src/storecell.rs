@@ -30,7 +30,7 @@ pub(crate) struct StoreCell {
 
 impl StoreCell {
     /// A cell holding `store`; `reopen` is called when a call finds it
-    /// poisoned (once, until [`reopened`](Self::reopened)).
+    /// poisoned (once, until [`reopen_ended`](Self::reopen_ended)).
     pub(crate) fn new(store: Store, reopen: Box<dyn Fn() + Send + Sync>) -> Self {
         StoreCell {
             reopen,

@@ -165,6 +165,7 @@ async fn run(turn: &Arc<Turn>, cancel: Cancellation, prepared: Option<Prepared>)
                 turn.context_id.clone(),
             );
             turn.shared
+                .store
                 .blocking_raw(move |store| Prepared::read(store, &tenant, &task_id, &context_id))
                 .await
                 .map_err(|e| e.to_string())
@@ -326,6 +327,7 @@ impl Turn {
         let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
         let written = self
             .shared
+            .store
             .blocking_raw(move |store| {
                 f(store)?;
                 Ok(waited
@@ -403,6 +405,7 @@ impl Turn {
     async fn state(&self) -> Option<TaskState> {
         let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
         self.shared
+            .store
             .blocking_raw(move |store| store.get_task(&tenant, &task_id, Some(0), false))
             .await
             .ok()
@@ -486,6 +489,7 @@ async fn fail_once(
     let (t, id) = (tenant.to_string(), task_id.to_string());
     let text = why.to_string();
     shared
+        .store
         .blocking_raw(move |store| {
             let task = store.get_task(&t, &id, Some(0), false)?;
             if task.status.state.is_terminal() {

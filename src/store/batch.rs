@@ -4,7 +4,6 @@
 
 use super::{next_timestamp, Appended, Hints, Store};
 use crate::error::{Error, Result};
-use crate::index::context::MAX_SEQ;
 use crate::log::record::{ContextName, RecordBody, RecordKind};
 use crate::namespace::ContextKey;
 
@@ -48,17 +47,7 @@ impl Store {
             let state = slot.state.read();
             (state.meta.is_some(), state.next_seq, next_timestamp(&state))
         };
-        let count = raws.len() as u64;
-        if first_seq.saturating_add(count) > MAX_SEQ + 1 {
-            return Err(Error::InvalidParams {
-                field: "contextId",
-                reason: format!(
-                    "the context would hold more than {} records, the most one context \
-                     can; continue the case in a new context",
-                    MAX_SEQ + 1
-                ),
-            });
-        }
+        super::room_for(first_seq, raws.len() as u64)?;
         let mut bodies = Vec::with_capacity(raws.len());
         let mut payloads = Vec::with_capacity(raws.len());
         for (seq, raw) in (first_seq..).zip(raws) {
@@ -82,13 +71,8 @@ impl Store {
                 super::apply(&self.index, &slot, &mut state, body, loc, Hints::default());
             }
         }
-        for &loc in &locs {
-            self.writer.published(loc);
-        }
-        self.waits.notify(slot.number);
-        self.records
-            .fetch_add(count, std::sync::atomic::Ordering::AcqRel);
-        self.maybe_checkpoint(payloads.iter().map(|p| p.len() as u64).sum());
+        let bytes = payloads.iter().map(|p| p.len() as u64).sum();
+        self.after_publish(&slot, &locs, bytes);
         Ok(bodies
             .iter()
             .map(|body| Appended {

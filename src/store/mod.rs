@@ -689,16 +689,7 @@ impl Store {
             return Err(Error::ReadOnly);
         }
         let seq = slot.state.read().next_seq;
-        if seq > MAX_SEQ {
-            return Err(Error::InvalidParams {
-                field: "contextId",
-                reason: format!(
-                    "the context holds {} records, the most one context can; continue the \
-                     case in a new context",
-                    MAX_SEQ + 1
-                ),
-            });
-        }
+        room_for(seq, 1)?;
         let body = RecordBody {
             seq,
             timestamp_ms,
@@ -715,12 +706,21 @@ impl Store {
             loc,
             hints,
         );
-        self.writer.published(loc);
+        self.after_publish(slot, std::slice::from_ref(&loc), payload.len() as u64);
+        Ok(seq)
+    }
+
+    /// After records of `slot` at `locs` (`bytes` in all) are published in
+    /// the index: the writer lets go of them, waiters on the context are
+    /// told, they are counted, and a checkpoint is written if one is due.
+    fn after_publish(&self, slot: &ContextSlot, locs: &[RecordLoc], bytes: u64) {
+        for &loc in locs {
+            self.writer.published(loc);
+        }
         self.waits.notify(slot.number);
         self.records
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.maybe_checkpoint(payload.len() as u64);
-        Ok(seq)
+            .fetch_add(locs.len() as u64, std::sync::atomic::Ordering::AcqRel);
+        self.maybe_checkpoint(bytes);
     }
 
     fn encode(&self, key: &ContextKey, body: &RecordBody, blob: &[u8]) -> Result<Vec<u8>> {
@@ -1623,6 +1623,22 @@ fn apply_recovered(
     }
     check_recovered(&state, &body)?;
     apply(index, &slot, &mut state, &body, loc, hints);
+    Ok(())
+}
+
+/// Refuses `count` more records in a context whose next seq is
+/// `next_seq` if that would take it past [`MAX_SEQ`].
+fn room_for(next_seq: u64, count: u64) -> Result<()> {
+    if next_seq.saturating_add(count) > MAX_SEQ + 1 {
+        return Err(Error::InvalidParams {
+            field: "contextId",
+            reason: format!(
+                "the context would hold more than {} records, the most one context can; \
+                 continue the case in a new context",
+                MAX_SEQ + 1
+            ),
+        });
+    }
     Ok(())
 }
 

@@ -33,6 +33,26 @@ impl Process {
         Self::with_env(binary, args, log, &[])
     }
 
+    /// This package's `ctxlog-server` on the store at `dir` with the
+    /// scripted agent of the file `script`, `more` arguments after them,
+    /// logging its own info lines (the benches' servers).
+    #[allow(dead_code)]
+    pub fn scripted(dir: &std::path::Path, script: &std::path::Path, more: &[&str]) -> Process {
+        let agent = format!("scripted:{}", script.display());
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--dir".as_ref(),
+            dir.as_os_str(),
+            "--agent".as_ref(),
+            agent.as_ref(),
+        ];
+        args.extend(more.iter().map(std::ffi::OsStr::new));
+        Self::ctxlog_server(
+            env!("CARGO_BIN_EXE_ctxlog-server"),
+            &args,
+            "warn,ctxlog_server=info",
+        )
+    }
+
     /// [`ctxlog_server`](Self::ctxlog_server) with these environment
     /// variables set too.
     pub fn with_env(
@@ -150,4 +170,30 @@ pub fn rss_anon(pid: u32) -> u64 {
 pub fn quantile(sorted: &[std::time::Duration], q: f64) -> std::time::Duration {
     let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
     sorted.get(at).copied().unwrap_or_default()
+}
+
+/// A JSON-RPC call of `method` to the server at `url`: its result (a
+/// panic naming the error, if it answered one).
+#[allow(dead_code)]
+pub async fn rpc(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let text = http
+        .post(format!("{url}/"))
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(answer.get("error").is_none(), "{method}: {answer}");
+    answer["result"].clone()
 }

@@ -97,8 +97,8 @@ pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPAC
 pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
 pub use store::{
     Appended, CompactReport, ContextInfo, ContextPage, EventRecord, Item, ItemKind, ListTasksQuery,
-    MessageBuf, MessageIds, Receipt, Stats, Store, StoredMessage, StoredMessageRef, TaskProgress,
-    TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
+    MessageBuf, MessageIds, PushConfig, Receipt, Stats, Store, StoredMessage, StoredMessageRef,
+    TaskProgress, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PUSH_CONFIG_ID,
 };
 
 /// The README's Rust examples, compiled and run as doc-tests.

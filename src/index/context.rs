@@ -141,6 +141,9 @@ pub enum Kind {
     Artifact,
     /// A record that hides messages: never part of the history.
     Hide,
+    /// A push-notification record: no task event, never part of the
+    /// history.
+    Push,
 }
 
 /// One record as the index keeps it: 16 bytes. Its seq is not kept: it is
@@ -588,6 +591,16 @@ impl ContextState {
     /// one itself): what an export gives.
     pub fn visible_record_locs(&self) -> impl Iterator<Item = RecordLoc> + '_ {
         self.recs.iter().filter(|r| !r.has(HIDDEN)).map(Rec::loc)
+    }
+
+    /// Where the records that belong to no task and carry no message are:
+    /// the push-notification records (§7, "Push notifications"), oldest
+    /// first. A walk over the 16-byte entries, reading nothing.
+    pub fn taskless_record_locs(&self) -> impl Iterator<Item = RecordLoc> + '_ {
+        self.recs
+            .iter()
+            .filter(|r| r.task == NO_TASK && !r.has(FLAGS))
+            .map(Rec::loc)
     }
 
     /// Takes every message of seq `from_seq` up to (not including) `to_seq`

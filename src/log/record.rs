@@ -89,6 +89,38 @@ pub enum RecordKind {
         /// The seq after the last one hidden.
         to_seq: u64,
     },
+    /// A task's push-notification config is set or deleted, or its
+    /// delivery moved on. The blob is the config's JSON for
+    /// [`PushChange::Set`], empty otherwise.
+    Push {
+        /// The task.
+        task_id: String,
+        /// The config's id within the task.
+        config_id: String,
+        /// What changed.
+        change: PushChange,
+    },
+}
+
+/// What a [`RecordKind::Push`] record changes. (bincode writes the
+/// variant's index as a u32: the order here is part of the format.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PushChange {
+    /// The config is created, or replaced if it exists; its delivery
+    /// starts after the task's events so far (`through`: the last event
+    /// seq it does not need, 0 for all of them).
+    Set {
+        /// The task's event seq the config's delivery starts after.
+        through: u64,
+    },
+    /// The config is deleted: nothing more is delivered to it.
+    Delete,
+    /// The receiver acknowledged every event of the task up to and
+    /// including event seq `through`.
+    Delivered {
+        /// The last event seq acknowledged.
+        through: u64,
+    },
 }
 
 impl RecordKind {
@@ -99,6 +131,7 @@ impl RecordKind {
             RecordKind::Status { task_id, .. } | RecordKind::Artifact { task_id, .. } => {
                 Some(task_id)
             }
+            RecordKind::Push { task_id, .. } => Some(task_id),
             RecordKind::Gone { .. } | RecordKind::Hide { .. } => None,
         }
     }
@@ -233,6 +266,11 @@ pub enum ViewKind<'a> {
     Gone,
     /// Messages left the history.
     Hide,
+    /// A push-notification config changed, or its delivery moved on.
+    Push {
+        /// The task.
+        task_id: &'a str,
+    },
 }
 
 impl<'a> ViewKind<'a> {
@@ -240,7 +278,9 @@ impl<'a> ViewKind<'a> {
     pub fn task_id(&self) -> Option<&'a str> {
         match *self {
             ViewKind::Message { task_id } => task_id,
-            ViewKind::Status { task_id } | ViewKind::Artifact { task_id } => Some(task_id),
+            ViewKind::Status { task_id }
+            | ViewKind::Artifact { task_id }
+            | ViewKind::Push { task_id } => Some(task_id),
             ViewKind::Gone | ViewKind::Hide => None,
         }
     }
@@ -326,6 +366,18 @@ fn view_body<'a>(bytes: &mut &'a [u8]) -> Option<(u64, u64, ViewKind<'a>)> {
             take_u64(bytes)?;
             take_u64(bytes)?;
             ViewKind::Hide
+        }
+        5 => {
+            let task_id = take_str(bytes)?;
+            take_str(bytes)?;
+            match take_u32(bytes)? {
+                0 | 2 => {
+                    take_u64(bytes)?;
+                }
+                1 => {}
+                _ => return None,
+            }
+            ViewKind::Push { task_id }
         }
         _ => return None,
     };
@@ -499,6 +551,20 @@ mod tests {
             any::<bool>().prop_map(|expired| RecordKind::Gone { expired }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(from_seq, to_seq)| RecordKind::Hide { from_seq, to_seq }),
+            (
+                any_string(),
+                any_string(),
+                prop_oneof![
+                    any::<u64>().prop_map(|through| PushChange::Set { through }),
+                    Just(PushChange::Delete),
+                    any::<u64>().prop_map(|through| PushChange::Delivered { through }),
+                ]
+            )
+                .prop_map(|(task_id, config_id, change)| RecordKind::Push {
+                    task_id,
+                    config_id,
+                    change,
+                }),
         ];
         let opens = proptest::option::of(
             (any_string(), any_string())
@@ -526,6 +592,7 @@ mod tests {
                     RecordKind::Artifact { task_id, .. } => ViewKind::Artifact { task_id },
                     RecordKind::Gone { .. } => ViewKind::Gone,
                     RecordKind::Hide { .. } => ViewKind::Hide,
+                    RecordKind::Push { task_id, .. } => ViewKind::Push { task_id },
                 };
                 let (seq, timestamp_ms) = (body.seq, body.timestamp_ms);
                 v == View {

@@ -24,6 +24,7 @@ mod hide;
 mod maintain;
 mod messages;
 pub(crate) mod portable;
+mod push;
 mod tasks;
 mod turns;
 mod wait;
@@ -38,6 +39,7 @@ use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
 pub use messages::{MessageBuf, StoredMessageRef};
 pub use portable::{Item, ItemKind};
+pub use push::{PushConfig, MAX_PUSH_CONFIG_ID};
 pub use tasks::{EventRecord, ListTasksQuery, MessageIds, Receipt, TaskProgress, TaskRef};
 pub use turns::TurnGuard;
 
@@ -1298,7 +1300,10 @@ impl ContextRecords<'_> {
                         .ok_or_else(|| bad("a history status without a message"))?;
                     Ok(f(&view, message.get().as_bytes()))
                 }
-                ViewKind::Artifact { .. } | ViewKind::Gone | ViewKind::Hide => {
+                ViewKind::Artifact { .. }
+                | ViewKind::Gone
+                | ViewKind::Hide
+                | ViewKind::Push { .. } => {
                     Err(bad("the history points at a record that holds no message"))
                 }
             }
@@ -1677,6 +1682,14 @@ fn check_recovered(state: &ContextState, body: &RecordBody) -> std::result::Resu
                 None => Ok(()),
             };
         }
+        RecordKind::Push { task_id, .. } => {
+            // A config names a task of its context, in any state (its
+            // delivery outlives the task's end).
+            return match state.task(task_id) {
+                Some(_) => Ok(()),
+                None => Err(format!("a push record of unknown task {task_id:?}")),
+            };
+        }
         RecordKind::Message { task: Some(link) } => (&link.task_id, Op::Message),
         RecordKind::Status { task_id, state, .. } => (task_id, Op::Status(*state)),
         RecordKind::Artifact {
@@ -1834,6 +1847,11 @@ fn apply(
         RecordKind::Hide { from_seq, to_seq } => {
             state.push_record(body.seq, loc, Kind::Hide, None);
             state.hide(*from_seq, *to_seq);
+        }
+        RecordKind::Push { .. } => {
+            // Not a task event: the index keeps it under no task, so a
+            // task's events and their numbers never count it.
+            state.push_record(body.seq, loc, Kind::Push, None);
         }
         RecordKind::Gone { expired } => {
             if let Some(meta) = &state.meta {

@@ -347,7 +347,11 @@ impl Store {
                         last_chunk: *last_chunk,
                         artifact: blob.to_vec(),
                     }),
-                    RecordKind::Gone { .. } | RecordKind::Hide { .. } => None,
+                    // Push configs and delivery positions are the server's
+                    // working state, and hold credentials: not exported.
+                    RecordKind::Gone { .. } | RecordKind::Hide { .. } | RecordKind::Push { .. } => {
+                        None
+                    }
                 };
                 kind.map(|kind| Item {
                     tenant: tenant.to_string(),

@@ -1044,8 +1044,8 @@ impl Store {
                             metadata: None,
                         })
                     }
-                    RecordKind::Gone { .. } | RecordKind::Hide { .. } => {
-                        return Err("a task event points at a record of no task".into())
+                    RecordKind::Gone { .. } | RecordKind::Hide { .. } | RecordKind::Push { .. } => {
+                        return Err("a task event points at a record of no task event".into())
                     }
                     RecordKind::Artifact {
                         append, last_chunk, ..

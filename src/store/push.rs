@@ -1,0 +1,289 @@
+//! Push-notification configs and their delivery positions, kept in the
+//! log beside the task they belong to (DESIGN.md §7, "Push
+//! notifications"): a `Push` record sets or deletes a config, or says how
+//! far its receiver has acknowledged the task's events. Nothing of them is
+//! held in memory: the index keeps each record as a 16-byte entry under no
+//! task, and a read folds the context's push records in log order.
+
+use super::tasks::TaskRef;
+use super::{next_timestamp, now_ms, Hints, Store};
+use crate::error::{Error, Result};
+use crate::index::{ContextSlot, Life};
+use crate::log::record::{PushChange, RecordKind};
+
+/// The longest config id taken, in bytes.
+pub const MAX_PUSH_CONFIG_ID: usize = 1024;
+
+/// A task's push-notification config as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushConfig {
+    /// The config's id within its task.
+    pub config_id: String,
+    /// The config, exactly as it was set (the store does not read it).
+    pub config: Vec<u8>,
+    /// The task's event seq its delivery starts after: events up to this
+    /// one were there before the config and are not its to deliver.
+    pub start_after: u64,
+    /// The last event seq its receiver acknowledged (at least
+    /// `start_after`): delivery resumes after it.
+    pub delivered: u64,
+}
+
+impl Store {
+    /// Sets task `task_id`'s push-notification config `config_id` (creates
+    /// it, or replaces the one of that id), durably, and returns the event
+    /// seq its delivery starts after: `after`, or the task's events so far
+    /// when `None`. `config` is kept byte for byte and never read by the
+    /// store. Another tenant's task, or a task whose context is gone,
+    /// answers [`Error::TaskNotFound`]; a task in a terminal state takes a
+    /// config too (its delivery may still be under way).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// let config = br#"{"url":"http://127.0.0.1:9/hook"}"#;
+    /// assert_eq!(store.set_push_config("acme", &r.task_id, "c1", config, None)?, 1);
+    /// let configs = store.push_configs("acme", &r.task_id)?;
+    /// assert_eq!((configs[0].config_id.as_str(), configs[0].delivered), ("c1", 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_push_config(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        config_id: &str,
+        config: &[u8],
+        after: Option<u64>,
+    ) -> Result<u64> {
+        check_config_id(config_id)?;
+        let slot = self.push_slot(tenant, task_id)?;
+        let _turn = slot.write.lock();
+        self.refuse_if_gone(&slot)?;
+        let events = event_count(&slot, task_id)?;
+        let through = after.unwrap_or(events).min(events);
+        let change = PushChange::Set { through };
+        self.append_push(&slot, task_id, config_id, change, config)?;
+        Ok(through)
+    }
+
+    /// Deletes task `task_id`'s push-notification config `config_id`,
+    /// durably; returns whether there was one (deleting it again changes
+    /// nothing and writes nothing). Nothing more is delivered to it.
+    pub fn delete_push_config(&self, tenant: &str, task_id: &str, config_id: &str) -> Result<bool> {
+        let slot = self.push_slot(tenant, task_id)?;
+        let _turn = slot.write.lock();
+        self.refuse_if_gone(&slot)?;
+        let exists = self
+            .task_push(&slot, task_id)?
+            .iter()
+            .any(|c| c.config_id == config_id);
+        if exists {
+            self.append_push(&slot, task_id, config_id, PushChange::Delete, &[])?;
+        }
+        Ok(exists)
+    }
+
+    /// Task `task_id`'s push-notification configs, in the order they were
+    /// first set, each with how far its delivery got. Reads only the
+    /// context's push records.
+    pub fn push_configs(&self, tenant: &str, task_id: &str) -> Result<Vec<PushConfig>> {
+        let slot = self.push_slot(tenant, task_id)?;
+        self.task_push(&slot, task_id)
+    }
+
+    /// Records that config `config_id`'s receiver acknowledged every event
+    /// of the task up to and including event seq `through`, durably (one
+    /// record for any number of events). Returns whether it was written:
+    /// not for a config that is gone (deleted meanwhile), nor for a
+    /// position it had already reached, nor past the task's last event.
+    pub fn push_delivered(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        config_id: &str,
+        through: u64,
+    ) -> Result<bool> {
+        let slot = self.push_slot(tenant, task_id)?;
+        let _turn = slot.write.lock();
+        self.refuse_if_gone(&slot)?;
+        if through > event_count(&slot, task_id)? {
+            return Err(Error::InvalidParams {
+                field: "through",
+                reason: format!("event {through} is past the task's last event"),
+            });
+        }
+        let behind = self
+            .task_push(&slot, task_id)?
+            .iter()
+            .any(|c| c.config_id == config_id && c.delivered < through);
+        if behind {
+            let change = PushChange::Delivered { through };
+            self.append_push(&slot, task_id, config_id, change, &[])?;
+        }
+        Ok(behind)
+    }
+
+    /// Every live task that has at least one push-notification config:
+    /// what a server resumes delivery for after it opens the store. A walk
+    /// over every context's in-memory entries, reading only the push
+    /// records it finds.
+    pub fn push_tasks(&self) -> Result<Vec<TaskRef>> {
+        let now = now_ms();
+        let mut found = Vec::new();
+        for slot in self.index.all_slots() {
+            let (tenant, context_id) = {
+                let state = slot.state.read();
+                if state.life(now, self.options.retention) != Life::Live
+                    || state.taskless_record_locs().next().is_none()
+                {
+                    continue;
+                }
+                let Some(meta) = &state.meta else { continue };
+                (meta.tenant().to_string(), meta.context_id().to_string())
+            };
+            let mut tasks: Vec<String> = self
+                .fold_push(&slot, None)?
+                .into_iter()
+                .map(|(task_id, _)| task_id)
+                .collect();
+            tasks.dedup();
+            let state = slot.state.read();
+            for task_id in tasks {
+                let Some(task) = state.task(&task_id) else {
+                    continue;
+                };
+                found.push(TaskRef {
+                    tenant: tenant.clone(),
+                    context_id: context_id.clone(),
+                    state: task.state(),
+                    task_id,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// The live context of a task of this tenant, for a push operation.
+    fn push_slot(&self, tenant: &str, task_id: &str) -> Result<std::sync::Arc<ContextSlot>> {
+        let slot = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
+        if self.life(&slot) != Life::Live {
+            return Err(Error::TaskNotFound);
+        }
+        Ok(slot)
+    }
+
+    /// Appends one push record (the caller holds the context's write lock).
+    fn append_push(
+        &self,
+        slot: &ContextSlot,
+        task_id: &str,
+        config_id: &str,
+        change: PushChange,
+        blob: &[u8],
+    ) -> Result<u64> {
+        let kind = RecordKind::Push {
+            task_id: task_id.to_string(),
+            config_id: config_id.to_string(),
+            change,
+        };
+        let ts = next_timestamp(&slot.state.read());
+        self.append_record(slot, None, kind, blob, ts, Hints::default())
+    }
+
+    /// Folds the context's push records (of task `only`, or of every
+    /// task), in log order, into the live configs, grouped by task in the
+    /// order each task's first config was set. The records are read under
+    /// the context's read lock, so a merge cannot move them meanwhile.
+    fn fold_push(
+        &self,
+        slot: &ContextSlot,
+        only: Option<&str>,
+    ) -> Result<Vec<(String, PushConfig)>> {
+        let state = slot.state.read();
+        let mut records = self.context_records(&slot.key);
+        let mut configs: Vec<(String, PushConfig)> = Vec::new();
+        for loc in state.taskless_record_locs() {
+            records.record(loc, |body, blob| {
+                let RecordKind::Push {
+                    task_id,
+                    config_id,
+                    change,
+                } = &body.kind
+                else {
+                    return;
+                };
+                if only.is_some_and(|only| only != task_id) {
+                    return;
+                }
+                let at = configs
+                    .iter()
+                    .position(|(t, c)| t == task_id && &c.config_id == config_id);
+                match (*change, at) {
+                    (PushChange::Set { through }, at) => {
+                        let config = PushConfig {
+                            config_id: config_id.clone(),
+                            config: blob.to_vec(),
+                            start_after: through,
+                            delivered: through,
+                        };
+                        match at.and_then(|i| configs.get_mut(i)) {
+                            Some((_, old)) => *old = config,
+                            None => {
+                                // After the task's other configs, so that
+                                // each task's stay together.
+                                let end = configs
+                                    .iter()
+                                    .rposition(|(t, _)| t == task_id)
+                                    .map_or(configs.len(), |i| i + 1);
+                                configs.insert(end, (task_id.clone(), config));
+                            }
+                        }
+                    }
+                    (PushChange::Delete, Some(i)) => {
+                        configs.remove(i);
+                    }
+                    (PushChange::Delivered { through }, Some(i)) => {
+                        if let Some((_, c)) = configs.get_mut(i) {
+                            c.delivered = c.delivered.max(through);
+                        }
+                    }
+                    (PushChange::Delete | PushChange::Delivered { .. }, None) => {}
+                }
+            })?;
+        }
+        Ok(configs)
+    }
+
+    /// Task `task_id`'s live configs (see [`fold_push`](Self::fold_push)).
+    fn task_push(&self, slot: &ContextSlot, task_id: &str) -> Result<Vec<PushConfig>> {
+        Ok(self
+            .fold_push(slot, Some(task_id))?
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect())
+    }
+}
+
+/// The number of events of task `task_id` (whose context's write lock the
+/// caller holds).
+fn event_count(slot: &ContextSlot, task_id: &str) -> Result<u64> {
+    let state = slot.state.read();
+    let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+    Ok(task.event_count() as u64)
+}
+
+fn check_config_id(config_id: &str) -> Result<()> {
+    if config_id.is_empty() || config_id.len() > MAX_PUSH_CONFIG_ID {
+        return Err(Error::InvalidParams {
+            field: "id",
+            reason: format!(
+                "a push-notification config id is 1 to {MAX_PUSH_CONFIG_ID} bytes; this one is {}",
+                config_id.len()
+            ),
+        });
+    }
+    Ok(())
+}

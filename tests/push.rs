@@ -1,0 +1,256 @@
+//! Push-notification configs and delivery positions kept in the log: set,
+//! replaced, deleted, tenant-scoped, never task events, and the same after
+//! a reopen, a whole-log replay, a compaction and a crash.
+
+mod common;
+
+use ctxlog::a2a::{TaskState, TaskStatus};
+use ctxlog::{Error, Options, Receipt, Store};
+
+const HOOK: &[u8] = br#"{"url":"http://127.0.0.1:9/hook"}"#;
+const OTHER: &[u8] = br#"{"url":"http://127.0.0.1:9/other","token":"t"}"#;
+
+fn receive(store: &Store, id: &str) -> Receipt {
+    let raw = format!(r#"{{"messageId":"{id}","role":"ROLE_USER","parts":[{{"text":"hi"}}]}}"#);
+    store.receive_message("acme", raw.as_bytes()).unwrap()
+}
+
+fn work(store: &Store, r: &Receipt, state: TaskState) {
+    store
+        .update_status("acme", &r.status_update(TaskStatus::new(state)))
+        .unwrap();
+}
+
+/// (config id, config bytes, start, delivered) of each of the task's configs.
+fn configs(store: &Store, task: &str) -> Vec<(String, Vec<u8>, u64, u64)> {
+    store
+        .push_configs("acme", task)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.config_id, c.config, c.start_after, c.delivered))
+        .collect()
+}
+
+#[test]
+fn configs_are_set_replaced_deleted_and_scoped_to_their_tenant() {
+    let (_dir, store) = common::buffered_store();
+    let r = receive(&store, "m1");
+    assert_eq!(
+        store
+            .set_push_config("acme", &r.task_id, "a", HOOK, None)
+            .unwrap(),
+        1
+    );
+    work(&store, &r, TaskState::Working);
+    // A later config starts after the events already there.
+    assert_eq!(
+        store
+            .set_push_config("acme", &r.task_id, "b", OTHER, None)
+            .unwrap(),
+        2
+    );
+    // Replacing keeps the config's place and starts it again from now.
+    assert_eq!(
+        store
+            .set_push_config("acme", &r.task_id, "a", OTHER, None)
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        configs(&store, &r.task_id),
+        [
+            ("a".into(), OTHER.to_vec(), 2, 2),
+            ("b".into(), OTHER.to_vec(), 2, 2)
+        ]
+    );
+    // `after` is taken as given, but never past the task's events.
+    assert_eq!(
+        store
+            .set_push_config("acme", &r.task_id, "c", HOOK, Some(0))
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .set_push_config("acme", &r.task_id, "d", HOOK, Some(9))
+            .unwrap(),
+        2
+    );
+
+    assert!(store.delete_push_config("acme", &r.task_id, "b").unwrap());
+    assert!(!store.delete_push_config("acme", &r.task_id, "b").unwrap());
+    let ids: Vec<String> = configs(&store, &r.task_id)
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(ids, ["a", "c", "d"]);
+
+    // Another tenant's task is no task at all.
+    for e in [
+        store
+            .set_push_config("other", &r.task_id, "x", HOOK, None)
+            .err(),
+        store.push_configs("other", &r.task_id).err(),
+        store.delete_push_config("other", &r.task_id, "a").err(),
+        store.push_delivered("other", &r.task_id, "a", 1).err(),
+    ] {
+        assert!(matches!(e, Some(Error::TaskNotFound)), "{e:?}");
+    }
+    assert!(matches!(
+        store.push_configs("acme", "no-such-task"),
+        Err(Error::TaskNotFound)
+    ));
+    assert!(matches!(
+        store.set_push_config("acme", &r.task_id, "", HOOK, None),
+        Err(Error::InvalidParams { field: "id", .. })
+    ));
+}
+
+#[test]
+fn push_records_are_no_task_events_and_no_history() {
+    let (_dir, store) = common::buffered_store();
+    let r = receive(&store, "m1");
+    store
+        .set_push_config("acme", &r.task_id, "a", HOOK, None)
+        .unwrap();
+    work(&store, &r, TaskState::Working);
+    assert!(store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    work(&store, &r, TaskState::Completed);
+
+    let progress = store.task_progress("acme", &r.task_id).unwrap();
+    assert_eq!((progress.events, progress.state), (3, TaskState::Completed));
+    let events: Vec<u64> = store
+        .events_since("acme", &r.task_id, 0)
+        .unwrap()
+        .into_iter()
+        .map(|(seq, _)| seq)
+        .collect();
+    assert_eq!(events, [1, 2, 3]);
+    let task = store.get_task("acme", &r.task_id, None, true).unwrap();
+    assert_eq!(task.history.len(), 1);
+    // A finished task still takes a config, and its delivery can move on.
+    assert_eq!(
+        store
+            .set_push_config("acme", &r.task_id, "late", HOOK, Some(1))
+            .unwrap(),
+        1
+    );
+    assert!(store.push_delivered("acme", &r.task_id, "late", 3).unwrap());
+}
+
+#[test]
+fn delivery_moves_only_forward_and_never_past_the_last_event() {
+    let (_dir, store) = common::buffered_store();
+    let r = receive(&store, "m1");
+    store
+        .set_push_config("acme", &r.task_id, "a", HOOK, Some(0))
+        .unwrap();
+    work(&store, &r, TaskState::Working);
+    assert!(store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    // Behind or at the position: nothing written.
+    assert!(!store.push_delivered("acme", &r.task_id, "a", 1).unwrap());
+    assert!(!store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    assert_eq!(configs(&store, &r.task_id)[0].3, 2);
+    assert!(matches!(
+        store.push_delivered("acme", &r.task_id, "a", 3),
+        Err(Error::InvalidParams {
+            field: "through",
+            ..
+        })
+    ));
+    // A deleted config takes no position.
+    store.delete_push_config("acme", &r.task_id, "a").unwrap();
+    assert!(!store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+}
+
+/// Two tasks with configs, one with none, one deleted context.
+fn populate(store: &Store) -> (Receipt, Receipt) {
+    let a = receive(store, "m1");
+    let b = receive(store, "m2");
+    let _plain = receive(store, "m3");
+    let gone = receive(store, "m4");
+    store
+        .set_push_config("acme", &a.task_id, "a1", HOOK, Some(0))
+        .unwrap();
+    store
+        .set_push_config("acme", &a.task_id, "a2", OTHER, None)
+        .unwrap();
+    work(store, &a, TaskState::Working);
+    store.push_delivered("acme", &a.task_id, "a1", 2).unwrap();
+    store
+        .set_push_config("acme", &b.task_id, "b1", HOOK, None)
+        .unwrap();
+    store
+        .set_push_config("acme", &gone.task_id, "g", HOOK, None)
+        .unwrap();
+    store.delete_context("acme", &gone.context_id).unwrap();
+    (a, b)
+}
+
+fn pending(store: &Store) -> Vec<String> {
+    let mut tasks: Vec<String> = store
+        .push_tasks()
+        .unwrap()
+        .into_iter()
+        .map(|t| t.task_id)
+        .collect();
+    tasks.sort();
+    tasks
+}
+
+#[test]
+fn configs_and_positions_survive_reopen_replay_compaction_and_a_crash() {
+    let dir = common::tmp();
+    let options = || Options::default().segment_bytes(4096);
+    let store = Store::open(dir.path(), options()).unwrap();
+    let (a, b) = populate(&store);
+    let mut want_pending = vec![a.task_id.clone(), b.task_id.clone()];
+    want_pending.sort();
+    let want = (configs(&store, &a.task_id), configs(&store, &b.task_id));
+    assert_eq!(want.0.len(), 2);
+    assert_eq!(want.0[0].3, 2);
+    assert_eq!(pending(&store), want_pending);
+    let seen = |store: &Store| {
+        assert_eq!(
+            (configs(store, &a.task_id), configs(store, &b.task_id)),
+            want
+        );
+        assert_eq!(pending(store), want_pending);
+    };
+
+    // A crash: the directory as it is, no clean close.
+    let crashed = common::crash_copy(dir.path());
+    seen(&Store::open(crashed.path(), options()).unwrap());
+
+    store.close().unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    seen(&store);
+    store.compact().unwrap();
+    seen(&store);
+    store.close().unwrap();
+
+    // The whole log read again, with no checkpoint to load.
+    std::fs::remove_file(dir.path().join("CHECKPOINT")).unwrap();
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert!(!store.open_report().from_checkpoint);
+    seen(&store);
+    assert!(matches!(
+        store.set_push_config("acme", "no-such-task", "x", HOOK, None),
+        Err(Error::TaskNotFound)
+    ));
+}
+
+#[test]
+fn an_export_leaves_push_records_out() {
+    let (_dir, store) = common::buffered_store();
+    let (a, _) = populate(&store);
+    let items = store.export_context("acme", &a.context_id).unwrap();
+    // The message and the WORKING status: nothing of the configs.
+    assert_eq!(items.len(), 2);
+    let (_dir2, copy) = common::buffered_store();
+    for item in &items {
+        copy.import_item(item).unwrap();
+    }
+    assert_eq!(copy.push_configs("acme", &a.task_id).unwrap(), []);
+    assert_eq!(copy.task_progress("acme", &a.task_id).unwrap().events, 2);
+}

@@ -59,8 +59,8 @@ pub(crate) fn http_date(secs: u64) -> String {
     )
 }
 
-/// The public card: both interfaces (protocol version 1.0), streaming, no
-/// push notifications, the extended card only when one is configured
+/// The public card: both interfaces (protocol version 1.0), streaming,
+/// push notifications when they are served (`--push`), the extended card only when one is configured
 /// (§3.3.4: an agent that declares it must answer
 /// `ExtendedAgentCardNotConfigured` without one; one that does not must
 /// answer `UnsupportedOperation`), and the bearer scheme when tokens are
@@ -78,7 +78,7 @@ fn card(config: &Config, agent: &AgentDescription, secured: bool) -> Value {
         "version": agent.version,
         "capabilities": {
             "streaming": true,
-            "pushNotifications": false,
+            "pushNotifications": config.push.enabled,
             "extendedAgentCard": config.extended_card.is_some(),
         },
         "defaultInputModes": agent.input_modes,

@@ -79,6 +79,52 @@ pub struct Config {
     pub idempotency: Idempotency,
     /// How long an `Idempotency-Key` is remembered (default 24 hours).
     pub idempotency_key_window: Duration,
+    /// Push notifications: off unless `enabled`.
+    pub push: Webhooks,
+}
+
+/// How push notifications are delivered (`--push` and the flags after it).
+#[derive(Debug, Clone)]
+pub struct Webhooks {
+    /// Push notifications are served: the card says so, and configs are
+    /// taken and delivered to. Off, every push method answers
+    /// `PushNotificationNotSupported`.
+    pub enabled: bool,
+    /// Webhooks at loopback, private, link-local and other non-public
+    /// addresses are delivered to (for tests and private deployments).
+    pub allow_private: bool,
+    /// How long one delivery (connect, request, response) may take
+    /// (default 10 s).
+    pub timeout: Duration,
+    /// The first delay after a failed delivery, doubled for each failure
+    /// after it, with jitter (default 1 s).
+    pub retry_base: Duration,
+    /// The longest such delay (default 60 s).
+    pub retry_max: Duration,
+    /// After this many failures in a row a config is marked failing
+    /// (logged, and listed in `/healthz`) and retried every
+    /// `failing_retry` (default 8).
+    pub failing_after: u32,
+    /// How often a failing config is tried (default 300 s); never dropped.
+    pub failing_retry: Duration,
+    /// Deliveries under way at once, at most, over all configs (default
+    /// 64).
+    pub max_in_flight: usize,
+}
+
+impl Default for Webhooks {
+    fn default() -> Self {
+        Webhooks {
+            enabled: false,
+            allow_private: false,
+            timeout: Duration::from_secs(10),
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(60),
+            failing_after: 8,
+            failing_retry: Duration::from_secs(300),
+            max_in_flight: 64,
+        }
+    }
 }
 
 impl Config {
@@ -101,6 +147,7 @@ impl Config {
             max_connections: 1024,
             idempotency: Idempotency::MessageId,
             idempotency_key_window: Duration::from_secs(24 * 3600),
+            push: Webhooks::default(),
         }
     }
 }

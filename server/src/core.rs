@@ -123,10 +123,11 @@ pub(crate) async fn send(
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    check_config(&config)?;
+    check_config(shared, &config)?;
     crate::media::check_parts(params.message.get(), &shared.input_modes)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, key).await?;
+    push_inline(shared, tenant, &config, &begun.receipt).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -154,10 +155,11 @@ pub(crate) async fn send_streaming(
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    check_config(&config)?;
+    check_config(shared, &config)?;
     crate::media::check_parts(params.message.get(), &shared.input_modes)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, key).await?;
+    push_inline(shared, tenant, &config, &begun.receipt).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -176,9 +178,23 @@ pub(crate) async fn send_streaming(
     ))
 }
 
-fn check_config(config: &SendConfig) -> Result<(), A2aError> {
+fn check_config(shared: &Shared, config: &SendConfig) -> Result<(), A2aError> {
     match &config.task_push_notification_config {
-        Some(v) if !v.is_null() => Err(A2aError::PushNotificationNotSupported),
+        Some(v) if !v.is_null() => crate::push::check_inline(shared, v),
+        _ => Ok(()),
+    }
+}
+
+/// Stores the push config given with a send for the task the message went
+/// to, before the send is answered.
+async fn push_inline(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    config: &SendConfig,
+    receipt: &Receipt,
+) -> Result<(), A2aError> {
+    match &config.task_push_notification_config {
+        Some(v) if !v.is_null() => crate::push::set_inline(shared, tenant, receipt, v).await,
         _ => Ok(()),
     }
 }
@@ -638,11 +654,6 @@ pub(crate) fn extended_card(shared: &Shared) -> Result<String, A2aError> {
             "this agent has no extended agent card (its card says extendedAgentCard: false)",
         )
     })
-}
-
-/// The push notification config methods: not served.
-pub(crate) fn push_config() -> Result<Value, A2aError> {
-    Err(A2aError::PushNotificationNotSupported)
 }
 
 /// How long a stream may stay idle before a keep-alive comment.

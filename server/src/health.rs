@@ -129,6 +129,9 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         "tasksFollowed": shared.hub.len(),
         "connections": shared.connections.load(std::sync::atomic::Ordering::Relaxed),
     });
+    if shared.config.push.enabled {
+        body["push"] = shared.pushes.report();
+    }
     let status = match trouble {
         Some(why) => {
             body["reason"] = why.into();

@@ -43,6 +43,8 @@ mod hub;
 mod keys;
 mod listener;
 mod media;
+mod push;
+mod pushes;
 mod reply;
 mod rest;
 mod restart;
@@ -53,6 +55,7 @@ mod storecell;
 mod turn;
 mod turns;
 mod util;
+mod webhook;
 
 use std::future::Future;
 use std::path::Path;
@@ -75,7 +78,7 @@ pub use agent::{
     Skill, TurnContext,
 };
 pub use auth::Tokens;
-pub use config::{Config, Idempotency, OnRestart};
+pub use config::{Config, Idempotency, OnRestart, Webhooks};
 pub use error::A2aError;
 
 use state::Shared;
@@ -123,6 +126,7 @@ impl Server {
             store: storecell::StoreCell::new(store, health::reopener(me.clone())),
             agent,
             turns: turns::Turns::new(config.max_turns.max(1)),
+            pushes: pushes::Pushes::new(config.push.max_in_flight),
             config,
             hub: Arc::new(hub::Hub::default()),
             cards,
@@ -151,10 +155,17 @@ impl Server {
     }
 
     /// Resolves the turns a process that died left running (SUBMITTED or
-    /// WORKING), by the configured policy; returns how many. `run` calls
+    /// WORKING), by the configured policy, and (with push notifications
+    /// served) resumes every config's delivery from its last
+    /// acknowledged event; returns how many turns it resolved. `run` calls
     /// it before it accepts a request.
     pub async fn recover(&self) -> usize {
-        restart::recover(&self.shared).await
+        let resolved = restart::recover(&self.shared).await;
+        let deliveries = push::resume(&self.shared).await;
+        if deliveries > 0 {
+            info!(configs = deliveries, "resumed push deliveries");
+        }
+        resolved
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ctxlog_server::agents::{Echo, Script, Scripted};
-use ctxlog_server::{AgentExecutor, Config, Idempotency, OnRestart, Server, Tokens};
+use ctxlog_server::{AgentExecutor, Config, Idempotency, OnRestart, Server, Tokens, Webhooks};
 
 /// An A2A v1.0.1 server (JSON-RPC and HTTP+JSON, SSE streams) whose every
 /// message, event and stream position lives in a ctxlog store.
@@ -89,6 +89,31 @@ struct Args {
     /// Hours an Idempotency-Key is remembered.
     #[arg(long, default_value_t = 24)]
     idempotency_key_hours: u64,
+    /// Serve push notifications: take configs and deliver every task
+    /// event to their webhooks, at least once, in order, across restarts.
+    #[arg(long)]
+    push: bool,
+    /// Deliver to webhooks at loopback, private and link-local addresses
+    /// too (tests, private deployments); by default only public ones.
+    #[arg(long)]
+    allow_private_webhooks: bool,
+    /// Seconds one delivery (connect, request, response) may take.
+    #[arg(long, default_value_t = 10)]
+    push_timeout: u64,
+    /// Milliseconds before the first retry of a failed delivery (doubled
+    /// for each failure after it, with jitter, up to --push-retry-max).
+    #[arg(long, default_value_t = 1000)]
+    push_retry_ms: u64,
+    /// Seconds between retries, at most, before a config is failing.
+    #[arg(long, default_value_t = 60)]
+    push_retry_max: u64,
+    /// Failures in a row after which a config is marked failing (logged,
+    /// listed in /healthz) and retried every --push-failing-retry seconds.
+    #[arg(long, default_value_t = 8)]
+    push_failing_after: u32,
+    /// Seconds between the retries of a failing config.
+    #[arg(long, default_value_t = 300)]
+    push_failing_retry: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -177,6 +202,16 @@ fn serve(args: Args) -> Result<(), String> {
         IdempotencyMode::Header => Idempotency::Header,
     };
     config.idempotency_key_window = Duration::from_secs(args.idempotency_key_hours.max(1) * 3600);
+    config.push = Webhooks {
+        enabled: args.push,
+        allow_private: args.allow_private_webhooks,
+        timeout: Duration::from_secs(args.push_timeout.max(1)),
+        retry_base: Duration::from_millis(args.push_retry_ms.max(1)),
+        retry_max: Duration::from_secs(args.push_retry_max.max(1)),
+        failing_after: args.push_failing_after.max(1),
+        failing_retry: Duration::from_secs(args.push_failing_retry.max(1)),
+        ..Webhooks::default()
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::core::{self, GetParams, IdParams, ListParams};
 use crate::error::A2aError;
 use crate::keys::Key;
+use crate::push;
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -225,11 +226,38 @@ struct QueryHistory {
     history_length: Option<i64>,
 }
 
-async fn push(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let (parts, _) = request.into_parts();
-    match admit(&shared, &parts) {
-        Ok(_) => ok(core::push_config()),
-        Err(e) => error(&e),
+/// `POST|GET /tasks/{id}/pushNotificationConfigs` and
+/// `GET|DELETE /tasks/{id}/pushNotificationConfigs/{config}`.
+async fn push(
+    State(shared): State<Arc<Shared>>,
+    Path(path): Path<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let named = |key: &str| path.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let (task_id, config) = (named("id").unwrap_or_default(), named("config"));
+    let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
+        Ok(t) => t,
+        Err(e) => return error(&e),
+    };
+    match (parts.method.clone(), config) {
+        (Method::POST, None) => ok(async {
+            let (config, _) = send_body(&shared, &parts, body, "").await?;
+            push::create(&shared, &tenant, Some(task_id), config).await
+        }
+        .await),
+        (Method::GET, None) => ok(async {
+            let mut q: push::ConfigRef = query(&parts)?;
+            q.task_id = task_id;
+            push::list(&shared, &tenant, q).await
+        }
+        .await),
+        (Method::GET, Some(id)) => ok(push::get(&shared, &tenant, &task_id, Some(id)).await),
+        (Method::DELETE, Some(id)) => ok(push::delete(&shared, &tenant, &task_id, Some(id)).await),
+        (method, _) => error(&A2aError::MethodNotFound(format!(
+            "{method} {} is not an A2A route",
+            parts.uri.path()
+        ))),
     }
 }
 

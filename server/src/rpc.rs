@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::core;
 use crate::error::A2aError;
 use crate::keys::Key;
+use crate::push;
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -147,6 +148,16 @@ fn params<T: DeserializeOwned>(params: Option<Box<RawValue>>) -> Result<T, A2aEr
     serde_json::from_str(text).map_err(|e| A2aError::invalid(e.to_string()))
 }
 
+/// A push method's params, once push notifications are known to be
+/// served (when they are not, that is the answer, whatever the params).
+fn push_params<T: DeserializeOwned>(
+    shared: &Shared,
+    raw: Option<Box<RawValue>>,
+) -> Result<T, A2aError> {
+    push::enabled(shared)?;
+    params(raw)
+}
+
 async fn dispatch(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -211,10 +222,20 @@ async fn call(
         "ListTasks" => json(&core::list_tasks(shared, tenant, params(raw)?).await?),
         "CancelTask" => json(&core::cancel_task(shared, tenant, params(raw)?).await?),
         "GetExtendedAgentCard" => core::extended_card(shared),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => json(&core::push_config()?),
+        "CreateTaskPushNotificationConfig" => {
+            json(&push::create(shared, tenant, None, push_params(shared, raw)?).await?)
+        }
+        "GetTaskPushNotificationConfig" => {
+            let p: push::ConfigRef = push_params(shared, raw)?;
+            json(&push::get(shared, tenant, &p.task_id, p.id).await?)
+        }
+        "ListTaskPushNotificationConfigs" => {
+            json(&push::list(shared, tenant, push_params(shared, raw)?).await?)
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            let p: push::ConfigRef = push_params(shared, raw)?;
+            json(&push::delete(shared, tenant, &p.task_id, p.id).await?)
+        }
         other => Err(A2aError::MethodNotFound(format!(
             "{other:?} is not an A2A method; see the agent card"
         ))),

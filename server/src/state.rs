@@ -13,6 +13,7 @@ use crate::card::Cards;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::keys::Keys;
+use crate::pushes::Pushes;
 use crate::storecell::StoreCell;
 use crate::turns::Turns;
 use crate::util::lock;
@@ -24,6 +25,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) hub: Arc<Hub>,
     pub(crate) turns: Turns,
+    /// The push deliveries under way.
+    pub(crate) pushes: Pushes,
     pub(crate) cards: Cards,
     pub(crate) tokens: Option<Tokens>,
     /// Set once the server is shutting down: streams end.

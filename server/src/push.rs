@@ -1,0 +1,645 @@
+//! Push notifications (A2A §3.1.7-3.1.10, §4.3): the config methods both
+//! bindings call, and the delivery of a task's events to each config's
+//! webhook, at least once and in order, from the store.
+//!
+//! A config and how far its receiver acknowledged are records in the
+//! task's context (the engine's `set_push_config` and the rest), so a
+//! restart resumes each delivery where its last acknowledgement left it.
+//! One delivery task per config reads the task's events from the store a
+//! page at a time after its position, POSTs each one, retries a failure
+//! with growing, jittered delays (a config past `failing_after` failures in
+//! a row is marked failing and tried at the slow pace, never dropped), and
+//! writes its new position after every few acknowledgements. It holds a
+//! page at most, whatever the backlog: the backlog is the log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderName, HeaderValue};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::error::A2aError;
+use crate::pushes::{Delivery, DeliveryKey};
+use crate::state::Shared;
+use crate::util::lock;
+use crate::webhook::{Connection, Post, Target};
+
+/// The most of a task's stored events a delivery reads at once.
+const PAGE_BYTES: usize = 64 << 10;
+/// Acknowledged events between two position records, at most: the most a
+/// crash can make a receiver get twice, per config.
+const POSITION_EVERY: u64 = 16;
+/// How long a delivery with nothing to send waits before it looks at the
+/// task again even if nothing woke it.
+const IDLE_CHECK: Duration = Duration::from_secs(60);
+/// The header that carries the event's number in its task.
+pub(crate) const SEQ_HEADER: &str = "ctxlog-event-seq";
+/// The header a2a-sdk's receivers read a config's token from.
+const TOKEN_HEADER: &str = "x-a2a-notification-token";
+
+/// `TaskPushNotificationConfig` as a client sends it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConfigIn {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    authentication: Option<Authentication>,
+    // The tenant comes from the caller's credentials.
+    #[serde(default, rename = "tenant")]
+    _tenant: Option<Value>,
+}
+
+/// `AuthenticationInfo`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(crate) struct Authentication {
+    scheme: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    credentials: Option<String>,
+}
+
+/// What the store keeps of a config (its id and task are the record's).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+struct Stored {
+    url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    authentication: Option<Authentication>,
+}
+
+/// `TaskPushNotificationConfig` as the server answers it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConfigOut {
+    id: String,
+    task_id: String,
+    #[serde(flatten)]
+    stored: Stored,
+}
+
+/// `ListTaskPushNotificationConfigsResponse`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConfigList {
+    configs: Vec<ConfigOut>,
+    next_page_token: String,
+}
+
+/// `GetTaskPushNotificationConfigRequest`, `DeleteTaskPushNotificationConfigRequest`
+/// and `ListTaskPushNotificationConfigsRequest`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConfigRef {
+    #[serde(default)]
+    pub(crate) task_id: String,
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    #[serde(default)]
+    pub(crate) page_size: Option<i64>,
+    #[serde(default)]
+    pub(crate) page_token: Option<String>,
+    #[serde(default, rename = "tenant")]
+    _tenant: Option<Value>,
+}
+
+/// The config checked: its id (the task's id when it names none, as
+/// a2a-sdk does), and what the store keeps.
+struct Checked {
+    id: String,
+    json: Vec<u8>,
+}
+
+pub(crate) fn enabled(shared: &Shared) -> Result<(), A2aError> {
+    match shared.config.push.enabled {
+        true => Ok(()),
+        false => Err(A2aError::PushNotificationNotSupported),
+    }
+}
+
+/// Checks a config before anything is stored: a URL a delivery may go to,
+/// header-safe token and credentials.
+fn check(shared: &Shared, config: ConfigIn, task_id: &str) -> Result<Checked, A2aError> {
+    if config
+        .task_id
+        .as_deref()
+        .is_some_and(|t| !t.is_empty() && t != task_id)
+    {
+        return Err(A2aError::invalid(format!(
+            "taskId: the config names task {:?} but is given for task {task_id:?}",
+            config.task_id.unwrap_or_default()
+        )));
+    }
+    let url = config.url.filter(|u| !u.is_empty()).ok_or_else(|| {
+        A2aError::invalid("url: a push notification config needs the webhook's URL")
+    })?;
+    Target::parse(&url, shared.config.push.allow_private).map_err(A2aError::invalid)?;
+    let stored = Stored {
+        url,
+        token: config.token.filter(|t| !t.is_empty()),
+        authentication: config.authentication,
+    };
+    headers(&stored).map_err(A2aError::invalid)?;
+    let id = config
+        .id
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| task_id.to_string());
+    let json = serde_json::to_vec(&stored)
+        .map_err(|e| A2aError::Internal(format!("the config could not be written: {e}")))?;
+    Ok(Checked { id, json })
+}
+
+/// The headers a delivery to `stored` carries beside its body's type.
+fn headers(stored: &Stored) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    let value = |what: &str, text: String| {
+        HeaderValue::try_from(text)
+            .map_err(|_| format!("{what}: holds characters an HTTP header cannot carry"))
+    };
+    let mut out = Vec::new();
+    if let Some(auth) = &stored.authentication {
+        if auth.scheme.is_empty() || auth.scheme.contains(char::is_whitespace) {
+            return Err("authentication.scheme: give one word, such as Bearer".into());
+        }
+        let text = match auth.credentials.as_deref().filter(|c| !c.is_empty()) {
+            Some(credentials) => format!("{} {credentials}", auth.scheme),
+            None => auth.scheme.clone(),
+        };
+        let mut v = value("authentication", text)?;
+        v.set_sensitive(true);
+        out.push((axum::http::header::AUTHORIZATION, v));
+    }
+    if let Some(token) = &stored.token {
+        let mut v = value("token", token.clone())?;
+        v.set_sensitive(true);
+        out.push((HeaderName::from_static(TOKEN_HEADER), v));
+    }
+    Ok(out)
+}
+
+fn answer(task_id: &str, config: ctxlog::PushConfig) -> Result<ConfigOut, A2aError> {
+    let stored: Stored = serde_json::from_slice(&config.config)
+        .map_err(|_| A2aError::Internal("a stored push config could not be read".into()))?;
+    Ok(ConfigOut {
+        id: config.config_id,
+        task_id: task_id.to_string(),
+        stored,
+    })
+}
+
+/// `CreateTaskPushNotificationConfig`: stored durably, then delivered to
+/// from the task's next event on.
+pub(crate) async fn create(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: Option<String>,
+    config: ConfigIn,
+) -> Result<ConfigOut, A2aError> {
+    enabled(shared)?;
+    let task_id = task_id
+        .filter(|t| !t.is_empty())
+        .or_else(|| config.task_id.clone())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| A2aError::invalid("taskId: name the task the config is for"))?;
+    let checked = check(shared, config, &task_id)?;
+    visible(shared, tenant, &task_id).await?;
+    let id = set(shared, tenant, &task_id, checked, None).await?;
+    get(shared, tenant, &task_id, Some(id)).await
+}
+
+/// Stores a checked config (delivering after event `after`, or after the
+/// task's events so far) and starts its delivery.
+async fn set(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    checked: Checked,
+    after: Option<u64>,
+) -> Result<String, A2aError> {
+    let (t, id, config_id) = (tenant.to_string(), task_id.to_string(), checked.id.clone());
+    shared
+        .store
+        .blocking(move |store| {
+            let same = store
+                .push_configs(&t, &id)?
+                .into_iter()
+                .any(|c| c.config_id == config_id && c.config == checked.json);
+            // A resent send with its config: the one stored stands.
+            if same && after.is_some() {
+                return Ok(());
+            }
+            store
+                .set_push_config(&t, &id, &config_id, &checked.json, after)
+                .map(drop)
+        })
+        .await?;
+    spawn(shared, tenant, task_id, &checked.id);
+    Ok(checked.id)
+}
+
+/// A config given with `SendMessage`, checked before the message is
+/// received (a bad one stores nothing).
+pub(crate) fn check_inline(shared: &Shared, config: &Value) -> Result<(), A2aError> {
+    enabled(shared)?;
+    let mut parsed: ConfigIn = serde_json::from_value(config.clone())
+        .map_err(|e| A2aError::invalid(format!("taskPushNotificationConfig: {e}")))?;
+    // The task is not known yet (and the spec has the client leave its
+    // id empty here).
+    parsed.task_id = None;
+    check(shared, parsed, "").map(drop)
+}
+
+/// Stores a config given with `SendMessage` for the task the message
+/// went to: delivered from the first event after the message.
+pub(crate) async fn set_inline(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    receipt: &ctxlog::Receipt,
+    config: &Value,
+) -> Result<(), A2aError> {
+    let mut parsed: ConfigIn = serde_json::from_value(config.clone())
+        .map_err(|e| A2aError::invalid(format!("taskPushNotificationConfig: {e}")))?;
+    parsed.task_id = None;
+    let checked = check(shared, parsed, &receipt.task_id)?;
+    set(
+        shared,
+        tenant,
+        &receipt.task_id,
+        checked,
+        Some(receipt.event),
+    )
+    .await?;
+    Ok(())
+}
+
+/// `GetTaskPushNotificationConfig` (`id: None`: the task's one made by a
+/// create that named none, whose id is the task's).
+pub(crate) async fn get(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    id: Option<String>,
+) -> Result<ConfigOut, A2aError> {
+    enabled(shared)?;
+    let want = id
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| task_id.to_string());
+    let found = configs(shared, tenant, task_id)
+        .await?
+        .into_iter()
+        .find(|c| c.config_id == want)
+        .ok_or(A2aError::TaskNotFound)?;
+    answer(task_id, found)
+}
+
+/// `ListTaskPushNotificationConfigs`: every config, in one page.
+pub(crate) async fn list(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    params: ConfigRef,
+) -> Result<ConfigList, A2aError> {
+    enabled(shared)?;
+    if params.page_size.is_some_and(|n| n < 0) {
+        return Err(A2aError::invalid("pageSize: send 0 or more"));
+    }
+    if params.page_token.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err(A2aError::invalid(
+            "pageToken: every config comes in the first page; there is no next one",
+        ));
+    }
+    let configs = configs(shared, tenant, &params.task_id)
+        .await?
+        .into_iter()
+        .map(|c| answer(&params.task_id, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ConfigList {
+        configs,
+        next_page_token: String::new(),
+    })
+}
+
+/// `DeleteTaskPushNotificationConfig`: idempotent; its delivery stops.
+pub(crate) async fn delete(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    id: Option<String>,
+) -> Result<Value, A2aError> {
+    enabled(shared)?;
+    let id = id
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| A2aError::invalid("id: name the push notification config to delete"))?;
+    let (t, task, config) = (tenant.to_string(), task_id.to_string(), id.clone());
+    visible(shared, tenant, task_id).await?;
+    shared
+        .store
+        .blocking(move |store| store.delete_push_config(&t, &task, &config))
+        .await?;
+    shared
+        .pushes
+        .stop(&(tenant.to_string(), task_id.to_string(), id));
+    Ok(Value::Object(serde_json::Map::new()))
+}
+
+async fn configs(
+    shared: &Shared,
+    tenant: &str,
+    task_id: &str,
+) -> Result<Vec<ctxlog::PushConfig>, A2aError> {
+    visible(shared, tenant, task_id).await?;
+    let (t, id) = (tenant.to_string(), task_id.to_string());
+    shared
+        .store
+        .blocking(move |store| store.push_configs(&t, &id))
+        .await
+}
+
+/// A task the client may see: a direct reply's is none.
+async fn visible(shared: &Shared, tenant: &str, task_id: &str) -> Result<(), A2aError> {
+    let (t, id) = (tenant.to_string(), task_id.to_string());
+    let progress = shared
+        .store
+        .blocking(move |store| store.task_progress(&t, &id))
+        .await?;
+    match progress.direct_reply {
+        true => Err(A2aError::TaskNotFound),
+        false => Ok(()),
+    }
+}
+
+/// After the store opens: starts the delivery of every config whose task
+/// lives, each of which ends at once if it has nothing left to send.
+/// Returns how many were started.
+pub(crate) async fn resume(shared: &Arc<Shared>) -> usize {
+    if !shared.config.push.enabled {
+        return 0;
+    }
+    let found = shared
+        .store
+        .blocking(|store| {
+            let mut found = Vec::new();
+            for task in store.push_tasks()? {
+                for config in store.push_configs(&task.tenant, &task.task_id)? {
+                    found.push((task.tenant.clone(), task.task_id.clone(), config.config_id));
+                }
+            }
+            Ok(found)
+        })
+        .await;
+    match found {
+        Ok(found) => {
+            for (tenant, task_id, config_id) in &found {
+                spawn(shared, tenant, task_id, config_id);
+            }
+            found.len()
+        }
+        Err(e) => {
+            warn!(error = ?e, "the push configs could not be read; their deliveries wait for the next start");
+            0
+        }
+    }
+}
+
+/// Starts the delivery for a config (replacing one under way for it).
+fn spawn(shared: &Arc<Shared>, tenant: &str, task_id: &str, config_id: &str) {
+    let key: DeliveryKey = (
+        tenant.to_string(),
+        task_id.to_string(),
+        config_id.to_string(),
+    );
+    let delivery = shared.pushes.start(key.clone());
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        deliver(&shared, &key, &delivery).await;
+        shared.pushes.finish(&key, &delivery);
+    });
+}
+
+/// What a delivery waits for ends it early: it was stopped, or the server
+/// shuts down.
+async fn interrupted(shared: &Shared, delivery: &Delivery) {
+    let mut shutdown = shared.shutdown.clone();
+    tokio::select! {
+        _ = delivery.stopped() => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+}
+
+fn ended(shared: &Shared, delivery: &Delivery) -> bool {
+    delivery.is_stopped() || *shared.shutdown.borrow()
+}
+
+/// One config's delivery, until the task is finished and every update
+/// acknowledged, the config is deleted or replaced, the task's context is
+/// gone, or the server shuts down.
+async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
+    let (tenant, task_id, config_id) = key;
+    let mut follower = shared.hub.follow(tenant, task_id);
+    let mut connection = Connection::default();
+    let mut store_failures = 0u32;
+    while !ended(shared, delivery) {
+        follower.seen();
+        let (t, id, cid) = (tenant.clone(), task_id.clone(), config_id.clone());
+        let read = shared
+            .store
+            .blocking(move |store| {
+                let Some(config) = store
+                    .push_configs(&t, &id)?
+                    .into_iter()
+                    .find(|c| c.config_id == cid)
+                else {
+                    return Ok(None);
+                };
+                let page = store.updates_page(&t, &id, config.delivered, PAGE_BYTES)?;
+                let terminal = store.task_progress(&t, &id)?.state.is_terminal();
+                Ok(Some((config, page, terminal)))
+            })
+            .await;
+        let (config, page, terminal) = match read {
+            Ok(Some(read)) => read,
+            // Deleted, or its task's context is gone: nothing to deliver.
+            Ok(None) | Err(A2aError::TaskNotFound) => return,
+            Err(e) => {
+                // The store is being reopened, or failed: try again later.
+                store_failures += 1;
+                warn!(error = ?e, task = %task_id, "a push delivery could not read the store");
+                let delay = retry_delay(shared, store_failures);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = interrupted(shared, delivery) => {}
+                }
+                continue;
+            }
+        };
+        store_failures = 0;
+        lock(&delivery.health).delivered = config.delivered;
+        if page.is_empty() {
+            if terminal {
+                return;
+            }
+            tokio::select! {
+                _ = follower.changed() => {}
+                _ = tokio::time::sleep(IDLE_CHECK) => {}
+                _ = interrupted(shared, delivery) => {}
+            }
+            continue;
+        }
+        let stored: Stored = match serde_json::from_slice(&config.config) {
+            Ok(s) => s,
+            Err(_) => {
+                warn!(task = %task_id, config = %config_id, "a stored push config could not be read; it is not delivered to");
+                return;
+            }
+        };
+        let (target, extra) = match (Target::parse(&stored.url, true), headers(&stored)) {
+            (Ok(target), Ok(extra)) => (target, extra),
+            _ => {
+                warn!(task = %task_id, config = %config_id, "a stored push config is no longer valid; it is not delivered to");
+                return;
+            }
+        };
+        let mut acknowledged = config.delivered;
+        let mut written = config.delivered;
+        for (seq, event) in page {
+            let body = match serde_json::to_vec(&event.into_wire()) {
+                Ok(body) => Bytes::from(body),
+                Err(e) => {
+                    warn!(error = ?e, task = %task_id, "an event could not be written for a push");
+                    return;
+                }
+            };
+            let mut headers = extra.clone();
+            headers.push((HeaderName::from_static(SEQ_HEADER), HeaderValue::from(seq)));
+            let post = Post {
+                body,
+                headers: &headers,
+            };
+            if !send(shared, delivery, key, &target, &mut connection, &post).await {
+                break;
+            }
+            acknowledged = seq;
+            if acknowledged - written >= POSITION_EVERY {
+                written = record(shared, delivery, key, acknowledged)
+                    .await
+                    .unwrap_or(written);
+            }
+        }
+        if acknowledged > written {
+            record(shared, delivery, key, acknowledged).await;
+        }
+    }
+}
+
+/// POSTs one event until its receiver acknowledges it; `false` if the
+/// delivery was stopped or the server shuts down first.
+async fn send(
+    shared: &Shared,
+    delivery: &Delivery,
+    key: &DeliveryKey,
+    target: &Target,
+    connection: &mut Connection,
+    post: &Post<'_>,
+) -> bool {
+    let options = &shared.config.push;
+    loop {
+        if ended(shared, delivery) {
+            return false;
+        }
+        let permit = tokio::select! {
+            p = shared.pushes.in_flight.clone().acquire_owned() => p.ok(),
+            _ = interrupted(shared, delivery) => return false,
+        };
+        let result = tokio::select! {
+            r = connection.post(target, post, options.timeout, options.allow_private) => r,
+            _ = interrupted(shared, delivery) => return false,
+        };
+        drop(permit);
+        let failures = {
+            let mut health = lock(&delivery.health);
+            match result {
+                Ok(()) => {
+                    if health.failing {
+                        info!(task = %key.1, config = %key.2, "a failing push config is delivered to again");
+                    }
+                    *health = crate::pushes::Health {
+                        delivered: health.delivered,
+                        ..Default::default()
+                    };
+                    return true;
+                }
+                Err(e) => {
+                    health.failures += 1;
+                    if health.failures >= options.failing_after && !health.failing {
+                        health.failing = true;
+                        warn!(task = %key.1, config = %key.2, failures = health.failures, error = %e,
+                            "a push config is failing: its webhook is retried every {} s until it answers",
+                            options.failing_retry.as_secs());
+                    }
+                    health.last_error = Some(e);
+                    health.failures
+                }
+            }
+        };
+        let delay = match failures >= options.failing_after {
+            true => options.failing_retry,
+            false => retry_delay(shared, failures),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = interrupted(shared, delivery) => return false,
+        }
+    }
+}
+
+/// The delay after `failures` failures in a row: the base doubled for
+/// each, at most the bound, a random half of it taken off (so configs that
+/// failed together do not retry together).
+fn retry_delay(shared: &Shared, failures: u32) -> Duration {
+    let options = &shared.config.push;
+    let full = options
+        .retry_base
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(20))
+        .min(options.retry_max);
+    let mut bytes = [0u8; 8];
+    let random = match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => 0,
+    };
+    let half = full / 2;
+    let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+    half + Duration::from_nanos(random % nanos.max(1))
+}
+
+/// Writes the config's position (`through`, acknowledged); returns it, or
+/// `None` if the store refused (the events after the last position written
+/// are then delivered again).
+async fn record(
+    shared: &Shared,
+    delivery: &Delivery,
+    key: &DeliveryKey,
+    through: u64,
+) -> Option<u64> {
+    let (t, id, cid) = key.clone();
+    match shared
+        .store
+        .blocking(move |store| store.push_delivered(&t, &id, &cid, through))
+        .await
+    {
+        Ok(_) => {
+            lock(&delivery.health).delivered = through;
+            Some(through)
+        }
+        Err(e) => {
+            warn!(error = ?e, task = %key.1, "a push position could not be written; those events may be delivered again");
+            None
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The registry of push deliveries under way: one per (tenant, task,
+//! config), each with a stop signal and what `/healthz` shows of it (how
+//! many failures in a row, whether it is marked failing, the last error).
+//! An entry lives exactly while its delivery task runs: what the registry
+//! holds is bounded by the configs of unfinished deliveries.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, Semaphore};
+
+use crate::util::lock;
+
+/// Which delivery: tenant, task id, config id.
+pub(crate) type DeliveryKey = (String, String, String);
+
+/// The deliveries under way.
+pub(crate) struct Pushes {
+    deliveries: Mutex<HashMap<DeliveryKey, Arc<Delivery>>>,
+    /// Bounds the requests to webhooks in flight at once.
+    pub(crate) in_flight: Arc<Semaphore>,
+}
+
+/// One delivery under way.
+#[derive(Default)]
+pub(crate) struct Delivery {
+    stopped: AtomicBool,
+    /// Wakes the delivery when it is stopped.
+    pub(crate) stop: Notify,
+    /// How it goes.
+    pub(crate) health: Mutex<Health>,
+}
+
+/// How a delivery goes.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Health {
+    /// Failed attempts since the last success.
+    pub(crate) failures: u32,
+    /// Past the failures allowed: retried at the slow pace.
+    pub(crate) failing: bool,
+    /// Why the last attempt failed.
+    pub(crate) last_error: Option<String>,
+    /// The last event seq acknowledged.
+    pub(crate) delivered: u64,
+}
+
+impl Delivery {
+    /// Whether the delivery was told to stop.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Waits until the delivery is told to stop.
+    pub(crate) async fn stopped(&self) {
+        loop {
+            let notified = self.stop.notified();
+            if self.is_stopped() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Pushes {
+    /// A registry that lets `max_in_flight` requests out at once.
+    pub(crate) fn new(max_in_flight: usize) -> Self {
+        Pushes {
+            deliveries: Mutex::default(),
+            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+        }
+    }
+
+    /// Registers a delivery for `key`, stopping one that runs for it (a
+    /// config replaced): the new one is the only one delivering.
+    pub(crate) fn start(&self, key: DeliveryKey) -> Arc<Delivery> {
+        let delivery = Arc::new(Delivery::default());
+        if let Some(old) = lock(&self.deliveries).insert(key, delivery.clone()) {
+            stop(&old);
+        }
+        delivery
+    }
+
+    /// Stops the delivery for `key`, if one runs (a config deleted).
+    pub(crate) fn stop(&self, key: &DeliveryKey) {
+        if let Some(old) = lock(&self.deliveries).remove(key) {
+            stop(&old);
+        }
+    }
+
+    /// The delivery for `key` ended: its entry goes, unless another
+    /// replaced it.
+    pub(crate) fn finish(&self, key: &DeliveryKey, delivery: &Arc<Delivery>) {
+        let mut deliveries = lock(&self.deliveries);
+        if deliveries
+            .get(key)
+            .is_some_and(|d| Arc::ptr_eq(d, delivery))
+        {
+            deliveries.remove(key);
+        }
+    }
+
+    /// What `/healthz` shows: the deliveries under way, and each one
+    /// marked failing (its tenant, task, config, failures and last error;
+    /// never its URL or credentials).
+    pub(crate) fn report(&self) -> serde_json::Value {
+        let deliveries = lock(&self.deliveries);
+        let mut failing: Vec<serde_json::Value> = Vec::new();
+        for ((tenant, task_id, config_id), d) in deliveries.iter() {
+            let health = lock(&d.health).clone();
+            if health.failing {
+                failing.push(serde_json::json!({
+                    "tenant": tenant,
+                    "taskId": task_id,
+                    "configId": config_id,
+                    "failures": health.failures,
+                    "lastError": health.last_error,
+                    "delivered": health.delivered,
+                }));
+            }
+        }
+        serde_json::json!({ "deliveries": deliveries.len(), "failing": failing })
+    }
+}
+
+fn stop(delivery: &Delivery) {
+    delivery.stopped.store(true, Ordering::Release);
+    delivery.stop.notify_waiters();
+}

@@ -1,0 +1,349 @@
+//! One webhook, as a delivery reaches it: its URL checked, its address
+//! checked when it is connected to (not only when the config was made: a
+//! name may resolve elsewhere by then), one HTTP/1.1 connection kept
+//! between deliveries, redirects never followed, and the response's body
+//! read only up to a small bound.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::http::{header, HeaderName, HeaderValue, Method, Request, Uri};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::{handshake, SendRequest};
+use hyper_util::rt::TokioIo;
+
+/// The most of a response's body read; the rest is not (the connection
+/// is then closed, not reused).
+pub(crate) const MAX_RESPONSE_BODY: usize = 16 << 10;
+
+/// A webhook URL, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    uri: Uri,
+    host: String,
+    port: u16,
+}
+
+impl Target {
+    /// Checks `url`: an absolute `http` URL with a host (an `https` one
+    /// is refused, naming why: this build has no TLS client), and, unless
+    /// `allow_private`, not a literal address that [`is_public`] refuses.
+    /// The error says what to change.
+    pub(crate) fn parse(url: &str, allow_private: bool) -> Result<Target, String> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|e| format!("url: {url:?} is not a URL: {e}"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(format!(
+                    "url: {url:?} is https, and this server delivers only to http webhooks \
+                     (it has no TLS client); put a TLS-terminating proxy you trust in front \
+                     of the receiver and give its http URL"
+                ))
+            }
+            _ => return Err(format!("url: {url:?} is not an absolute http URL")),
+        }
+        let host = uri
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| format!("url: {url:?} names no host"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if !allow_private {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                check_public(ip)?;
+            } else if host.eq_ignore_ascii_case("localhost") {
+                return Err(refused("localhost"));
+            }
+        }
+        let port = uri.port_u16().unwrap_or(80);
+        Ok(Target { uri, host, port })
+    }
+}
+
+fn refused(what: &str) -> String {
+    format!(
+        "url: {what} is not a public address, and webhooks go only to public ones (start the \
+         server with --allow-private-webhooks to deliver to loopback and private networks)"
+    )
+}
+
+fn check_public(ip: IpAddr) -> Result<(), String> {
+    match is_public(ip) {
+        true => Ok(()),
+        false => Err(refused(&ip.to_string())),
+    }
+}
+
+/// Whether `ip` is a public unicast address: not loopback, private,
+/// link-local (cloud metadata services live there), shared (carrier NAT),
+/// unspecified, broadcast, multicast, documentation or reserved; IPv6
+/// unique-local and link-local too, and an IPv4-mapped address as its
+/// IPv4 one.
+pub(crate) fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_public_v4(v4),
+            None => is_public_v6(v6),
+        },
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b))
+        || (a == 192 && b == 0 && c == 0)
+        || (a == 198 && (18..20).contains(&b))
+        || a >= 240)
+}
+
+fn is_public_v6(ip: Ipv6Addr) -> bool {
+    let first = ip.segments()[0];
+    !(ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || (first & 0xfe00) == 0xfc00
+        || (first & 0xffc0) == 0xfe80
+        || first == 0x2001 && ip.segments()[1] == 0x0db8)
+}
+
+/// One delivery's request: the body and the headers beside the
+/// content type.
+pub(crate) struct Post<'a> {
+    pub(crate) body: Bytes,
+    pub(crate) headers: &'a [(HeaderName, HeaderValue)],
+}
+
+/// A connection to one webhook, kept between deliveries while it stays
+/// usable.
+#[derive(Default)]
+pub(crate) struct Connection {
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Connection {
+    /// Delivers `post` to `target` within `timeout` (connect, request,
+    /// response and its bounded body); `Ok` for a 2xx answer, else why
+    /// not (a redirect included: it is never followed). A kept connection
+    /// the receiver closed meanwhile is replaced at once, not counted as a
+    /// failure.
+    pub(crate) async fn post(
+        &mut self,
+        target: &Target,
+        post: &Post<'_>,
+        timeout: Duration,
+        allow_private: bool,
+    ) -> Result<(), String> {
+        let attempt = async {
+            let kept = self.sender.is_some();
+            match self.exchange(target, post, allow_private).await {
+                Err(Failure::Unsent(_)) if kept => {
+                    self.sender = None;
+                    self.exchange(target, post, allow_private).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Failure::Unsent(e) | Failure::Answered(e))) => {
+                self.sender = None;
+                Err(e)
+            }
+            Err(_) => {
+                self.sender = None;
+                Err(format!("no answer within {} ms", timeout.as_millis()))
+            }
+        }
+    }
+
+    async fn exchange(
+        &mut self,
+        target: &Target,
+        post: &Post<'_>,
+        allow_private: bool,
+    ) -> Result<(), Failure> {
+        let reusable = match self.sender.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !reusable {
+            self.sender = Some(
+                connect(target, allow_private)
+                    .await
+                    .map_err(Failure::Answered)?,
+            );
+        }
+        let Some(sender) = self.sender.as_mut() else {
+            return Err(Failure::Answered("no connection".into()));
+        };
+        let path = target
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(header::HOST, host_header(target))
+            .header(header::CONTENT_TYPE, "application/a2a+json")
+            .header(
+                header::USER_AGENT,
+                concat!("ctxlog-server/", env!("CARGO_PKG_VERSION")),
+            );
+        for (name, value) in post.headers {
+            request = request.header(name, value);
+        }
+        let request = request
+            .body(Full::new(post.body.clone()))
+            .map_err(|e| Failure::Answered(format!("the request could not be made: {e}")))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| Failure::Unsent(format!("the request failed: {e}")))?;
+        let status = response.status();
+        // Read (a bounded part of) the body so the connection can serve
+        // the next delivery; past the bound it is closed instead.
+        if Limited::new(response.into_body(), MAX_RESPONSE_BODY)
+            .collect()
+            .await
+            .is_err()
+        {
+            self.sender = None;
+        }
+        match status.is_success() {
+            true => Ok(()),
+            false if status.is_redirection() => Err(Failure::Answered(format!(
+                "HTTP {status}: a redirect, which is not followed; give the final URL"
+            ))),
+            false => Err(Failure::Answered(format!("HTTP {status}"))),
+        }
+    }
+}
+
+/// Why an exchange failed: before the receiver answered (on a kept
+/// connection, most likely one it closed: worth one more try on a new
+/// one), or otherwise.
+enum Failure {
+    Unsent(String),
+    Answered(String),
+}
+
+fn host_header(target: &Target) -> String {
+    let host = match target.host.contains(':') {
+        true => format!("[{}]", target.host),
+        false => target.host.clone(),
+    };
+    match target.port {
+        80 => host,
+        port => format!("{host}:{port}"),
+    }
+}
+
+/// Resolves the target's host and connects to the first address allowed
+/// (unless `allow_private`, only public ones: checked here, on the
+/// addresses actually connected to).
+async fn connect(target: &Target, allow_private: bool) -> Result<SendRequest<Full<Bytes>>, String> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| format!("{} does not resolve: {e}", target.host))?
+        .collect();
+    let allowed: Vec<SocketAddr> = addrs
+        .iter()
+        .copied()
+        .filter(|a| allow_private || is_public(a.ip()))
+        .collect();
+    if allowed.is_empty() {
+        return Err(match addrs.first() {
+            Some(a) => refused(&format!("{} (resolved to {})", target.host, a.ip())),
+            None => format!("{} resolves to no address", target.host),
+        });
+    }
+    let mut last = String::new();
+    for addr in allowed {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                let (sender, connection) = handshake(TokioIo::new(stream))
+                    .await
+                    .map_err(|e| format!("HTTP handshake with {addr} failed: {e}"))?;
+                // The connection's task ends when the sender is dropped
+                // or the peer closes it.
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                return Ok(sender);
+            }
+            Err(e) => last = format!("cannot connect to {addr}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_addresses_are_told_from_the_others() {
+        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn urls_are_checked_and_private_literals_refused_unless_allowed() {
+        assert!(Target::parse("http://example.com/hook", false).is_ok());
+        let e = Target::parse("https://example.com/hook", false).unwrap_err();
+        assert!(e.contains("TLS"), "{e}");
+        for url in ["ftp://example.com/x", "/relative", "http://", "not a url"] {
+            assert!(Target::parse(url, true).is_err(), "{url}");
+        }
+        for url in [
+            "http://127.0.0.1:9/hook",
+            "http://[::1]:9/hook",
+            "http://169.254.169.254/latest",
+            "http://localhost/hook",
+        ] {
+            let e = Target::parse(url, false).unwrap_err();
+            assert!(e.contains("--allow-private-webhooks"), "{url}: {e}");
+            assert!(Target::parse(url, true).is_ok(), "{url}");
+        }
+        let t = Target::parse("http://[::1]:8080/h?x=1", true).unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 8080));
+        assert_eq!(host_header(&t), "[::1]:8080");
+    }
+}

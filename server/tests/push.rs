@@ -1,0 +1,512 @@
+//! Push notifications: configs made over both bindings and inline with a
+//! send, every event delivered once and in order with the right headers,
+//! retries after failures, a backlog drained once a receiver comes up,
+//! deletes that stop delivery, refused and unsafe URLs, and a server with
+//! push off answering as the spec requires.
+
+mod common;
+#[path = "common/hook.rs"]
+mod hook;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{user, Client, Gated, GatedAgent, TestServer};
+use hook::{Answer, Hook};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A server with push on (loopback webhooks allowed, fast retries) whose
+/// agent the test drives.
+async fn push_server(gated: &Arc<Gated>) -> TestServer {
+    TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+            c.push.retry_base = Duration::from_millis(5);
+            c.push.retry_max = Duration::from_millis(50);
+            c.push.failing_after = 3;
+            c.push.failing_retry = Duration::from_millis(100);
+        },
+        None,
+    )
+    .await
+}
+
+/// Sends a message that returns at once; the task's id.
+async fn begin(c: &Client, id: &str, config: Option<Value>) -> String {
+    let mut configuration = json!({ "returnImmediately": true });
+    if let Some(config) = config {
+        configuration["taskPushNotificationConfig"] = config;
+    }
+    let (status, body) = c
+        .rpc(
+            "SendMessage",
+            json!({ "message": user(id, "hi"), "configuration": configuration }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {body}"))
+        .to_string()
+}
+
+/// The events a task's stream would carry, in the order the receiver at
+/// `path` accepted them: (seq, kind).
+fn delivered(hook: &Hook, path: &str) -> Vec<(u64, String)> {
+    hook.accepted(path)
+        .iter()
+        .map(|g| {
+            let kind = g.body.as_object().unwrap().keys().next().unwrap().clone();
+            (g.seq(), kind)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_arrives_once_in_order_with_its_headers() {
+    let gated = Gated::new(2);
+    let server = push_server(&gated).await;
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    let c = Client::new(&server.url, None);
+
+    // Inline with the send.
+    let inline = json!({ "url": format!("{base}/inline"), "token": "tok-1",
+        "authentication": { "scheme": "Bearer", "credentials": "secret" } });
+    let task = begin(&c, "m1", Some(inline)).await;
+    // Over JSON-RPC, and over HTTP+JSON, while the turn waits at its gate
+    // (after its WORKING, which the inline config gets).
+    assert!(
+        hook.wait_for_state("/inline", "TASK_STATE_WORKING", WAIT)
+            .await
+    );
+    let (status, body) = c
+        .rpc(
+            "CreateTaskPushNotificationConfig",
+            json!({ "taskId": task, "id": "rpc", "url": format!("{base}/rpc") }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["result"],
+        json!({ "id": "rpc", "taskId": task, "url": format!("{base}/rpc") })
+    );
+    let (status, body) = c
+        .rest(
+            "POST",
+            &format!("/tasks/{task}/pushNotificationConfigs"),
+            Some(json!({ "id": "rest", "url": format!("{base}/rest") })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], "rest");
+
+    gated.open();
+    for path in ["/inline", "/rpc", "/rest"] {
+        assert!(
+            hook.wait_for_state(path, "TASK_STATE_COMPLETED", WAIT)
+                .await,
+            "{path}: {:?}",
+            hook.got()
+        );
+    }
+    // The inline config saw every update the turn wrote: WORKING, two
+    // chunks, COMPLETED; the others those after they were made.
+    let all = delivered(&hook, "/inline");
+    let kinds: Vec<&str> = all.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "statusUpdate",
+            "artifactUpdate",
+            "artifactUpdate",
+            "statusUpdate"
+        ]
+    );
+    let seqs: Vec<u64> = all.iter().map(|(s, _)| *s).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    for path in ["/rpc", "/rest"] {
+        let got = delivered(&hook, path);
+        assert_eq!(got[..], all[1..], "{path}");
+    }
+    let first = &hook.accepted("/inline")[0];
+    assert_eq!(
+        first.header("content-type").unwrap(),
+        "application/a2a+json"
+    );
+    assert_eq!(first.header("authorization").unwrap(), "Bearer secret");
+    assert_eq!(first.header("x-a2a-notification-token").unwrap(), "tok-1");
+    assert_eq!(first.body["statusUpdate"]["taskId"], task.as_str());
+    assert!(hook.accepted("/rpc")[0].header("authorization").is_none());
+    // Nothing was sent twice.
+    assert_eq!(hook.got().len(), 4 + 3 + 3);
+
+    // Reads over both bindings give the same configs.
+    let (_, list) = c
+        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
+        .await;
+    let ids: Vec<&str> = list["result"]["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [task.as_str(), "rpc", "rest"]);
+    let (status, got) = c
+        .rest(
+            "GET",
+            &format!("/tasks/{task}/pushNotificationConfigs/rest"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, got["url"].as_str()),
+        (200, Some(&*format!("{base}/rest")))
+    );
+    let (_, got) = c
+        .rpc(
+            "GetTaskPushNotificationConfig",
+            json!({ "taskId": task, "id": task }),
+        )
+        .await;
+    assert_eq!(got["result"]["token"], "tok-1");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_and_everything_arrives_in_order() {
+    let gated = Gated::new(3);
+    let server = push_server(&gated).await;
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    // More failures than `failing_after`: the config is marked failing
+    // and still delivered to.
+    hook.fail_first
+        .store(5, std::sync::atomic::Ordering::SeqCst);
+    let c = Client::new(&server.url, None);
+    let task = begin(&c, "m1", Some(json!({ "url": format!("{base}/h") }))).await;
+    gated.open();
+    assert!(
+        hook.wait_for_state("/h", "TASK_STATE_COMPLETED", WAIT)
+            .await
+    );
+    let got = delivered(&hook, "/h");
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{got:?}");
+    // The failures were of the first event, sent again until accepted.
+    let attempts = hook.got();
+    assert_eq!(attempts.len(), 10);
+    assert!(attempts[..6].iter().all(|g| g.seq() == attempts[0].seq()));
+    let (_, health) = common::health(&server.url).await;
+    assert!(health["push"]["failing"].as_array().is_some(), "{health}");
+    let _ = task;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_down_for_the_whole_task_gets_the_backlog_in_order() {
+    let gated = Gated::new(4);
+    let server = push_server(&gated).await;
+    // A port with nothing listening on it, for now.
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = parked.local_addr().unwrap();
+    drop(parked);
+    let c = Client::new(&server.url, None);
+    // The turn runs to its end before the send answers: with nobody to
+    // tell.
+    gated.open();
+    let config = json!({ "url": format!("http://{addr}/h") });
+    let (_, body) = c
+        .rpc(
+            "SendMessage",
+            json!({ "message": user("m1", "hi"),
+                "configuration": { "taskPushNotificationConfig": config } }),
+        )
+        .await;
+    assert_eq!(
+        body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+    let (_, health) = common::health(&server.url).await;
+    assert_eq!(health["push"]["deliveries"], 1, "{health}");
+    // The receiver comes up on that port.
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let hook = Hook::serve(listener, Answer::Ok);
+    assert!(
+        hook.wait_for_state("/h", "TASK_STATE_COMPLETED", WAIT)
+            .await
+    );
+    let got = delivered(&hook, "/h");
+    assert_eq!(got.len(), 6, "{got:?}");
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{got:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_config_gets_nothing_more_and_delete_is_idempotent() {
+    let gated = Gated::new(1);
+    let server = push_server(&gated).await;
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    let c = Client::new(&server.url, None);
+    let task = begin(&c, "m1", None).await;
+    for id in ["kept", "gone"] {
+        let (status, _) = c
+            .rpc(
+                "CreateTaskPushNotificationConfig",
+                json!({ "taskId": task, "id": id, "url": format!("{base}/{id}") }),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+    for _ in 0..2 {
+        let (status, body) = c
+            .rest(
+                "DELETE",
+                &format!("/tasks/{task}/pushNotificationConfigs/gone"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_, body) = c
+        .rpc(
+            "DeleteTaskPushNotificationConfig",
+            json!({ "taskId": task, "id": "gone" }),
+        )
+        .await;
+    assert_eq!(body["result"], json!({}));
+    let (_, body) = c
+        .rpc(
+            "GetTaskPushNotificationConfig",
+            json!({ "taskId": task, "id": "gone" }),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    gated.open();
+    assert!(
+        hook.wait_for_state("/kept", "TASK_STATE_COMPLETED", WAIT)
+            .await
+    );
+    assert!(hook.got().iter().all(|g| g.path == "/kept"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsafe_urls_are_refused_redirects_not_followed_large_answers_cut() {
+    let gated = Gated::new(0);
+    let strict = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| c.push.enabled = true,
+        None,
+    )
+    .await;
+    let c = Client::new(&strict.url, None);
+    let task = begin(&c, "m1", None).await;
+    for url in [
+        "http://127.0.0.1:9/h",
+        "http://localhost/h",
+        "http://10.0.0.1/h",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/h",
+        "https://example.com/h",
+        "ftp://example.com/h",
+        "",
+    ] {
+        let (_, body) = c
+            .rpc(
+                "CreateTaskPushNotificationConfig",
+                json!({ "taskId": task, "url": url }),
+            )
+            .await;
+        assert_eq!(body["error"]["code"], -32602, "{url}: {body}");
+    }
+    // Inline too, and then nothing is stored.
+    let (_, body) = c
+        .rpc(
+            "SendMessage",
+            json!({ "message": user("m2", "hi"), "configuration": {
+                "taskPushNotificationConfig": { "url": "http://127.0.0.1:9/h" } } }),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--allow-private-webhooks"), "{body}");
+    gated.open();
+    strict.stop().await;
+
+    let gated = Gated::new(0);
+    let server = push_server(&gated).await;
+    let c = Client::new(&server.url, None);
+    let (moved, moved_base) = Hook::start(Answer::Redirect).await;
+    let (huge, huge_base) = Hook::start(Answer::Huge).await;
+    let task = begin(&c, "m1", Some(json!({ "url": format!("{huge_base}/h") }))).await;
+    c.rpc(
+        "CreateTaskPushNotificationConfig",
+        json!({ "taskId": task, "id": "moved", "url": format!("{moved_base}/h") }),
+    )
+    .await;
+    gated.open();
+    // The large answers are read only in part, and delivery goes on.
+    assert!(
+        huge.wait_for_state("/h", "TASK_STATE_COMPLETED", WAIT)
+            .await
+    );
+    assert_eq!(delivered(&huge, "/h").len(), 2);
+    // The redirect is retried, never followed.
+    assert!(moved.wait(WAIT, |got| got.len() >= 3).await);
+    assert!(moved.got().iter().all(|g| g.path == "/h"));
+    // Past `failing_after` failures it is marked failing, and says why.
+    assert!(moved.wait(WAIT, |got| got.len() >= 4).await);
+    let (_, health) = common::health(&server.url).await;
+    let failing = health["push"]["failing"].as_array().unwrap().clone();
+    assert_eq!(failing.len(), 1, "{health}");
+    assert_eq!(failing[0]["configId"], "moved");
+    assert!(
+        failing[0]["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("redirect"),
+        "{health}"
+    );
+    assert!(
+        !health.to_string().contains(&moved_base),
+        "no URL in /healthz"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_push_every_method_answers_not_supported() {
+    let plain = TestServer::start(Arc::new(ctxlog_server::agents::Echo), |_| {}, None).await;
+    let c = Client::new(&plain.url, None);
+    let (_, card) = c.rest("GET", "/.well-known/agent-card.json", None).await;
+    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    for method in [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ] {
+        let (_, body) = c.rpc(method, json!({ "taskId": "t", "id": "x" })).await;
+        assert_eq!(body["error"]["code"], -32003, "{method}: {body}");
+    }
+    for (method, path) in [
+        ("POST", "/tasks/t/pushNotificationConfigs"),
+        ("GET", "/tasks/t/pushNotificationConfigs"),
+        ("GET", "/tasks/t/pushNotificationConfigs/x"),
+        ("DELETE", "/tasks/t/pushNotificationConfigs/x"),
+    ] {
+        let (status, _) = c
+            .rest(
+                method,
+                path,
+                (method == "POST").then(|| json!({ "url": "http://x" })),
+            )
+            .await;
+        assert_eq!(status, 400, "{method} {path}");
+    }
+    let (_, body) = c
+        .rpc(
+            "SendMessage",
+            json!({ "message": user("m1", "hi"), "configuration": {
+                "taskPushNotificationConfig": { "url": "http://example.com/h" } } }),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32003, "{body}");
+    plain.stop().await;
+
+    let gated = Gated::new(0);
+    let server = push_server(&gated).await;
+    let c = Client::new(&server.url, None);
+    let (_, card) = c.rest("GET", "/.well-known/agent-card.json", None).await;
+    assert_eq!(card["capabilities"]["pushNotifications"], true);
+    // An unknown task is no task, for every method.
+    let (_, body) = c
+        .rpc(
+            "CreateTaskPushNotificationConfig",
+            json!({ "taskId": "nope", "url": "http://127.0.0.1:9/h" }),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    let (status, _) = c
+        .rest("GET", "/tasks/nope/pushNotificationConfigs", None)
+        .await;
+    assert_eq!(status, 404);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_task_and_configs_are_not_found() {
+    let tokens = "alpha-token alice\nbeta-token bob\n";
+    let gated = Gated::new(0);
+    let server = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+        },
+        Some(tokens),
+    )
+    .await;
+    let alice = Client::new(&server.url, Some("alpha-token"));
+    let bob = Client::new(&server.url, Some("beta-token"));
+    let task = begin(&alice, "m1", Some(json!({ "url": "http://127.0.0.1:9/h" }))).await;
+    let (_, body) = alice
+        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
+        .await;
+    assert_eq!(body["result"]["configs"].as_array().unwrap().len(), 1);
+    for (method, params) in [
+        ("ListTaskPushNotificationConfigs", json!({ "taskId": task })),
+        (
+            "GetTaskPushNotificationConfig",
+            json!({ "taskId": task, "id": task }),
+        ),
+        (
+            "DeleteTaskPushNotificationConfig",
+            json!({ "taskId": task, "id": task }),
+        ),
+        (
+            "CreateTaskPushNotificationConfig",
+            json!({ "taskId": task, "url": "http://127.0.0.1:9/x" }),
+        ),
+    ] {
+        let (_, body) = bob.rpc(method, params).await;
+        assert_eq!(body["error"]["code"], -32001, "{method}: {body}");
+    }
+    // Bob's delete did nothing.
+    let (_, body) = alice
+        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
+        .await;
+    assert_eq!(body["result"]["configs"].as_array().unwrap().len(), 1);
+    gated.open();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_deliveries_retrying_still_closes_the_store_cleanly() {
+    let gated = Gated::new(0);
+    let server = push_server(&gated).await;
+    // Nothing listens there: the delivery retries until the stop.
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = parked.local_addr().unwrap();
+    drop(parked);
+    let c = Client::new(&server.url, None);
+    gated.open();
+    let config = json!({ "url": format!("http://{addr}/h") });
+    c.rpc(
+        "SendMessage",
+        json!({ "message": user("m1", "hi"),
+            "configuration": { "taskPushNotificationConfig": config } }),
+    )
+    .await;
+    let (_, health) = common::health(&server.url).await;
+    assert_eq!(health["push"]["deliveries"], 1, "{health}");
+    let dir = server.stop().await;
+    // The close wrote its checkpoint: nothing to read past it.
+    let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default()).unwrap();
+    let report = store.open_report();
+    assert!(report.from_checkpoint && report.replayed == 0, "{report:?}");
+    assert_eq!(store.push_tasks().unwrap().len(), 1);
+}

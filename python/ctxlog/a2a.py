@@ -55,7 +55,15 @@ from a2a.utils.task import (
 from . import ContextNotFound, Error, Store
 from ._workers import StoreUser
 
-__all__ = ["CtxlogTaskStore", "CONTEXT_PREFIX"]
+from ._push import CtxlogPushNotificationConfigStore, DISPATCH_TENANT, PUSH_CONTEXT_PREFIX
+
+__all__ = [
+    "CtxlogTaskStore",
+    "CONTEXT_PREFIX",
+    "CtxlogPushNotificationConfigStore",
+    "PUSH_CONTEXT_PREFIX",
+    "DISPATCH_TENANT",
+]
 
 #: The ctxlog context of task ``ID`` is ``CONTEXT_PREFIX + ID``.
 CONTEXT_PREFIX = "a2a-sdk-task:"

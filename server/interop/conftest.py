@@ -1,7 +1,7 @@
 """Starts ctxlog-server (the binary named by CTXLOG_SERVER_BIN) with the
 interop script and two tenants' tokens on a free loopback port, and stops
 it (by the pid it started) when the session ends: once as it starts by
-default, once with `--idempotency header`."""
+default, once with `--idempotency header`, once with `--push`."""
 
 import contextlib
 import os
@@ -63,6 +63,13 @@ def running(*extra):
 @pytest.fixture(scope="session")
 def server():
     with running() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def server_push():
+    """A server that serves push notifications (to loopback webhooks)."""
+    with running("--push", "--allow-private-webhooks") as url:
         yield url
 
 

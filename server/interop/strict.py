@@ -8,10 +8,12 @@ import re
 from google.protobuf import json_format
 from a2a.types import (
     AgentCard,
+    ListTaskPushNotificationConfigsResponse,
     ListTasksResponse,
     SendMessageResponse,
     StreamResponse,
     Task,
+    TaskPushNotificationConfig,
 )
 
 # The result type of each JSON-RPC method (streams: each event's).
@@ -23,6 +25,9 @@ RPC_RESULTS = {
     "CancelTask": Task,
     "ListTasks": ListTasksResponse,
     "GetExtendedAgentCard": AgentCard,
+    "CreateTaskPushNotificationConfig": TaskPushNotificationConfig,
+    "GetTaskPushNotificationConfig": TaskPushNotificationConfig,
+    "ListTaskPushNotificationConfigs": ListTaskPushNotificationConfigsResponse,
 }
 
 # The body type of each HTTP+JSON route, by (method, path pattern).
@@ -35,6 +40,9 @@ REST_BODIES = [
     ("POST", r"/tasks/[^/]+:subscribe$", StreamResponse),
     ("GET", r"/tasks/[^/]+:subscribe$", StreamResponse),
     ("GET", r"/extendedAgentCard$", AgentCard),
+    ("POST", r"/tasks/[^/]+/pushNotificationConfigs$", TaskPushNotificationConfig),
+    ("GET", r"/tasks/[^/]+/pushNotificationConfigs$", ListTaskPushNotificationConfigsResponse),
+    ("GET", r"/tasks/[^/]+/pushNotificationConfigs/[^/]+$", TaskPushNotificationConfig),
     ("GET", r"/\.well-known/agent-card\.json$", AgentCard),
 ]
 

@@ -445,7 +445,20 @@ async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
     let mut follower = shared.hub.follow(tenant, task_id);
     let mut connection = Connection::default();
     let mut store_failures = 0u32;
+    // After a failed POST: the delay before the next try, which reads
+    // one event only (a config whose receiver is down holds no page).
+    let mut retry: Option<Duration> = None;
     while !ended(shared, delivery) {
+        if let Some(delay) = retry.take() {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = interrupted(shared, delivery) => return,
+            }
+        }
+        let page_bytes = match lock(&delivery.health).failures {
+            0 => PAGE_BYTES,
+            _ => 1,
+        };
         follower.seen();
         let (t, id, cid) = (tenant.clone(), task_id.clone(), config_id.clone());
         let read = shared
@@ -458,7 +471,7 @@ async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
                 else {
                     return Ok(None);
                 };
-                let page = store.updates_page(&t, &id, config.delivered, PAGE_BYTES)?;
+                let page = store.updates_page(&t, &id, config.delivered, page_bytes)?;
                 let terminal = store.task_progress(&t, &id)?.state.is_terminal();
                 Ok(Some((config, page, terminal)))
             })
@@ -522,8 +535,13 @@ async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
                 body,
                 headers: &headers,
             };
-            if !send(shared, delivery, key, &target, &mut connection, &post).await {
-                break;
+            match send(shared, delivery, key, &target, &mut connection, &post).await {
+                Sent::Acknowledged => {}
+                Sent::Failed(delay) => {
+                    retry = Some(delay);
+                    break;
+                }
+                Sent::Stopped => break,
             }
             acknowledged = seq;
             if acknowledged - written >= POSITION_EVERY {
@@ -538,8 +556,17 @@ async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
     }
 }
 
-/// POSTs one event until its receiver acknowledges it; `false` if the
-/// delivery was stopped or the server shuts down first.
+/// What one attempt to deliver an event came to.
+enum Sent {
+    Acknowledged,
+    /// Not acknowledged: try again after this long.
+    Failed(Duration),
+    /// The delivery was stopped, or the server shuts down.
+    Stopped,
+}
+
+/// POSTs one event once, and keeps the delivery's health: its failures in
+/// a row, and whether it is failing (then it is tried at the slow pace).
 async fn send(
     shared: &Shared,
     delivery: &Delivery,
@@ -547,54 +574,45 @@ async fn send(
     target: &Target,
     connection: &mut Connection,
     post: &Post<'_>,
-) -> bool {
+) -> Sent {
     let options = &shared.config.push;
-    loop {
-        if ended(shared, delivery) {
-            return false;
-        }
-        let permit = tokio::select! {
-            p = shared.pushes.in_flight.clone().acquire_owned() => p.ok(),
-            _ = interrupted(shared, delivery) => return false,
-        };
-        let result = tokio::select! {
-            r = connection.post(target, post, options.timeout, options.allow_private) => r,
-            _ = interrupted(shared, delivery) => return false,
-        };
-        drop(permit);
-        let failures = {
-            let mut health = lock(&delivery.health);
-            match result {
-                Ok(()) => {
-                    if health.failing {
-                        info!(task = %key.1, config = %key.2, "a failing push config is delivered to again");
-                    }
-                    *health = crate::pushes::Health {
-                        delivered: health.delivered,
-                        ..Default::default()
-                    };
-                    return true;
-                }
-                Err(e) => {
-                    health.failures += 1;
-                    if health.failures >= options.failing_after && !health.failing {
-                        health.failing = true;
-                        warn!(task = %key.1, config = %key.2, failures = health.failures, error = %e,
-                            "a push config is failing: its webhook is retried every {} s until it answers",
-                            options.failing_retry.as_secs());
-                    }
-                    health.last_error = Some(e);
-                    health.failures
-                }
+    if ended(shared, delivery) {
+        return Sent::Stopped;
+    }
+    let permit = tokio::select! {
+        p = shared.pushes.in_flight.clone().acquire_owned() => p.ok(),
+        _ = interrupted(shared, delivery) => return Sent::Stopped,
+    };
+    let result = tokio::select! {
+        r = connection.post(target, post, options.timeout, options.allow_private) => r,
+        _ = interrupted(shared, delivery) => return Sent::Stopped,
+    };
+    drop(permit);
+    let mut health = lock(&delivery.health);
+    match result {
+        Ok(()) => {
+            if health.failing {
+                info!(task = %key.1, config = %key.2, "a failing push config is delivered to again");
             }
-        };
-        let delay = match failures >= options.failing_after {
-            true => options.failing_retry,
-            false => retry_delay(shared, failures),
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = interrupted(shared, delivery) => return false,
+            *health = crate::pushes::Health {
+                delivered: health.delivered,
+                ..Default::default()
+            };
+            Sent::Acknowledged
+        }
+        Err(e) => {
+            health.failures += 1;
+            if health.failures >= options.failing_after && !health.failing {
+                health.failing = true;
+                warn!(task = %key.1, config = %key.2, failures = health.failures, error = %e,
+                    "a push config is failing: its webhook is retried every {} s until it answers",
+                    options.failing_retry.as_secs());
+            }
+            health.last_error = Some(e);
+            Sent::Failed(match health.failing {
+                true => options.failing_retry,
+                false => retry_delay(shared, health.failures),
+            })
         }
     }
 }

@@ -21,6 +21,12 @@ fn work(store: &Store, r: &Receipt, state: TaskState) {
         .unwrap();
 }
 
+/// The version of the task's config `id`.
+fn version(store: &Store, task: &str, id: &str) -> u64 {
+    let configs = store.push_configs("acme", task).unwrap();
+    configs.iter().find(|c| c.config_id == id).unwrap().version
+}
+
 /// (config id, config bytes, start, delivered) of each of the task's configs.
 fn configs(store: &Store, task: &str) -> Vec<(String, Vec<u8>, u64, u64)> {
     store
@@ -38,7 +44,8 @@ fn configs_are_set_replaced_deleted_and_scoped_to_their_tenant() {
     assert_eq!(
         store
             .set_push_config("acme", &r.task_id, "a", HOOK, None)
-            .unwrap(),
+            .unwrap()
+            .start_after,
         1
     );
     work(&store, &r, TaskState::Working);
@@ -46,14 +53,16 @@ fn configs_are_set_replaced_deleted_and_scoped_to_their_tenant() {
     assert_eq!(
         store
             .set_push_config("acme", &r.task_id, "b", OTHER, None)
-            .unwrap(),
+            .unwrap()
+            .start_after,
         2
     );
     // Replacing keeps the config's place and starts it again from now.
     assert_eq!(
         store
             .set_push_config("acme", &r.task_id, "a", OTHER, None)
-            .unwrap(),
+            .unwrap()
+            .start_after,
         2
     );
     assert_eq!(
@@ -67,13 +76,15 @@ fn configs_are_set_replaced_deleted_and_scoped_to_their_tenant() {
     assert_eq!(
         store
             .set_push_config("acme", &r.task_id, "c", HOOK, Some(0))
-            .unwrap(),
+            .unwrap()
+            .start_after,
         0
     );
     assert_eq!(
         store
             .set_push_config("acme", &r.task_id, "d", HOOK, Some(9))
-            .unwrap(),
+            .unwrap()
+            .start_after,
         2
     );
 
@@ -92,7 +103,7 @@ fn configs_are_set_replaced_deleted_and_scoped_to_their_tenant() {
             .err(),
         store.push_configs("other", &r.task_id).err(),
         store.delete_push_config("other", &r.task_id, "a").err(),
-        store.push_delivered("other", &r.task_id, "a", 1).err(),
+        store.push_delivered("other", &r.task_id, "a", 0, 1).err(),
     ] {
         assert!(matches!(e, Some(Error::TaskNotFound)), "{e:?}");
     }
@@ -114,7 +125,9 @@ fn push_records_are_no_task_events_and_no_history() {
         .set_push_config("acme", &r.task_id, "a", HOOK, None)
         .unwrap();
     work(&store, &r, TaskState::Working);
-    assert!(store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    assert!(store
+        .push_delivered("acme", &r.task_id, "a", version(&store, &r.task_id, "a"), 2)
+        .unwrap());
     work(&store, &r, TaskState::Completed);
 
     let progress = store.task_progress("acme", &r.task_id).unwrap();
@@ -132,10 +145,19 @@ fn push_records_are_no_task_events_and_no_history() {
     assert_eq!(
         store
             .set_push_config("acme", &r.task_id, "late", HOOK, Some(1))
-            .unwrap(),
+            .unwrap()
+            .start_after,
         1
     );
-    assert!(store.push_delivered("acme", &r.task_id, "late", 3).unwrap());
+    assert!(store
+        .push_delivered(
+            "acme",
+            &r.task_id,
+            "late",
+            version(&store, &r.task_id, "late"),
+            3
+        )
+        .unwrap());
 }
 
 #[test]
@@ -146,21 +168,42 @@ fn delivery_moves_only_forward_and_never_past_the_last_event() {
         .set_push_config("acme", &r.task_id, "a", HOOK, Some(0))
         .unwrap();
     work(&store, &r, TaskState::Working);
-    assert!(store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    assert!(store
+        .push_delivered("acme", &r.task_id, "a", version(&store, &r.task_id, "a"), 2)
+        .unwrap());
     // Behind or at the position: nothing written.
-    assert!(!store.push_delivered("acme", &r.task_id, "a", 1).unwrap());
-    assert!(!store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    assert!(!store
+        .push_delivered("acme", &r.task_id, "a", version(&store, &r.task_id, "a"), 1)
+        .unwrap());
+    assert!(!store
+        .push_delivered("acme", &r.task_id, "a", version(&store, &r.task_id, "a"), 2)
+        .unwrap());
     assert_eq!(configs(&store, &r.task_id)[0].3, 2);
     assert!(matches!(
-        store.push_delivered("acme", &r.task_id, "a", 3),
+        store.push_delivered("acme", &r.task_id, "a", version(&store, &r.task_id, "a"), 3),
         Err(Error::InvalidParams {
             field: "through",
             ..
         })
     ));
-    // A deleted config takes no position.
+    // A deleted config takes no position, nor does a replaced one at its
+    // old version (its successor starts where it was set).
+    let old = version(&store, &r.task_id, "a");
+    store
+        .set_push_config("acme", &r.task_id, "a", OTHER, Some(0))
+        .unwrap();
+    assert!(!store
+        .push_delivered("acme", &r.task_id, "a", old, 2)
+        .unwrap());
+    assert_eq!(configs(&store, &r.task_id)[0].3, 0);
+    let new = version(&store, &r.task_id, "a");
+    assert!(store
+        .push_delivered("acme", &r.task_id, "a", new, 1)
+        .unwrap());
     store.delete_push_config("acme", &r.task_id, "a").unwrap();
-    assert!(!store.push_delivered("acme", &r.task_id, "a", 2).unwrap());
+    assert!(!store
+        .push_delivered("acme", &r.task_id, "a", new, 2)
+        .unwrap());
 }
 
 /// Two tasks with configs, one with none, one deleted context.
@@ -176,7 +219,15 @@ fn populate(store: &Store) -> (Receipt, Receipt) {
         .set_push_config("acme", &a.task_id, "a2", OTHER, None)
         .unwrap();
     work(store, &a, TaskState::Working);
-    store.push_delivered("acme", &a.task_id, "a1", 2).unwrap();
+    store
+        .push_delivered(
+            "acme",
+            &a.task_id,
+            "a1",
+            version(store, &a.task_id, "a1"),
+            2,
+        )
+        .unwrap();
     store
         .set_push_config("acme", &b.task_id, "b1", HOOK, None)
         .unwrap();
@@ -253,4 +304,108 @@ fn an_export_leaves_push_records_out() {
     }
     assert_eq!(copy.push_configs("acme", &a.task_id).unwrap(), []);
     assert_eq!(copy.task_progress("acme", &a.task_id).unwrap().events, 2);
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(usize, Option<u64>),
+        Delete(usize),
+        Delivered(usize, u64),
+        Event,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3usize, proptest::option::of(0..6u64)).prop_map(|(c, a)| Op::Set(c, a)),
+            (0..3usize).prop_map(Op::Delete),
+            (0..3usize, 0..6u64).prop_map(|(c, t)| Op::Delivered(c, t)),
+            Just(Op::Event),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Every answer equals a model's: configs in the order first set,
+        /// replaced in place, positions that only grow, deletes; and the
+        /// same after a reopen.
+        #[test]
+        fn configs_follow_the_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let dir = common::tmp();
+            let options = || Options::default().durability(ctxlog::Durability::Buffered);
+            let store = Store::open(dir.path(), options()).unwrap();
+            let r = receive(&store, "m1");
+            let mut events = 1u64;
+            // (id, start, delivered), in the order first set.
+            let mut model: Vec<(String, u64, u64)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Set(c, after) => {
+                        let id = format!("c{c}");
+                        let through = after.unwrap_or(events).min(events);
+                        let got = store.set_push_config("acme", &r.task_id, &id, HOOK, after).unwrap();
+                        prop_assert_eq!((got.start_after, got.delivered), (through, through));
+                        match model.iter_mut().find(|m| m.0 == id) {
+                            Some(m) => *m = (id, through, through),
+                            None => model.push((id, through, through)),
+                        }
+                    }
+                    Op::Delete(c) => {
+                        let id = format!("c{c}");
+                        let existed = model.iter().any(|m| m.0 == id);
+                        model.retain(|m| m.0 != id);
+                        let got = store.delete_push_config("acme", &r.task_id, &id).unwrap();
+                        prop_assert_eq!(got, existed);
+                    }
+                    Op::Delivered(c, through) => {
+                        let id = format!("c{c}");
+                        let at = store
+                            .push_configs("acme", &r.task_id)
+                            .unwrap()
+                            .into_iter()
+                            .find(|c| c.config_id == id)
+                            .map_or(0, |c| c.version);
+                        let got = store.push_delivered("acme", &r.task_id, &id, at, through);
+                        if through > events {
+                            prop_assert!(got.is_err());
+                            continue;
+                        }
+                        let m = model.iter_mut().find(|m| m.0 == id);
+                        let behind = m.as_ref().is_some_and(|m| m.2 < through);
+                        if let Some(m) = m.filter(|_| behind) {
+                            m.2 = through;
+                        }
+                        prop_assert_eq!(got.unwrap(), behind);
+                    }
+                    Op::Event => {
+                        let state = if events % 2 == 1 { TaskState::Working } else { TaskState::InputRequired };
+                        if events < 5 {
+                            work(&store, &r, state);
+                            events += 1;
+                        }
+                    }
+                }
+                let got: Vec<(String, u64, u64)> = store
+                    .push_configs("acme", &r.task_id)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| (c.config_id, c.start_after, c.delivered))
+                    .collect();
+                prop_assert_eq!(&got, &model);
+            }
+            store.close().unwrap();
+            let store = Store::open(dir.path(), options()).unwrap();
+            let got: Vec<(String, u64, u64)> = store
+                .push_configs("acme", &r.task_id)
+                .unwrap()
+                .into_iter()
+                .map(|c| (c.config_id, c.start_after, c.delivered))
+                .collect();
+            prop_assert_eq!(got, model);
+        }
+    }
 }

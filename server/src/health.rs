@@ -131,6 +131,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     });
     if shared.config.push.enabled {
         body["push"] = shared.pushes.report();
+        body["push"]["tasksWatched"] = shared.hub.wakes().into();
     }
     let status = match trouble {
         Some(why) => {

@@ -25,6 +25,38 @@ use crate::util::lock;
 #[derive(Default)]
 pub(crate) struct Hub {
     tasks: Mutex<HashMap<(String, String), Arc<Followed>>>,
+    /// Who only needs to know that a task was written to (a push
+    /// delivery): woken by every write, holding nothing of what was
+    /// written (a follower's channel keeps the latest news, a settled
+    /// task among it, for as long as the task is followed). An entry
+    /// lives while some [`Wake`] of it does.
+    wakes: Mutex<HashMap<(String, String), Arc<tokio::sync::Notify>>>,
+}
+
+/// A wake-up on every write to one task (see [`Hub::wake_on`]).
+pub(crate) struct Wake {
+    hub: Arc<Hub>,
+    key: (String, String),
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl Wake {
+    /// A future that ends at the next write told after it was enabled
+    /// (`Notified::enable`): enable it, then read the store, then await
+    /// it, and no write falls in between.
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+}
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        let mut wakes = lock(&self.hub.wakes);
+        // The map's and this one's: the last wake of the task goes.
+        if Arc::strong_count(&self.notify) <= 2 {
+            wakes.remove(&self.key);
+        }
+    }
 }
 
 /// A followed task: its notifications, and what its streams share.
@@ -202,6 +234,17 @@ impl Hub {
         }
     }
 
+    /// Wakes on every write to the task, holding nothing of it.
+    pub(crate) fn wake_on(self: &Arc<Self>, tenant: &str, task_id: &str) -> Wake {
+        let key = (tenant.to_string(), task_id.to_string());
+        let notify = lock(&self.wakes).entry(key.clone()).or_default().clone();
+        Wake {
+            hub: self.clone(),
+            key,
+            notify,
+        }
+    }
+
     /// Something was written to the task (`state`: the status it set).
     pub(crate) fn notify(&self, tenant: &str, task_id: &str, state: Option<TaskState>) {
         self.tell(tenant, task_id, |w| {
@@ -238,18 +281,25 @@ impl Hub {
     }
 
     fn tell(&self, tenant: &str, task_id: &str, change: impl FnOnce(&mut Written)) {
-        let tasks = lock(&self.tasks);
         let key = (tenant.to_string(), task_id.to_string());
-        if let Some(followed) = tasks.get(&key) {
+        if let Some(followed) = lock(&self.tasks).get(&key) {
             followed.tx.send_modify(|w| {
                 w.count += 1;
                 change(w);
             });
+        }
+        if let Some(wake) = lock(&self.wakes).get(&key) {
+            wake.notify_waiters();
         }
     }
 
     /// Tasks followed now (for tests and the soak bench).
     pub(crate) fn len(&self) -> usize {
         lock(&self.tasks).len()
+    }
+
+    /// Tasks with a wake now.
+    pub(crate) fn wakes(&self) -> usize {
+        lock(&self.wakes).len()
     }
 }

@@ -35,6 +35,9 @@ const POSITION_EVERY: u64 = 16;
 /// How long a delivery with nothing to send waits before it looks at the
 /// task again even if nothing woke it.
 const IDLE_CHECK: Duration = Duration::from_secs(60);
+/// How long a delivery with nothing to send waits for more before it
+/// writes its position: a burst of events costs one position record.
+const LINGER: Duration = Duration::from_secs(1);
 /// The header that carries the event's number in its task.
 pub(crate) const SEQ_HEADER: &str = "ctxlog-event-seq";
 /// The header a2a-sdk's receivers read a config's token from.
@@ -225,24 +228,25 @@ async fn set(
     after: Option<u64>,
 ) -> Result<String, A2aError> {
     let (t, id, config_id) = (tenant.to_string(), task_id.to_string(), checked.id.clone());
-    shared
+    let stored = shared
         .store
         .blocking(move |store| {
-            let same = store
-                .push_configs(&t, &id)?
-                .into_iter()
-                .any(|c| c.config_id == config_id && c.config == checked.json);
-            // A resent send with its config: the one stored stands.
-            if same && after.is_some() {
-                return Ok(());
+            if after.is_some() {
+                // A resent send with its config: the one stored stands.
+                let same = store
+                    .push_configs(&t, &id)?
+                    .into_iter()
+                    .find(|c| c.config_id == config_id && c.config == checked.json);
+                if let Some(same) = same {
+                    return Ok(same);
+                }
             }
-            store
-                .set_push_config(&t, &id, &config_id, &checked.json, after)
-                .map(drop)
+            store.set_push_config(&t, &id, &config_id, &checked.json, after)
         })
         .await?;
-    spawn(shared, tenant, task_id, &checked.id);
-    Ok(checked.id)
+    let id = stored.config_id.clone();
+    spawn(shared, tenant, task_id, &id, Some(stored));
+    Ok(id)
 }
 
 /// A config given with `SendMessage`, checked before the message is
@@ -397,7 +401,7 @@ pub(crate) async fn resume(shared: &Arc<Shared>) -> usize {
     match found {
         Ok(found) => {
             for (tenant, task_id, config_id) in &found {
-                spawn(shared, tenant, task_id, config_id);
+                spawn(shared, tenant, task_id, config_id, None);
             }
             found.len()
         }
@@ -408,8 +412,15 @@ pub(crate) async fn resume(shared: &Arc<Shared>) -> usize {
     }
 }
 
-/// Starts the delivery for a config (replacing one under way for it).
-fn spawn(shared: &Arc<Shared>, tenant: &str, task_id: &str, config_id: &str) {
+/// Starts the delivery for a config (replacing one under way for it), as
+/// `known` (just stored), or as the store holds it.
+fn spawn(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    task_id: &str,
+    config_id: &str,
+    known: Option<ctxlog::PushConfig>,
+) {
     let key: DeliveryKey = (
         tenant.to_string(),
         task_id.to_string(),
@@ -418,7 +429,7 @@ fn spawn(shared: &Arc<Shared>, tenant: &str, task_id: &str, config_id: &str) {
     let delivery = shared.pushes.start(key.clone());
     let shared = shared.clone();
     tokio::spawn(async move {
-        deliver(&shared, &key, &delivery).await;
+        deliver(&shared, &key, &delivery, known).await;
         shared.pushes.finish(&key, &delivery);
     });
 }
@@ -438,11 +449,67 @@ fn ended(shared: &Shared, delivery: &Delivery) -> bool {
 }
 
 /// One config's delivery, until the task is finished and every update
-/// acknowledged, the config is deleted or replaced, the task's context is
-/// gone, or the server shuts down.
-async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
-    let (tenant, task_id, config_id) = key;
-    let mut follower = shared.hub.follow(tenant, task_id);
+/// acknowledged, the config is deleted or replaced (either stops it), the
+/// task's context is gone, or the server shuts down. Its position is
+/// written after every [`POSITION_EVERY`] acknowledgements, once it has
+/// had nothing to send for [`LINGER`], before it waits to retry, and at
+/// its end (not when stopped: a replaced config's position is not its
+/// successor's, and a deleted one needs none).
+async fn deliver(
+    shared: &Arc<Shared>,
+    key: &DeliveryKey,
+    delivery: &Delivery,
+    known: Option<ctxlog::PushConfig>,
+) {
+    let (tenant, task_id, _) = key;
+    // Woken by each write to the task; registered before the first read.
+    let wake = shared.hub.wake_on(tenant, task_id);
+    let Some(config) = open(shared, key, delivery, known).await else {
+        return;
+    };
+    let mut at = Position {
+        version: config.version,
+        delivered: config.delivered,
+        written: config.delivered,
+    };
+    run(shared, key, delivery, &wake, &config, &mut at).await;
+    if !delivery.is_stopped() {
+        at.write(shared, delivery, key).await;
+    }
+}
+
+/// How far a delivery got, and how far the store knows it did.
+struct Position {
+    /// The config's version (see `ctxlog::PushConfig::version`).
+    version: u64,
+    /// The last event acknowledged.
+    delivered: u64,
+    /// The last position written.
+    written: u64,
+}
+
+impl Position {
+    /// Writes the position, if it moved since it was last written.
+    async fn write(&mut self, shared: &Shared, delivery: &Delivery, key: &DeliveryKey) {
+        if self.delivered > self.written
+            && record(shared, delivery, key, self.version, self.delivered).await
+        {
+            self.written = self.delivered;
+        }
+    }
+}
+
+/// A delivery's loop: read a page of updates after the position, POST
+/// them in order, wait for more.
+async fn run(
+    shared: &Shared,
+    key: &DeliveryKey,
+    delivery: &Delivery,
+    wake: &crate::hub::Wake,
+    config: &Opened,
+    at: &mut Position,
+) {
+    let (tenant, task_id, _) = key;
     let mut connection = Connection::default();
     let mut store_failures = 0u32;
     // After a failed POST: the delay before the next try, which reads
@@ -450,6 +517,7 @@ async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
     let mut retry: Option<Duration> = None;
     while !ended(shared, delivery) {
         if let Some(delay) = retry.take() {
+            at.write(shared, delivery, key).await;
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = interrupted(shared, delivery) => return,
@@ -459,99 +527,152 @@ async fn deliver(shared: &Arc<Shared>, key: &DeliveryKey, delivery: &Delivery) {
             0 => PAGE_BYTES,
             _ => 1,
         };
-        follower.seen();
-        let (t, id, cid) = (tenant.clone(), task_id.clone(), config_id.clone());
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let (t, id, after) = (tenant.clone(), task_id.clone(), at.delivered);
         let read = shared
             .store
             .blocking(move |store| {
-                let Some(config) = store
-                    .push_configs(&t, &id)?
-                    .into_iter()
-                    .find(|c| c.config_id == cid)
-                else {
-                    return Ok(None);
-                };
-                let page = store.updates_page(&t, &id, config.delivered, page_bytes)?;
+                // The state first: a task that was over before the page
+                // was read has all of its events in it.
                 let terminal = store.task_progress(&t, &id)?.state.is_terminal();
-                Ok(Some((config, page, terminal)))
+                let page = store.updates_page(&t, &id, after, page_bytes)?;
+                Ok((page, terminal))
             })
             .await;
-        let (config, page, terminal) = match read {
-            Ok(Some(read)) => read,
-            // Deleted, or its task's context is gone: nothing to deliver.
-            Ok(None) | Err(A2aError::TaskNotFound) => return,
+        let (page, terminal) = match read {
+            Ok(read) => read,
+            // Its task's context is gone: nothing to deliver.
+            Err(A2aError::TaskNotFound) => return,
             Err(e) => {
                 // The store is being reopened, or failed: try again later.
                 store_failures += 1;
                 warn!(error = ?e, task = %task_id, "a push delivery could not read the store");
-                let delay = retry_delay(shared, store_failures);
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = interrupted(shared, delivery) => {}
-                }
+                retry = Some(retry_delay(shared, store_failures));
                 continue;
             }
         };
         store_failures = 0;
-        lock(&delivery.health).delivered = config.delivered;
         if page.is_empty() {
+            connection.park(&shared.pushes.pool, &config.target);
             if terminal {
                 return;
             }
+            // Idle: the position is written once nothing came for a while.
+            let moved = at.delivered > at.written;
+            let idle = if moved { LINGER } else { IDLE_CHECK };
             tokio::select! {
-                _ = follower.changed() => {}
-                _ = tokio::time::sleep(IDLE_CHECK) => {}
+                _ = woken => {}
+                _ = tokio::time::sleep(idle) => {
+                    if moved {
+                        at.write(shared, delivery, key).await;
+                    }
+                }
                 _ = interrupted(shared, delivery) => {}
             }
             continue;
         }
-        let stored: Stored = match serde_json::from_slice(&config.config) {
-            Ok(s) => s,
-            Err(_) => {
-                warn!(task = %task_id, config = %config_id, "a stored push config could not be read; it is not delivered to");
-                return;
-            }
-        };
-        let (target, extra) = match (Target::parse(&stored.url, true), headers(&stored)) {
-            (Ok(target), Ok(extra)) => (target, extra),
-            _ => {
-                warn!(task = %task_id, config = %config_id, "a stored push config is no longer valid; it is not delivered to");
-                return;
-            }
-        };
-        let mut acknowledged = config.delivered;
-        let mut written = config.delivered;
         for (seq, event) in page {
             let body = match serde_json::to_vec(&event.into_wire()) {
                 Ok(body) => Bytes::from(body),
                 Err(e) => {
-                    warn!(error = ?e, task = %task_id, "an event could not be written for a push");
+                    warn!(error = %e, task = %task_id, "an event could not be written for a push");
                     return;
                 }
             };
-            let mut headers = extra.clone();
+            let mut headers = config.headers.clone();
             headers.push((HeaderName::from_static(SEQ_HEADER), HeaderValue::from(seq)));
             let post = Post {
                 body,
                 headers: &headers,
             };
-            match send(shared, delivery, key, &target, &mut connection, &post).await {
+            match send(
+                shared,
+                delivery,
+                key,
+                &config.target,
+                &mut connection,
+                &post,
+            )
+            .await
+            {
                 Sent::Acknowledged => {}
                 Sent::Failed(delay) => {
                     retry = Some(delay);
                     break;
                 }
-                Sent::Stopped => break,
+                Sent::Stopped => return,
             }
-            acknowledged = seq;
-            if acknowledged - written >= POSITION_EVERY {
-                written = record(shared, delivery, key, acknowledged)
-                    .await
-                    .unwrap_or(written);
+            at.delivered = seq;
+            lock(&delivery.health).delivered = seq;
+            if at.delivered - at.written >= POSITION_EVERY {
+                at.write(shared, delivery, key).await;
             }
         }
-        if acknowledged > written {
-            record(shared, delivery, key, acknowledged).await;
+    }
+}
+
+/// A config as a delivery uses it.
+struct Opened {
+    target: Target,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    version: u64,
+    delivered: u64,
+}
+
+/// The config a delivery starts with (it never changes under it: a
+/// replace or a delete stops the delivery): where it goes, its headers,
+/// and its position. `None`: there is nothing to deliver to.
+async fn open(
+    shared: &Shared,
+    key: &DeliveryKey,
+    delivery: &Delivery,
+    mut known: Option<ctxlog::PushConfig>,
+) -> Option<Opened> {
+    let (tenant, task_id, config_id) = key;
+    let mut attempt = 0;
+    let config = loop {
+        if let Some(known) = known.take() {
+            break known;
+        }
+        let (t, id) = (tenant.clone(), task_id.clone());
+        match shared
+            .store
+            .blocking(move |store| store.push_configs(&t, &id))
+            .await
+        {
+            Ok(configs) => break configs.into_iter().find(|c| &c.config_id == config_id)?,
+            Err(A2aError::TaskNotFound) => return None,
+            Err(e) => {
+                attempt += 1;
+                warn!(error = ?e, task = %task_id, "a push delivery could not read the store");
+                tokio::select! {
+                    _ = tokio::time::sleep(retry_delay(shared, attempt)) => {}
+                    _ = interrupted(shared, delivery) => return None,
+                }
+            }
+        }
+    };
+    lock(&delivery.health).delivered = config.delivered;
+    let parsed = serde_json::from_slice::<Stored>(&config.config)
+        .ok()
+        .and_then(|stored| {
+            Some((
+                Target::parse(&stored.url, true).ok()?,
+                headers(&stored).ok()?,
+            ))
+        });
+    match parsed {
+        Some((target, headers)) => Some(Opened {
+            target,
+            headers,
+            version: config.version,
+            delivered: config.delivered,
+        }),
+        None => {
+            warn!(task = %task_id, config = %config_id, "a stored push config could not be read; it is not delivered to");
+            None
         }
     }
 }
@@ -584,7 +705,7 @@ async fn send(
         _ = interrupted(shared, delivery) => return Sent::Stopped,
     };
     let result = tokio::select! {
-        r = connection.post(target, post, options.timeout, options.allow_private) => r,
+        r = connection.post(&shared.pushes.pool, target, post, options.timeout, options.allow_private) => r,
         _ = interrupted(shared, delivery) => return Sent::Stopped,
     };
     drop(permit);
@@ -636,28 +757,29 @@ fn retry_delay(shared: &Shared, failures: u32) -> Duration {
     half + Duration::from_nanos(random % nanos.max(1))
 }
 
-/// Writes the config's position (`through`, acknowledged); returns it, or
-/// `None` if the store refused (the events after the last position written
-/// are then delivered again).
+/// Writes the config's position (`through`, acknowledged, for the config
+/// as set at `version`); whether the store took it (if not, the events
+/// after the last position written are delivered again after a restart).
 async fn record(
     shared: &Shared,
     delivery: &Delivery,
     key: &DeliveryKey,
+    version: u64,
     through: u64,
-) -> Option<u64> {
+) -> bool {
     let (t, id, cid) = key.clone();
     match shared
         .store
-        .blocking(move |store| store.push_delivered(&t, &id, &cid, through))
+        .blocking(move |store| store.push_delivered(&t, &id, &cid, version, through))
         .await
     {
         Ok(_) => {
             lock(&delivery.health).delivered = through;
-            Some(through)
+            true
         }
         Err(e) => {
             warn!(error = ?e, task = %key.1, "a push position could not be written; those events may be delivered again");
-            None
+            false
         }
     }
 }

@@ -20,6 +20,8 @@ pub(crate) struct Pushes {
     deliveries: Mutex<HashMap<DeliveryKey, Arc<Delivery>>>,
     /// Bounds the requests to webhooks in flight at once.
     pub(crate) in_flight: Arc<Semaphore>,
+    /// Idle connections to webhooks, shared by every delivery.
+    pub(crate) pool: crate::webhook::Pool,
 }
 
 /// One delivery under way.
@@ -69,6 +71,7 @@ impl Pushes {
         Pushes {
             deliveries: Mutex::default(),
             in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            pool: crate::webhook::Pool::default(),
         }
     }
 

@@ -4,8 +4,10 @@
 //! between deliveries, redirects never followed, and the response's body
 //! read only up to a small bound.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderName, HeaderValue, Method, Request, Uri};
 use bytes::Bytes;
@@ -127,14 +129,74 @@ pub(crate) struct Post<'a> {
     pub(crate) headers: &'a [(HeaderName, HeaderValue)],
 }
 
-/// A connection to one webhook, kept between deliveries while it stays
-/// usable.
+/// Idle connections to webhooks by host and port, for any delivery to
+/// take: a receiver of many tasks' configs is reached over a few kept
+/// connections, not a new one per task. At most [`POOL_PER_HOST`] per
+/// host and port, each for at most [`POOL_IDLE`].
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Mutex<HashMap<(String, u16), Vec<Idle>>>,
+}
+
+/// A kept connection, and since when it is idle.
+type Idle = (Sender, Instant);
+
+/// One HTTP/1.1 connection's request half.
+type Sender = SendRequest<Full<Bytes>>;
+
+/// The most idle connections kept to one host and port.
+const POOL_PER_HOST: usize = 32;
+/// How long an idle connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+
+impl Pool {
+    fn take(&self, target: &Target) -> Option<Sender> {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (target.host.clone(), target.port);
+        let kept = idle.get_mut(&key)?;
+        kept.retain(|(sender, at)| !sender.is_closed() && at.elapsed() < POOL_IDLE);
+        let sender = kept.pop().map(|(sender, _)| sender);
+        if kept.is_empty() {
+            idle.remove(&key);
+        }
+        sender
+    }
+
+    fn put(&self, target: &Target, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = idle.entry((target.host.clone(), target.port)).or_default();
+        kept.retain(|(sender, at)| !sender.is_closed() && at.elapsed() < POOL_IDLE);
+        if kept.len() < POOL_PER_HOST {
+            kept.push((sender, Instant::now()));
+        }
+    }
+}
+
+/// A connection to one webhook, held by a delivery while it sends, then
+/// given back to the [`Pool`].
 #[derive(Default)]
 pub(crate) struct Connection {
-    sender: Option<SendRequest<Full<Bytes>>>,
+    sender: Option<Sender>,
 }
 
 impl Connection {
+    /// Gives the connection back to `pool`, for the next delivery to the
+    /// same host (one the receiver closed is dropped).
+    pub(crate) fn park(&mut self, pool: &Pool, target: &Target) {
+        if let Some(sender) = self.sender.take() {
+            pool.put(target, sender);
+        }
+    }
+
     /// Delivers `post` to `target` within `timeout` (connect, request,
     /// response and its bounded body); `Ok` for a 2xx answer, else why
     /// not (a redirect included: it is never followed). A kept connection
@@ -142,11 +204,15 @@ impl Connection {
     /// failure.
     pub(crate) async fn post(
         &mut self,
+        pool: &Pool,
         target: &Target,
         post: &Post<'_>,
         timeout: Duration,
         allow_private: bool,
     ) -> Result<(), String> {
+        if self.sender.is_none() {
+            self.sender = pool.take(target);
+        }
         let attempt = async {
             let kept = self.sender.is_some();
             match self.exchange(target, post, allow_private).await {
@@ -256,7 +322,7 @@ fn host_header(target: &Target) -> String {
 /// Resolves the target's host and connects to the first address allowed
 /// (unless `allow_private`, only public ones: checked here, on the
 /// addresses actually connected to).
-async fn connect(target: &Target, allow_private: bool) -> Result<SendRequest<Full<Bytes>>, String> {
+async fn connect(target: &Target, allow_private: bool) -> Result<Sender, String> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
         .map_err(|e| format!("{} does not resolve: {e}", target.host))?

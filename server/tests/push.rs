@@ -510,3 +510,55 @@ async fn a_stop_with_deliveries_retrying_still_closes_the_store_cleanly() {
     assert!(report.from_checkpoint && report.replayed == 0, "{report:?}");
     assert_eq!(store.push_tasks().unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_quick_tasks_get_every_update_even_the_last() {
+    // Many tasks that end at once, their deliveries racing their turns:
+    // each one's updates arrive, all of them, once. (A delivery that read
+    // the task's state after its page could take the task for over
+    // without its last update; the push bench's 3,000 deliveries caught
+    // that once, this test is too small to be sure to.)
+    let server = TestServer::start(
+        Arc::new(ctxlog_server::agents::Echo),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+        },
+        None,
+    )
+    .await;
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    let c = Client::new(&server.url, None);
+    let tasks = 40;
+    let mut sends = Vec::new();
+    for i in 0..tasks {
+        let c = c.clone();
+        let config = json!({ "url": format!("{base}/t{i}") });
+        sends.push(tokio::spawn(async move {
+            c.rpc(
+                "SendMessage",
+                json!({ "message": user(&format!("m{i}"), "some words to echo"),
+                    "configuration": { "taskPushNotificationConfig": config } }),
+            )
+            .await
+        }));
+    }
+    let mut per_task = None;
+    for (i, send) in sends.into_iter().enumerate() {
+        let (_, body) = send.await.unwrap();
+        assert!(body["result"].is_object(), "{body}");
+        let path = format!("/t{i}");
+        assert!(
+            hook.wait(WAIT, |got| got.iter().any(|g| g.path == path
+                && g.body["statusUpdate"]["status"]["state"]
+                    == "TASK_STATE_COMPLETED"))
+                .await,
+            "{path}"
+        );
+        // Every task's updates, all of them, once.
+        let n = delivered(&hook, &path).len();
+        assert_eq!(*per_task.get_or_insert(n), n, "{path}");
+    }
+    assert!(per_task.unwrap() >= 2);
+    server.stop().await;
+}

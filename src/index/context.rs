@@ -596,7 +596,7 @@ impl ContextState {
     /// Where the records that belong to no task and carry no message are:
     /// the push-notification records (§7, "Push notifications"), oldest
     /// first. A walk over the 16-byte entries, reading nothing.
-    pub fn taskless_record_locs(&self) -> impl Iterator<Item = RecordLoc> + '_ {
+    pub fn taskless_record_locs(&self) -> impl DoubleEndedIterator<Item = RecordLoc> + '_ {
         self.recs
             .iter()
             .filter(|r| r.task == NO_TASK && !r.has(FLAGS))

@@ -116,10 +116,15 @@ pub enum PushChange {
     /// The config is deleted: nothing more is delivered to it.
     Delete,
     /// The receiver acknowledged every event of the task up to and
-    /// including event seq `through`.
+    /// including event seq `through`, for the config as the `Set` record
+    /// of seq `set_seq` made it (a position of a config since replaced is
+    /// not its successor's).
     Delivered {
         /// The last event seq acknowledged.
         through: u64,
+        /// The seq, in the context, of the `Set` record of the config
+        /// delivered to.
+        set_seq: u64,
     },
 }
 
@@ -371,7 +376,11 @@ fn view_body<'a>(bytes: &mut &'a [u8]) -> Option<(u64, u64, ViewKind<'a>)> {
             let task_id = take_str(bytes)?;
             take_str(bytes)?;
             match take_u32(bytes)? {
-                0 | 2 => {
+                0 => {
+                    take_u64(bytes)?;
+                }
+                2 => {
+                    take_u64(bytes)?;
                     take_u64(bytes)?;
                 }
                 1 => {}
@@ -557,7 +566,8 @@ mod tests {
                 prop_oneof![
                     any::<u64>().prop_map(|through| PushChange::Set { through }),
                     Just(PushChange::Delete),
-                    any::<u64>().prop_map(|through| PushChange::Delivered { through }),
+                    (any::<u64>(), any::<u64>())
+                        .prop_map(|(through, set_seq)| PushChange::Delivered { through, set_seq }),
                 ]
             )
                 .prop_map(|(task_id, config_id, change)| RecordKind::Push {

@@ -27,13 +27,18 @@ pub struct PushConfig {
     /// The last event seq its receiver acknowledged (at least
     /// `start_after`): delivery resumes after it.
     pub delivered: u64,
+    /// Which setting of the config this is (the seq of the record that
+    /// set it): what [`Store::push_delivered`] names, so that a position
+    /// reached for a config since replaced is never taken for its
+    /// successor's.
+    pub version: u64,
 }
 
 impl Store {
     /// Sets task `task_id`'s push-notification config `config_id` (creates
-    /// it, or replaces the one of that id), durably, and returns the event
-    /// seq its delivery starts after: `after`, or the task's events so far
-    /// when `None`. `config` is kept byte for byte and never read by the
+    /// it, or replaces the one of that id), durably, and returns it as
+    /// stored: its delivery starts after event `after`, or after the
+    /// task's events so far when `None`. `config` is kept byte for byte and never read by the
     /// store. Another tenant's task, or a task whose context is gone,
     /// answers [`Error::TaskNotFound`]; a task in a terminal state takes a
     /// config too (its delivery may still be under way).
@@ -45,9 +50,10 @@ impl Store {
     /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
     /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
     /// let config = br#"{"url":"http://127.0.0.1:9/hook"}"#;
-    /// assert_eq!(store.set_push_config("acme", &r.task_id, "c1", config, None)?, 1);
+    /// let set = store.set_push_config("acme", &r.task_id, "c1", config, None)?;
+    /// assert_eq!(set.start_after, 1); // after the message, event 1
     /// let configs = store.push_configs("acme", &r.task_id)?;
-    /// assert_eq!((configs[0].config_id.as_str(), configs[0].delivered), ("c1", 1));
+    /// assert_eq!(configs, [set]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_push_config(
@@ -57,7 +63,7 @@ impl Store {
         config_id: &str,
         config: &[u8],
         after: Option<u64>,
-    ) -> Result<u64> {
+    ) -> Result<PushConfig> {
         check_config_id(config_id)?;
         let slot = self.push_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
@@ -65,8 +71,14 @@ impl Store {
         let events = event_count(&slot, task_id)?;
         let through = after.unwrap_or(events).min(events);
         let change = PushChange::Set { through };
-        self.append_push(&slot, task_id, config_id, change, config)?;
-        Ok(through)
+        let version = self.append_push(&slot, task_id, config_id, change, config)?;
+        Ok(PushConfig {
+            config_id: config_id.to_string(),
+            config: config.to_vec(),
+            start_after: through,
+            delivered: through,
+            version,
+        })
     }
 
     /// Deletes task `task_id`'s push-notification config `config_id`,
@@ -76,10 +88,7 @@ impl Store {
         let slot = self.push_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
         self.refuse_if_gone(&slot)?;
-        let exists = self
-            .task_push(&slot, task_id)?
-            .iter()
-            .any(|c| c.config_id == config_id);
+        let exists = self.config_position(&slot, task_id, config_id)?.is_some();
         if exists {
             self.append_push(&slot, task_id, config_id, PushChange::Delete, &[])?;
         }
@@ -96,14 +105,17 @@ impl Store {
 
     /// Records that config `config_id`'s receiver acknowledged every event
     /// of the task up to and including event seq `through`, durably (one
-    /// record for any number of events). Returns whether it was written:
-    /// not for a config that is gone (deleted meanwhile), nor for a
-    /// position it had already reached, nor past the task's last event.
+    /// record for any number of events), for the config as set at
+    /// `version` ([`PushConfig::version`]). Returns whether it was
+    /// written: not for a config that is gone or was set again meanwhile,
+    /// nor for a position it had already reached. A position past the
+    /// task's last event is [`Error::InvalidParams`].
     pub fn push_delivered(
         &self,
         tenant: &str,
         task_id: &str,
         config_id: &str,
+        version: u64,
         through: u64,
     ) -> Result<bool> {
         let slot = self.push_slot(tenant, task_id)?;
@@ -116,11 +128,13 @@ impl Store {
             });
         }
         let behind = self
-            .task_push(&slot, task_id)?
-            .iter()
-            .any(|c| c.config_id == config_id && c.delivered < through);
+            .config_position(&slot, task_id, config_id)?
+            .is_some_and(|(set_seq, delivered)| set_seq == version && delivered < through);
         if behind {
-            let change = PushChange::Delivered { through };
+            let change = PushChange::Delivered {
+                through,
+                set_seq: version,
+            };
             self.append_push(&slot, task_id, config_id, change, &[])?;
         }
         Ok(behind)
@@ -228,6 +242,7 @@ impl Store {
                             config: blob.to_vec(),
                             start_after: through,
                             delivered: through,
+                            version: body.seq,
                         };
                         match at.and_then(|i| configs.get_mut(i)) {
                             Some((_, old)) => *old = config,
@@ -245,8 +260,10 @@ impl Store {
                     (PushChange::Delete, Some(i)) => {
                         configs.remove(i);
                     }
-                    (PushChange::Delivered { through }, Some(i)) => {
-                        if let Some((_, c)) = configs.get_mut(i) {
+                    (PushChange::Delivered { through, set_seq }, Some(i)) => {
+                        if let Some((_, c)) =
+                            configs.get_mut(i).filter(|(_, c)| c.version == set_seq)
+                        {
                             c.delivered = c.delivered.max(through);
                         }
                     }
@@ -255,6 +272,42 @@ impl Store {
             })?;
         }
         Ok(configs)
+    }
+
+    /// Which setting of config `config_id` of task `task_id` lives, and how
+    /// far it got: (version, position), as its newest record says (a
+    /// `Delete`: gone; a `Set`: its own seq and start; a `Delivered`: the
+    /// set it names and its position, since positions only grow between
+    /// two sets and are written only for the live one). A walk
+    /// back from the context's newest push record, which a delivery's own
+    /// records usually are: it costs what was written since the config's
+    /// last change, not the task's whole life.
+    fn config_position(
+        &self,
+        slot: &ContextSlot,
+        task_id: &str,
+        config_id: &str,
+    ) -> Result<Option<(u64, u64)>> {
+        let state = slot.state.read();
+        let mut records = self.context_records(&slot.key);
+        for loc in state.taskless_record_locs().rev() {
+            let found = records.record(loc, |body, _| match &body.kind {
+                RecordKind::Push {
+                    task_id: t,
+                    config_id: c,
+                    change,
+                } if t == task_id && c == config_id => Some(match *change {
+                    PushChange::Set { through } => Some((body.seq, through)),
+                    PushChange::Delivered { through, set_seq } => Some((set_seq, through)),
+                    PushChange::Delete => None,
+                }),
+                _ => None,
+            })?;
+            if let Some(found) = found {
+                return Ok(found);
+            }
+        }
+        Ok(None)
     }
 
     /// Task `task_id`'s live configs (see [`fold_push`](Self::fold_push)).

@@ -1,0 +1,467 @@
+//! What push notifications cost, against the server binary on loopback,
+//! in two tables:
+//!
+//! - **deliveries**: 1,000 tasks of 5 updates each (WORKING, three
+//!   artifact chunks, COMPLETED), sent by 16 clients with blocking
+//!   `SendMessage`, on a server without `--push` and on one with it, each
+//!   send carrying a config whose receiver (in this process) answers 204:
+//!   flat out, the sends' p50 and p99, the server's CPU per send and the
+//!   deliveries per second (from the first send to the last delivery);
+//!   then the same sends at 200 a second (an open loop), where the added
+//!   p99 under 10% is the aim;
+//! - **dead receiver**: 200 tasks with a config at a port where nothing
+//!   listens, then follow-ups that add 2 updates each until the backlog is
+//!   100,000 updates: the follow-ups' throughput and the server's
+//!   anonymous resident memory at each fifth of the backlog, against the
+//!   same work on a server without `--push` (throughput within noise and
+//!   memory flat are the aims).
+//!
+//! The two servers of a table run one after the other, twice, in
+//! alternation (plain, push, plain, push); each figure is the better run.
+//!
+//! `cargo bench -p ctxlog-server --bench push`; `CTXLOG_BENCH_QUICK=1`
+//! makes it short (300 tasks; a backlog of 20,000).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+#[path = "../tests/common/process.rs"]
+mod process;
+
+use process::{cpu_time, quantile, rpc, rss_anon, Process};
+
+const CLIENTS: usize = 16;
+/// The rate of the paced sends, a second: well under what either server
+/// keeps up with here.
+const PACE: f64 = 200.0;
+
+fn script(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("push.json");
+    let chunk = |n: u32, append: bool| {
+        json!({ "artifact": { "artifactId": "a1", "parts": [{ "text": format!("chunk {n}") }] },
+            "append": append })
+    };
+    let script = json!({ "name": "push", "rules": [
+        { "text": "five", "steps": [
+            { "status": "TASK_STATE_WORKING" },
+            chunk(0, false), chunk(1, true), chunk(2, true),
+            { "status": "TASK_STATE_COMPLETED", "text": "done" } ] },
+        { "text": "tick", "steps": [
+            { "status": "TASK_STATE_WORKING" },
+            { "status": "TASK_STATE_INPUT_REQUIRED", "text": "more?" } ] } ] });
+    std::fs::write(&path, script.to_string()).unwrap();
+    path
+}
+
+fn start(dir: &Path, script: &Path, push: bool) -> Process {
+    let mut args = vec!["--max-turns", "4096"];
+    if push {
+        args.extend(["--push", "--allow-private-webhooks"]);
+    }
+    Process::scripted(dir, script, &args)
+}
+
+/// A receiver that counts what it accepts.
+struct Receiver {
+    count: AtomicUsize,
+    arrived: Notify,
+}
+
+async fn receiver() -> (Arc<Receiver>, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let state = Arc::new(Receiver {
+        count: AtomicUsize::new(0),
+        arrived: Notify::new(),
+    });
+    let app = axum::Router::new()
+        .fallback(
+            |axum::extract::State(r): axum::extract::State<Arc<Receiver>>| async move {
+                r.count.fetch_add(1, Ordering::SeqCst);
+                r.arrived.notify_waiters();
+                axum::http::StatusCode::NO_CONTENT
+            },
+        )
+        .with_state(state.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (state, url)
+}
+
+/// Waits (at most 120 s) until the receiver has accepted `n`.
+async fn received(r: &Receiver, n: usize) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let notified = r.arrived.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if r.count.load(Ordering::SeqCst) >= n {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
+            return r.count.load(Ordering::SeqCst) >= n;
+        }
+    }
+}
+
+/// `n` blocking sends of "five" from [`CLIENTS`] clients (each with a
+/// push config to `hook`, if given): their latencies, sorted.
+async fn sends(url: &str, n: usize, hook: Option<&str>, round: usize) -> Vec<Duration> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let (url, next, hook) = (url.to_string(), next.clone(), hook.map(str::to_string));
+        clients.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut samples = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n {
+                    return samples;
+                }
+                let mut params = json!({ "message": { "messageId": format!("r{round}-m{i}"),
+                    "role": "ROLE_USER", "parts": [{ "text": "five" }] } });
+                if let Some(hook) = &hook {
+                    params["configuration"] =
+                        json!({ "taskPushNotificationConfig": { "url": hook } });
+                }
+                let sent = Instant::now();
+                let result = rpc(&http, &url, "SendMessage", params).await;
+                samples.push(sent.elapsed());
+                assert_eq!(
+                    result["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                    "{result}"
+                );
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for c in clients {
+        all.extend(c.await.unwrap());
+    }
+    all.sort_unstable();
+    all
+}
+
+/// `n` blocking sends of "five" at `rate` a second, each on its own
+/// (an open loop: a slow answer does not hold back the next send), with a
+/// push config to `hook` if given: their latencies, sorted.
+async fn paced(url: &str, n: usize, rate: f64, hook: Option<&str>, round: usize) -> Vec<Duration> {
+    let http = reqwest::Client::new();
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let mut sends = Vec::with_capacity(n);
+    for i in 0..n {
+        ticks.tick().await;
+        let (http, url) = (http.clone(), url.to_string());
+        let mut params = json!({ "message": { "messageId": format!("p{round}-m{i}"),
+            "role": "ROLE_USER", "parts": [{ "text": "five" }] } });
+        if let Some(hook) = hook {
+            params["configuration"] = json!({ "taskPushNotificationConfig": { "url": hook } });
+        }
+        sends.push(tokio::spawn(async move {
+            let sent = Instant::now();
+            rpc(&http, &url, "SendMessage", params).await;
+            sent.elapsed()
+        }));
+    }
+    let mut all = Vec::with_capacity(n);
+    for s in sends {
+        all.push(s.await.unwrap());
+    }
+    all.sort_unstable();
+    all
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// (p50, p99, sends/s, deliveries/s, server CPU µs per send) of one run.
+fn delivery_run(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    script: &Path,
+    push: bool,
+    tasks: usize,
+    round: usize,
+) -> Run {
+    let server = start(dir, script, push);
+    let pid = server.child.id();
+    let cpu_before = cpu_time(pid).unwrap_or_default();
+    runtime.block_on(async {
+        let (hook, hook_url) = receiver().await;
+        let began = Instant::now();
+        let samples = sends(&server.url, tasks, push.then_some(hook_url.as_str()), round).await;
+        let sent = began.elapsed();
+        let deliveries = match push {
+            true => {
+                assert!(received(&hook, tasks * 5).await, "every update delivered");
+                (tasks * 5) as f64 / began.elapsed().as_secs_f64()
+            }
+            false => 0.0,
+        };
+        // What the sends and their deliveries took.
+        let cpu = cpu_time(pid).unwrap_or_default() - cpu_before;
+        // The same sends at a rate both servers keep up with.
+        let calm = paced(
+            &server.url,
+            tasks,
+            PACE,
+            push.then_some(hook_url.as_str()),
+            round,
+        )
+        .await;
+        if push {
+            let all = received(&hook, tasks * 10).await;
+            let health = reqwest::get(format!("{}/healthz", server.url))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(
+                all,
+                "{} of {} delivered; {health}",
+                hook.count.load(Ordering::SeqCst),
+                tasks * 10
+            );
+        }
+        Run {
+            p50: quantile(&samples, 0.50),
+            p99: quantile(&samples, 0.99),
+            sends: tasks as f64 / sent.as_secs_f64(),
+            deliveries,
+            cpu_us: cpu.as_secs_f64() * 1e6 / tasks as f64,
+            paced_p50: quantile(&calm, 0.50),
+            paced_p99: quantile(&calm, 0.99),
+        }
+    })
+}
+
+/// One run of the deliveries table.
+#[derive(Clone, Copy)]
+struct Run {
+    p50: Duration,
+    p99: Duration,
+    sends: f64,
+    deliveries: f64,
+    cpu_us: f64,
+    paced_p50: Duration,
+    paced_p99: Duration,
+}
+
+impl Run {
+    /// The better of two runs, figure by figure.
+    fn best(self, other: Run) -> Run {
+        Run {
+            p50: self.p50.min(other.p50),
+            p99: self.p99.min(other.p99),
+            sends: self.sends.max(other.sends),
+            deliveries: self.deliveries.max(other.deliveries),
+            cpu_us: self.cpu_us.min(other.cpu_us),
+            paced_p50: self.paced_p50.min(other.paced_p50),
+            paced_p99: self.paced_p99.min(other.paced_p99),
+        }
+    }
+}
+
+fn deliveries_table(runtime: &tokio::runtime::Runtime, dir: &Path, script: &Path, tasks: usize) {
+    println!(
+        "\ndeliveries: {tasks} tasks of 5 updates, blocking SendMessage from {CLIENTS} clients \
+         as fast as they go, then {PACE} a second"
+    );
+    println!(
+        "{:>6}  {:>8}  {:>8}  {:>8}  {:>12}  {:>11}  {:>10}  {:>10}",
+        "server",
+        "p50 ms",
+        "p99 ms",
+        "sends/s",
+        "deliveries/s",
+        "CPU µs/send",
+        "paced p50",
+        "paced p99"
+    );
+    let mut best: [Option<Run>; 2] = [None, None];
+    for round in 0..2 {
+        for push in [false, true] {
+            let store = dir.join(format!("deliveries-{round}-{push}"));
+            let run = delivery_run(runtime, &store, script, push, tasks, round);
+            let name = if push { "push" } else { "plain" };
+            println!(
+                "{name:>6}  {:>8.3}  {:>8.3}  {:>8.0}  {:>12.0}  {:>11.0}  {:>10.3}  {:>10.3}",
+                ms(run.p50),
+                ms(run.p99),
+                run.sends,
+                run.deliveries,
+                run.cpu_us,
+                ms(run.paced_p50),
+                ms(run.paced_p99)
+            );
+            let slot = &mut best[usize::from(push)];
+            *slot = Some(slot.map_or(run, |b| b.best(run)));
+        }
+    }
+    if let [Some(plain), Some(push)] = best {
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        println!(
+            "push / plain, best of 2: at {PACE}/s p50 {:.2}x, p99 {:.2}x (aim: p99 under 1.10x); \
+             flat out p50 {:.2}x, p99 {:.2}x, sends/s {:.2}x; server CPU per send {:.2}x ({:.0} \
+             µs more: {:.0} per delivery); {:.0} deliveries/s",
+            ratio(push.paced_p50, plain.paced_p50),
+            ratio(push.paced_p99, plain.paced_p99),
+            ratio(push.p50, plain.p50),
+            ratio(push.p99, plain.p99),
+            push.sends / plain.sends,
+            push.cpu_us / plain.cpu_us,
+            push.cpu_us - plain.cpu_us,
+            (push.cpu_us - plain.cpu_us) / 5.0,
+            push.deliveries
+        );
+    }
+}
+
+/// Follow-ups to `tasks` input-required tasks until `backlog` updates:
+/// (follow-ups/s, RssAnon MiB) at each fifth of the way.
+async fn backlog_run(url: &str, pid: u32, tasks: &[String], backlog: usize) -> Vec<(f64, f64)> {
+    let rounds = backlog / 2 / tasks.len();
+    let per_sample = rounds.div_ceil(5);
+    let mut samples = Vec::new();
+    let mut round = 0;
+    while round < rounds {
+        let began = Instant::now();
+        let upto = (round + per_sample).min(rounds);
+        let next = Arc::new(AtomicUsize::new(0));
+        let jobs: Arc<Vec<(usize, String)>> = Arc::new(
+            (round..upto)
+                .flat_map(|r| tasks.iter().map(move |t| (r, t.clone())))
+                .collect(),
+        );
+        let mut clients = Vec::new();
+        for _ in 0..CLIENTS {
+            let (url, next, jobs) = (url.to_string(), next.clone(), jobs.clone());
+            clients.push(tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                loop {
+                    let Some((r, task)) = jobs.get(next.fetch_add(1, Ordering::SeqCst)) else {
+                        return;
+                    };
+                    let params = json!({ "message": { "messageId": format!("{task}-{r}"),
+                        "role": "ROLE_USER", "taskId": task, "parts": [{ "text": "tick" }] } });
+                    let result = rpc(&http, &url, "SendMessage", params).await;
+                    assert_eq!(
+                        result["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+                        "{result}"
+                    );
+                }
+            }));
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
+        let rate = jobs.len() as f64 / began.elapsed().as_secs_f64();
+        samples.push((rate, rss_anon(pid) as f64 / (1u64 << 20) as f64));
+        round = upto;
+    }
+    samples
+}
+
+fn dead_receiver_table(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    script: &Path,
+    backlog: usize,
+) {
+    let tasks = 200;
+    println!(
+        "\ndead receiver: {tasks} tasks, follow-ups of 2 updates each up to a backlog of \
+         {backlog} undelivered updates"
+    );
+    // A port nothing listens on.
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/hook", parked.local_addr().unwrap());
+    drop(parked);
+    let mut best: [Option<Vec<(f64, f64)>>; 2] = [None, None];
+    for round in 0..2 {
+        for push in [false, true] {
+            let store = dir.join(format!("dead-{round}-{push}"));
+            let server = start(&store, script, push);
+            let samples = runtime.block_on(async {
+                let http = reqwest::Client::new();
+                let mut ids = Vec::new();
+                for i in 0..tasks {
+                    let mut params = json!({ "message": { "messageId": format!("open-{i}"),
+                        "role": "ROLE_USER", "parts": [{ "text": "tick" }] } });
+                    if push {
+                        params["configuration"] =
+                            json!({ "taskPushNotificationConfig": { "url": dead } });
+                    }
+                    let result: Value = rpc(&http, &server.url, "SendMessage", params).await;
+                    ids.push(result["task"]["id"].as_str().unwrap().to_string());
+                }
+                backlog_run(&server.url, server.child.id(), &ids, backlog).await
+            });
+            let name = if push { "push" } else { "plain" };
+            let shown: Vec<String> = samples
+                .iter()
+                .map(|(rate, mib)| format!("{rate:.0}/s {mib:.1} MiB"))
+                .collect();
+            println!("{name:>6} round {round}: {}", shown.join(", "));
+            let slot = &mut best[usize::from(push)];
+            let better = slot.as_ref().is_none_or(|b| {
+                b.iter().map(|s| s.0).sum::<f64>() < samples.iter().map(|s| s.0).sum::<f64>()
+            });
+            if better {
+                *slot = Some(samples);
+            }
+        }
+    }
+    if let [Some(plain), Some(push)] = best {
+        let rate = |s: &[(f64, f64)]| s.iter().map(|x| x.0).sum::<f64>() / s.len() as f64;
+        let first = push.first().map_or(0.0, |s| s.1);
+        let last = push.last().map_or(0.0, |s| s.1);
+        println!(
+            "push / plain follow-ups/s, best of 2: {:.2}x (aim: within noise); push server \
+             memory from the first fifth of the backlog to the last: {first:.1} -> {last:.1} MiB \
+             (plain: {:.1} -> {:.1})",
+            rate(&push) / rate(&plain),
+            plain.first().map_or(0.0, |s| s.1),
+            plain.last().map_or(0.0, |s| s.1),
+        );
+    }
+}
+
+fn main() {
+    let quick = std::env::var_os("CTXLOG_BENCH_QUICK").is_some();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = script(tmp.path());
+    let only = std::env::var("CTXLOG_BENCH_ONLY").ok();
+    let runs = |table: &str| only.as_deref().is_none_or(|o| o == table);
+    if runs("deliveries") {
+        deliveries_table(
+            &runtime,
+            tmp.path(),
+            &script,
+            if quick { 300 } else { 1_000 },
+        );
+    }
+    if runs("dead") {
+        dead_receiver_table(
+            &runtime,
+            tmp.path(),
+            &script,
+            if quick { 20_000 } else { 100_000 },
+        );
+    }
+}

@@ -35,6 +35,7 @@ pub mod config;
 mod core;
 #[doc(hidden)]
 pub mod crashpoint;
+mod delivery;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -161,7 +162,7 @@ impl Server {
     /// it before it accepts a request.
     pub async fn recover(&self) -> usize {
         let resolved = restart::recover(&self.shared).await;
-        let deliveries = push::resume(&self.shared).await;
+        let deliveries = delivery::resume(&self.shared).await;
         if deliveries > 0 {
             info!(configs = deliveries, "resumed push deliveries");
         }

@@ -1,4 +1,5 @@
-//! One webhook, as a delivery reaches it: its URL checked, its address
+//! One webhook, as a delivery reaches it: the config's form and headers,
+//! its URL checked, its address
 //! checked when it is connected to (not only when the config was made: a
 //! name may resolve elsewhere by then), one HTTP/1.1 connection kept
 //! between deliveries, redirects never followed, and the response's body
@@ -14,10 +15,65 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::{handshake, SendRequest};
 use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
 
 /// The most of a response's body read; the rest is not (the connection
 /// is then closed, not reused).
 pub(crate) const MAX_RESPONSE_BODY: usize = 16 << 10;
+
+/// The header a2a-sdk's receivers read a config's token from.
+const TOKEN_HEADER: &str = "x-a2a-notification-token";
+
+/// `AuthenticationInfo`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(crate) struct Authentication {
+    pub(crate) scheme: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) credentials: Option<String>,
+}
+
+/// A push config as the store keeps it (its id and task are the
+/// record's): where to deliver, and what to say who we are.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(crate) struct Stored {
+    pub(crate) url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) authentication: Option<Authentication>,
+}
+
+impl Stored {
+    /// The headers a delivery carries beside its body's type: the
+    /// `Authorization` the config's authentication makes, its token in
+    /// [`TOKEN_HEADER`]; both marked sensitive (never logged).
+    pub(crate) fn headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+        let stored = self;
+        let value = |what: &str, text: String| {
+            HeaderValue::try_from(text)
+                .map_err(|_| format!("{what}: holds characters an HTTP header cannot carry"))
+        };
+        let mut out = Vec::new();
+        if let Some(auth) = &stored.authentication {
+            if auth.scheme.is_empty() || auth.scheme.contains(char::is_whitespace) {
+                return Err("authentication.scheme: give one word, such as Bearer".into());
+            }
+            let text = match auth.credentials.as_deref().filter(|c| !c.is_empty()) {
+                Some(credentials) => format!("{} {credentials}", auth.scheme),
+                None => auth.scheme.clone(),
+            };
+            let mut v = value("authentication", text)?;
+            v.set_sensitive(true);
+            out.push((axum::http::header::AUTHORIZATION, v));
+        }
+        if let Some(token) = &stored.token {
+            let mut v = value("token", token.clone())?;
+            v.set_sensitive(true);
+            out.push((HeaderName::from_static(TOKEN_HEADER), v));
+        }
+        Ok(out)
+    }
+}
 
 /// A webhook URL, checked.
 #[derive(Debug, Clone)]

@@ -327,6 +327,14 @@ mod model {
         ]
     }
 
+    /// (config id, start, delivered) of each of the task's configs.
+    fn positions(store: &Store, task: &str) -> Vec<(String, u64, u64)> {
+        configs(store, task)
+            .into_iter()
+            .map(|(id, _, start, delivered)| (id, start, delivered))
+            .collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -389,23 +397,11 @@ mod model {
                         }
                     }
                 }
-                let got: Vec<(String, u64, u64)> = store
-                    .push_configs("acme", &r.task_id)
-                    .unwrap()
-                    .into_iter()
-                    .map(|c| (c.config_id, c.start_after, c.delivered))
-                    .collect();
-                prop_assert_eq!(&got, &model);
+                prop_assert_eq!(&positions(&store, &r.task_id), &model);
             }
             store.close().unwrap();
             let store = Store::open(dir.path(), options()).unwrap();
-            let got: Vec<(String, u64, u64)> = store
-                .push_configs("acme", &r.task_id)
-                .unwrap()
-                .into_iter()
-                .map(|c| (c.config_id, c.start_after, c.delivered))
-                .collect();
-            prop_assert_eq!(got, model);
+            prop_assert_eq!(positions(&store, &r.task_id), model);
         }
     }
 }

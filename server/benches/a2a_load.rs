@@ -260,14 +260,10 @@ fn main() {
         floor::serve(port);
         return;
     }
-    let quick = std::env::var_os("CTXLOG_BENCH_QUICK").is_some();
+    let quick = process::quick();
     let (one, many) = if quick { (300, 3000) } else { (2000, 20000) };
     let limit = Duration::from_secs(if quick { 20 } else { 90 });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = process::bench_runtime();
     let tmp = tempfile::tempdir().unwrap();
     println!(
         "SendMessage, echo agent: {one} requests from 1 client, {many} from 64 (at most {} s each)",

@@ -441,17 +441,11 @@ fn dead_receiver_table(
 }
 
 fn main() {
-    let quick = std::env::var_os("CTXLOG_BENCH_QUICK").is_some();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let quick = process::quick();
+    let runtime = process::bench_runtime();
     let tmp = tempfile::tempdir().unwrap();
     let script = script(tmp.path());
-    let only = std::env::var("CTXLOG_BENCH_ONLY").ok();
-    let runs = |table: &str| only.as_deref().is_none_or(|o| o == table);
-    if runs("deliveries") {
+    if process::runs("deliveries") {
         deliveries_table(
             &runtime,
             tmp.path(),
@@ -459,7 +453,7 @@ fn main() {
             if quick { 300 } else { 1_000 },
         );
     }
-    if runs("dead") {
+    if process::runs("dead") {
         dead_receiver_table(
             &runtime,
             tmp.path(),

@@ -426,27 +426,21 @@ fn streams_table(runtime: &tokio::runtime::Runtime, dir: &Path, script: &Path, t
 }
 
 fn main() {
-    let quick = std::env::var_os("CTXLOG_BENCH_QUICK").is_some();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let quick = process::quick();
+    let runtime = process::bench_runtime();
     let tmp = tempfile::tempdir().unwrap();
     let script = script(&tmp.path().join("script"));
-    let only = std::env::var("CTXLOG_BENCH_ONLY").ok();
-    let runs = |table: &str| only.as_deref().is_none_or(|o| o == table);
-    if runs("history") {
+    if process::runs("history") {
         history_table(&runtime, tmp.path(), &script);
     }
     let sizes: &[usize] = match quick {
         true => &[1_000, 10_000, 100_000],
         false => &[1_000, 100_000, 1_000_000],
     };
-    if runs("contexts") {
+    if process::runs("contexts") {
         contexts_table(&runtime, tmp.path(), &script, sizes);
     }
-    if runs("streams") {
+    if process::runs("streams") {
         let tasks = if quick { 200 } else { 1_000 };
         streams_table(&runtime, tmp.path(), &script, tasks);
     }

@@ -553,11 +553,7 @@ fn main() {
     let store = tmp.path().join("store");
     let script = script(tmp.path());
     let server = start(&store, &script);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = process::bench_runtime();
     runtime.block_on(async {
         if benching {
             println!(

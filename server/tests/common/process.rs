@@ -165,6 +165,32 @@ pub fn rss_anon(pid: u32) -> u64 {
     kb << 10
 }
 
+/// What a bench runs its clients on: a runtime of 2 workers (the
+/// machine's cores).
+#[allow(dead_code)]
+pub fn bench_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Whether `CTXLOG_BENCH_QUICK` asks a bench for its short form.
+#[allow(dead_code)]
+pub fn quick() -> bool {
+    std::env::var_os("CTXLOG_BENCH_QUICK").is_some()
+}
+
+/// Whether a bench runs its table `table`: every table unless
+/// `CTXLOG_BENCH_ONLY` names one.
+#[allow(dead_code)]
+pub fn runs(table: &str) -> bool {
+    std::env::var("CTXLOG_BENCH_ONLY")
+        .ok()
+        .is_none_or(|only| only == table)
+}
+
 /// The sample at quantile `q` of `sorted` (ascending; zero when empty).
 #[allow(dead_code)]
 pub fn quantile(sorted: &[std::time::Duration], q: f64) -> std::time::Duration {

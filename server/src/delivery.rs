@@ -49,7 +49,7 @@ pub(crate) async fn resume(shared: &Arc<Shared>) -> usize {
             let mut found = Vec::new();
             for task in store.push_tasks()? {
                 for config in store.push_configs(&task.tenant, &task.task_id)? {
-                    found.push((task.tenant.clone(), task.task_id.clone(), config.config_id));
+                    found.push((task.tenant.clone(), task.task_id.clone(), config));
                 }
             }
             Ok(found)
@@ -57,10 +57,12 @@ pub(crate) async fn resume(shared: &Arc<Shared>) -> usize {
         .await;
     match found {
         Ok(found) => {
-            for (tenant, task_id, config_id) in &found {
-                spawn(shared, tenant, task_id, config_id, None);
+            let count = found.len();
+            for (tenant, task_id, config) in found {
+                let id = config.config_id.clone();
+                spawn(shared, &tenant, &task_id, &id, Some(config));
             }
-            found.len()
+            count
         }
         Err(e) => {
             warn!(error = ?e, "the push configs could not be read; their deliveries wait for the next start");

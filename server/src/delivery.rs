@@ -359,8 +359,13 @@ async fn send(
     if ended(shared, delivery) {
         return Sent::Stopped;
     }
+    // A delivery whose last attempt failed retries on places of its own.
+    let places = match lock(&delivery.health).failures {
+        0 => &shared.pushes.in_flight,
+        _ => &shared.pushes.retrying,
+    };
     let permit = tokio::select! {
-        p = shared.pushes.in_flight.clone().acquire_owned() => p.ok(),
+        p = places.clone().acquire_owned() => p.ok(),
         _ = interrupted(shared, delivery) => return Sent::Stopped,
     };
     let result = tokio::select! {

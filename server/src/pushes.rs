@@ -20,6 +20,10 @@ pub(crate) struct Pushes {
     deliveries: Mutex<HashMap<DeliveryKey, Arc<Delivery>>>,
     /// Bounds the requests to webhooks in flight at once.
     pub(crate) in_flight: Arc<Semaphore>,
+    /// Bounds, apart, the retries of deliveries whose last attempt failed:
+    /// receivers that hang until the timeout cannot take every place from
+    /// the healthy ones.
+    pub(crate) retrying: Arc<Semaphore>,
     /// Idle connections to webhooks, shared by every delivery.
     pub(crate) pool: crate::webhook::Pool,
 }
@@ -66,11 +70,13 @@ impl Delivery {
 }
 
 impl Pushes {
-    /// A registry that lets `max_in_flight` requests out at once.
+    /// A registry that lets `max_in_flight` requests out at once, and a
+    /// quarter as many retries beside them.
     pub(crate) fn new(max_in_flight: usize) -> Self {
         Pushes {
             deliveries: Mutex::default(),
             in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            retrying: Arc::new(Semaphore::new((max_in_flight / 4).max(1))),
             pool: crate::webhook::Pool::default(),
         }
     }

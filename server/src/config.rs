@@ -108,8 +108,9 @@ pub struct Webhooks {
     /// How often a failing config is tried (default 300 s); never dropped.
     pub failing_retry: Duration,
     /// Deliveries under way at once, at most, over all configs (default
-    /// 64), and a quarter as many retries of failed ones beside them (so
-    /// receivers that hang cannot hold up the others).
+    /// 64); a quarter of them at most to one host, and a quarter as many
+    /// retries of failed ones beside them (so receivers that hang cannot
+    /// hold up the others).
     pub max_in_flight: usize,
 }
 

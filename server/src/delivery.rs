@@ -364,6 +364,10 @@ async fn send(
         0 => &shared.pushes.in_flight,
         _ => &shared.pushes.retrying,
     };
+    let host = tokio::select! {
+        p = shared.pushes.host_place(target) => p,
+        _ = interrupted(shared, delivery) => return Sent::Stopped,
+    };
     let permit = tokio::select! {
         p = places.clone().acquire_owned() => p.ok(),
         _ = interrupted(shared, delivery) => return Sent::Stopped,
@@ -373,6 +377,7 @@ async fn send(
         _ = interrupted(shared, delivery) => return Sent::Stopped,
     };
     drop(permit);
+    drop(host);
     let mut health = lock(&delivery.health);
     match result {
         Ok(()) => {

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::util::lock;
+use crate::webhook::Target;
 
 /// Which delivery: tenant, task id, config id.
 pub(crate) type DeliveryKey = (String, String, String);
@@ -26,6 +27,34 @@ pub(crate) struct Pushes {
     pub(crate) retrying: Arc<Semaphore>,
     /// Idle connections to webhooks, shared by every delivery.
     pub(crate) pool: crate::webhook::Pool,
+    /// Places per host and port (a quarter of all), so that one receiver
+    /// that hangs holds up no more than its share of the others; an entry
+    /// lives while some request to its host holds or awaits a place.
+    hosts: Mutex<HashMap<(String, u16), Arc<Semaphore>>>,
+    per_host: usize,
+}
+
+/// A place for one request to one host; given back, and its host's entry
+/// let go when nobody else wants it, when dropped.
+pub(crate) struct HostPlace<'a> {
+    pushes: &'a Pushes,
+    key: (String, u16),
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for HostPlace<'_> {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        let mut hosts = lock(&self.pushes.hosts);
+        // The map's own reference is the last one: nobody holds or awaits
+        // a place of this host.
+        if hosts
+            .get(&self.key)
+            .is_some_and(|s| Arc::strong_count(s) == 1)
+        {
+            hosts.remove(&self.key);
+        }
+    }
 }
 
 /// One delivery under way.
@@ -77,8 +106,32 @@ impl Pushes {
             deliveries: Mutex::default(),
             in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
             retrying: Arc::new(Semaphore::new((max_in_flight / 4).max(1))),
+            hosts: Mutex::default(),
+            per_host: (max_in_flight / 4).max(1),
             pool: crate::webhook::Pool::default(),
         }
+    }
+
+    /// Waits for a place for a request to `target`'s host and port.
+    pub(crate) async fn host_place(&self, target: &Target) -> HostPlace<'_> {
+        let key = target.authority();
+        let places = lock(&self.hosts)
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_host)))
+            .clone();
+        let mut place = HostPlace {
+            pushes: self,
+            key,
+            permit: None,
+        };
+        // The semaphore is never closed.
+        place.permit = places.acquire_owned().await.ok();
+        place
+    }
+
+    /// Hosts with a request under way or waiting.
+    pub(crate) fn hosts(&self) -> usize {
+        lock(&self.hosts).len()
     }
 
     /// Registers a delivery for `key`, stopping one that runs for it (a
@@ -129,7 +182,11 @@ impl Pushes {
                 }));
             }
         }
-        serde_json::json!({ "deliveries": deliveries.len(), "failing": failing })
+        serde_json::json!({
+            "deliveries": deliveries.len(),
+            "failing": failing,
+            "hostsBusy": self.hosts(),
+        })
     }
 }
 

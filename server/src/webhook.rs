@@ -84,6 +84,11 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// The host and port requests go to.
+    pub(crate) fn authority(&self) -> (String, u16) {
+        (self.host.clone(), self.port)
+    }
+
     /// Checks `url`: an absolute `http` URL with a host (an `https` one
     /// is refused, naming why: this build has no TLS client), and, unless
     /// `allow_private`, not a literal address that [`is_public`] refuses.

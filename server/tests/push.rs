@@ -560,3 +560,70 @@ async fn many_quick_tasks_get_every_update_even_the_last() {
     assert!(per_task.unwrap() >= 2);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_hangs_holds_only_its_share_of_the_places() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt;
+
+    // Accepts, reads, never answers; counts the connections open at once.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hang = format!("http://{}/h", listener.local_addr().unwrap());
+    let open = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (o, m) = (open.clone(), most.clone());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (o, m) = (o.clone(), m.clone());
+            tokio::spawn(async move {
+                m.fetch_max(o.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+                o.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    let gated = Gated::new(0);
+    let server = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+            c.push.timeout = Duration::from_millis(300);
+            c.push.retry_base = Duration::from_millis(5);
+            c.push.retry_max = Duration::from_millis(20);
+            // 8 places: 2 per host, 2 for retries.
+            c.push.max_in_flight = 8;
+        },
+        None,
+    )
+    .await;
+    let c = Client::new(&server.url, None);
+    for i in 0..10 {
+        gated.open();
+        send_with(&c, &format!("h{i}"), "hi", &hang).await;
+    }
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    gated.open();
+    send_with(&c, "ok", "hi", &format!("{base}/ok")).await;
+    assert!(
+        hook.wait_for_state("/ok", "TASK_STATE_COMPLETED", WAIT)
+            .await
+    );
+    assert!(
+        most.load(Ordering::SeqCst) >= 1,
+        "the hanging receiver was reached"
+    );
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "{} requests at once to one host",
+        most.load(Ordering::SeqCst)
+    );
+    // The ten still try, at their pace.
+    let (_, health) = common::health(&server.url).await;
+    assert!(
+        health["push"]["deliveries"].as_u64() >= Some(10),
+        "{health}"
+    );
+    server.stop().await;
+}

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from google.protobuf import json_format
@@ -42,7 +40,7 @@ from a2a.server.tasks.push_notification_config_store import (
 from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 
 from . import ContextNotFound, Error, Store
-from ._workers import StoreUser
+from ._workers import Cache, StoreUser, dumps
 
 __all__ = ["CtxlogPushNotificationConfigStore", "PUSH_CONTEXT_PREFIX", "DISPATCH_TENANT"]
 
@@ -54,7 +52,6 @@ DISPATCH_TENANT = "ctxlog:a2a-push-dispatch"
 #: The version of the records' form; a record names it under ``FORMAT_KEY``.
 FORMAT = 1
 FORMAT_KEY = "ctxlogPushConfigStore"
-_STRIPES = 64
 
 
 def _config_json(config: TaskPushNotificationConfig) -> dict[str, Any]:
@@ -104,13 +101,11 @@ class CtxlogPushNotificationConfigStore(PushNotificationConfigStore, StoreUser):
         cache_size: int = 1024,
     ) -> None:
         StoreUser.__init__(self, store, durability, 4, "ctxlog-push-store")
-        if cache_size < 1:
-            raise ValueError("cache_size must be at least 1")
+        # (owner, task id): the owner's configs of the task.
+        self._cache = Cache(cache_size)
+        # Task id: who has configs for it (read on every dispatch).
+        self._owners_of = Cache(cache_size)
         self._owner_resolver = owner_resolver
-        self._cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, str], list[TaskPushNotificationConfig]] = OrderedDict()
-        self._lock = threading.Lock()  # the cache
-        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
 
     # PushNotificationConfigStore.
 
@@ -152,23 +147,17 @@ class CtxlogPushNotificationConfigStore(PushNotificationConfigStore, StoreUser):
     ) -> TaskPushNotificationConfig:
         stored = normalize_push_notification_config(task_id, config)
         key = (owner, task_id)
-        with self._stripe(key):
+        with self._cache.stripe(key):
             configs = self._load(key)
-            if not configs and owner not in self._owners(task_id):
-                self._store.append_message(
-                    DISPATCH_TENANT, "owners:" + task_id, _dumps({FORMAT_KEY: FORMAT, "owner": owner})
-                )
+            if not configs:
+                self._add_owner(owner, task_id)
             self._append(key, {FORMAT_KEY: FORMAT, "set": _config_json(stored)})
-            kept = TaskPushNotificationConfig()
-            kept.CopyFrom(stored)
-            self._remember(key, [c for c in configs if c.id != stored.id] + [kept])
-        out = TaskPushNotificationConfig()
-        out.CopyFrom(stored)
-        return out
+            self._cache.put(key, [c for c in configs if c.id != stored.id] + [_copy(stored)])
+        return _copy(stored)
 
     def get_sync(self, owner: str, task_id: str) -> list[TaskPushNotificationConfig]:
         key = (owner, task_id)
-        with self._stripe(key):
+        with self._cache.stripe(key):
             return [_copy(c) for c in self._load(key)]
 
     def dispatch_sync(self, task_id: str) -> list[TaskPushNotificationConfig]:
@@ -179,61 +168,69 @@ class CtxlogPushNotificationConfigStore(PushNotificationConfigStore, StoreUser):
 
     def delete_sync(self, owner: str, task_id: str, config_id: str | None) -> None:
         key = (owner, task_id)
-        with self._stripe(key):
+        with self._cache.stripe(key):
             configs = self._load(key)
             if config_id is None:
                 if not configs:
                     return
                 self._append(key, {FORMAT_KEY: FORMAT, "deleteAll": True})
-                self._remember(key, [])
+                self._cache.put(key, [])
                 return
             if not any(c.id == config_id for c in configs):
                 return
             self._append(key, {FORMAT_KEY: FORMAT, "delete": config_id})
-            self._remember(key, [c for c in configs if c.id != config_id])
+            self._cache.put(key, [c for c in configs if c.id != config_id])
 
     # Inside.
 
-    def _stripe(self, key: tuple[str, str]) -> threading.Lock:
-        return self._stripes[hash(key) % _STRIPES]
-
     def _append(self, key: tuple[str, str], record: dict[str, Any]) -> None:
         owner, task_id = key
-        self._store.append_message(owner, PUSH_CONTEXT_PREFIX + task_id, _dumps(record))
-
-    def _remember(self, key: tuple[str, str], configs: list[TaskPushNotificationConfig]) -> None:
-        with self._lock:
-            self._cache[key] = configs
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._store.append_message(owner, PUSH_CONTEXT_PREFIX + task_id, dumps(record))
 
     def _load(self, key: tuple[str, str]) -> list[TaskPushNotificationConfig]:
         """The task's configs of this owner (the caller holds its stripe)."""
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         owner, task_id = key
         configs = _replay(_records(self._store, owner, PUSH_CONTEXT_PREFIX + task_id))
-        self._remember(key, configs)
+        self._cache.put(key, configs)
         return configs
 
     def _owners(self, task_id: str) -> list[str]:
-        """Who has set a config for the task, in the order they first did."""
-        owners: list[str] = []
+        """Who has set a config for the task, in the order they first did
+        (read once, then kept)."""
+        owners = self._owners_of.get(task_id)
+        if owners is None:
+            with self._owners_of.stripe(task_id):
+                owners = self._read_owners(task_id)
+        return owners
+
+    def _add_owner(self, owner: str, task_id: str) -> None:
+        """Lists ``owner`` among those with configs for the task, once."""
+        with self._owners_of.stripe(task_id):
+            owners = self._read_owners(task_id)
+            if owner not in owners:
+                self._store.append_message(
+                    DISPATCH_TENANT, "owners:" + task_id, dumps({FORMAT_KEY: FORMAT, "owner": owner})
+                )
+                self._owners_of.put(task_id, owners + [owner])
+
+    def _read_owners(self, task_id: str) -> list[str]:
+        """The task's owners, kept or read from the store (the caller holds
+        the task's stripe of ``_owners_of``)."""
+        owners = self._owners_of.get(task_id)
+        if owners is not None:
+            return owners
+        owners = []
         for record in _records(self._store, DISPATCH_TENANT, "owners:" + task_id):
             owner = record.get("owner")
             if record.get(FORMAT_KEY) != FORMAT or not isinstance(owner, str):
                 raise Error(f"a push dispatch record of an unknown form: {record!r}")
             if owner not in owners:
                 owners.append(owner)
+        self._owners_of.put(task_id, owners)
         return owners
-
-
-def _dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
 def _records(store: Store, tenant: str, context_id: str) -> list[dict[str, Any]]:

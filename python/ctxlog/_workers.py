@@ -5,14 +5,17 @@ and threads an adapter with threads of its own holds."""
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import os
 import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 from . import Store
 
-__all__ = ["StoreUser", "Workers"]
+__all__ = ["Cache", "StoreUser", "Workers", "dumps"]
 
 
 class Workers:
@@ -97,3 +100,51 @@ class StoreUser:
         self._workers.stop()
         if self._owns_store:
             self._store.close()
+
+
+class Cache:
+    """Values recently used, by key (at most ``size``), and a lock per
+    stripe of keys, which a caller holds while it reads a key's value from
+    the store, changes it and writes it back, so that two callers of one
+    key take turns and callers of others do not wait."""
+
+    _STRIPES = 64
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("cache_size must be at least 1")
+        self._size = size
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._stripes = [threading.Lock() for _ in range(self._STRIPES)]
+
+    def stripe(self, key: Hashable) -> threading.Lock:
+        """The lock of ``key``'s stripe."""
+        return self._stripes[hash(key) % self._STRIPES]
+
+    def get(self, key: Hashable) -> Any | None:
+        """``key``'s value, now the most recently used; ``None`` if not kept."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Keeps ``value`` as ``key``'s, dropping the least recently used
+        past the size."""
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def pop(self, key: Hashable) -> None:
+        """Forgets ``key``."""
+        with self._lock:
+            self._items.pop(key, None)
+
+
+def dumps(record: dict[str, Any]) -> str:
+    """A record's JSON as the adapters store it: compact, UTF-8 as is."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)

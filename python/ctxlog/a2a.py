@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,7 +52,7 @@ from a2a.utils.task import (
 )
 
 from . import ContextNotFound, Error, Store
-from ._workers import StoreUser
+from ._workers import Cache, StoreUser, dumps
 
 from ._push import CtxlogPushNotificationConfigStore, DISPATCH_TENANT, PUSH_CONTEXT_PREFIX
 
@@ -75,7 +74,6 @@ FORMAT_KEY = "ctxlogTaskStore"
 # The fields of a Task a save record carries apart; every other field (the
 # id and contextId, and any the protocol adds) travels as one object.
 _APART = ("history", "artifacts", "status", "metadata")
-_STRIPES = 64
 
 
 # Messages whose JSON form is their own (a string, a number, a bare
@@ -329,14 +327,10 @@ class CtxlogTaskStore(TaskStore, StoreUser):
         check_history: bool = False,
     ) -> None:
         StoreUser.__init__(self, store, durability, 8, "ctxlog-task-store")
-        if cache_size < 1:
-            raise ValueError("cache_size must be at least 1")
+        self._cache = Cache(cache_size)
         self._owner_resolver = owner_resolver
-        self._cache_size = cache_size
         self._check_history = check_history
-        self._cache: OrderedDict[tuple[str, str], Task] = OrderedDict()
-        self._lock = threading.Lock()  # the cache and the listings
-        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
+        self._lock = threading.Lock()  # the listings
         # Per owner, once listed: every task's summary, kept up to date.
         self._listed: dict[str, _Listing] = {}
         self._building = threading.Lock()
@@ -371,7 +365,7 @@ class CtxlogTaskStore(TaskStore, StoreUser):
 
     def save_sync(self, owner: str, task: Task) -> None:
         key = (owner, task.id)
-        with self._stripe(key):
+        with self._cache.stripe(key):
             old = self._load(key)
             delta = _delta(old, task, self._check_history)
             if delta is None:
@@ -384,7 +378,7 @@ class CtxlogTaskStore(TaskStore, StoreUser):
             else:
                 _update(old, task, delta)
                 cached = old
-            self._remember(key, cached)
+            self._cache.put(key, cached)
             with self._lock:
                 listing = self._listed.get(owner)
                 if listing is not None:
@@ -392,7 +386,7 @@ class CtxlogTaskStore(TaskStore, StoreUser):
 
     def get_sync(self, owner: str, task_id: str) -> Task | None:
         key = (owner, task_id)
-        with self._stripe(key):
+        with self._cache.stripe(key):
             task = self._load(key)
             if task is None:
                 return None
@@ -402,12 +396,12 @@ class CtxlogTaskStore(TaskStore, StoreUser):
 
     def delete_sync(self, owner: str, task_id: str) -> None:
         key = (owner, task_id)
-        with self._stripe(key):
+        with self._cache.stripe(key):
             if self._load(key) is None:
                 return
             self._append(key, {FORMAT_KEY: FORMAT, "deleted": True})
+            self._cache.pop(key)
             with self._lock:
-                self._cache.pop(key, None)
                 listing = self._listed.get(owner)
                 if listing is not None:
                     listing.tasks.pop(task_id, None)
@@ -452,31 +446,18 @@ class CtxlogTaskStore(TaskStore, StoreUser):
 
     # Inside.
 
-    def _stripe(self, key: tuple[str, str]) -> threading.Lock:
-        return self._stripes[hash(key) % _STRIPES]
-
-    def _remember(self, key: tuple[str, str], task: Task) -> None:
-        with self._lock:
-            self._cache[key] = task
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-
     def _append(self, key: tuple[str, str], record: dict[str, Any]) -> None:
         owner, task_id = key
-        body = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
-        self._store.append_message(owner, CONTEXT_PREFIX + task_id, body)
+        self._store.append_message(owner, CONTEXT_PREFIX + task_id, dumps(record))
 
     def _load(self, key: tuple[str, str]) -> Task | None:
         """The task as last saved (the caller holds its stripe)."""
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         task = self._read(*key)
         if task is not None:
-            self._remember(key, task)
+            self._cache.put(key, task)
         return task
 
     def _read(self, owner: str, task_id: str) -> Task | None:
@@ -517,7 +498,7 @@ class CtxlogTaskStore(TaskStore, StoreUser):
                 if not context_id.startswith(CONTEXT_PREFIX):
                     continue
                 task_id = context_id[len(CONTEXT_PREFIX) :]
-                with self._stripe((owner, task_id)):
+                with self._cache.stripe((owner, task_id)):
                     task = self._load((owner, task_id))
                     with self._lock:
                         if task is None:

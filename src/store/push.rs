@@ -38,10 +38,11 @@ impl Store {
     /// Sets task `task_id`'s push-notification config `config_id` (creates
     /// it, or replaces the one of that id), durably, and returns it as
     /// stored: its delivery starts after event `after`, or after the
-    /// task's events so far when `None`. `config` is kept byte for byte and never read by the
-    /// store. Another tenant's task, or a task whose context is gone,
-    /// answers [`Error::TaskNotFound`]; a task in a terminal state takes a
-    /// config too (its delivery may still be under way).
+    /// task's events so far when `None`. `config` is kept byte for byte
+    /// and never read by the store. Another tenant's task, or a task whose
+    /// context is gone, answers [`Error::TaskNotFound`]; a task in a
+    /// terminal state takes a config too (its delivery may still be under
+    /// way).
     ///
     /// # Examples
     ///
@@ -65,7 +66,7 @@ impl Store {
         after: Option<u64>,
     ) -> Result<PushConfig> {
         check_config_id(config_id)?;
-        let slot = self.push_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
         self.refuse_if_gone(&slot)?;
         let events = event_count(&slot, task_id)?;
@@ -85,7 +86,7 @@ impl Store {
     /// durably; returns whether there was one (deleting it again changes
     /// nothing and writes nothing). Nothing more is delivered to it.
     pub fn delete_push_config(&self, tenant: &str, task_id: &str, config_id: &str) -> Result<bool> {
-        let slot = self.push_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
         self.refuse_if_gone(&slot)?;
         let exists = self.config_position(&slot, task_id, config_id)?.is_some();
@@ -99,7 +100,7 @@ impl Store {
     /// first set, each with how far its delivery got. Reads only the
     /// context's push records.
     pub fn push_configs(&self, tenant: &str, task_id: &str) -> Result<Vec<PushConfig>> {
-        let slot = self.push_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         self.task_push(&slot, task_id)
     }
 
@@ -118,7 +119,7 @@ impl Store {
         version: u64,
         through: u64,
     ) -> Result<bool> {
-        let slot = self.push_slot(tenant, task_id)?;
+        let slot = self.task_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
         self.refuse_if_gone(&slot)?;
         if through > event_count(&slot, task_id)? {
@@ -178,15 +179,6 @@ impl Store {
             }
         }
         Ok(found)
-    }
-
-    /// The live context of a task of this tenant, for a push operation.
-    fn push_slot(&self, tenant: &str, task_id: &str) -> Result<std::sync::Arc<ContextSlot>> {
-        let slot = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
-        if self.life(&slot) != Life::Live {
-            return Err(Error::TaskNotFound);
-        }
-        Ok(slot)
     }
 
     /// Appends one push record (the caller holds the context's write lock).

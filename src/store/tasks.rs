@@ -1045,7 +1045,7 @@ impl Store {
                         })
                     }
                     RecordKind::Gone { .. } | RecordKind::Hide { .. } | RecordKind::Push { .. } => {
-                        return Err("a task event points at a record of no task event".into())
+                        return Err("a task event points at a record of no task".into())
                     }
                     RecordKind::Artifact {
                         append, last_chunk, ..
@@ -1119,7 +1119,7 @@ impl Store {
     }
 
     /// The slot of the live context of a task of this tenant.
-    fn task_slot(&self, tenant: &str, task_id: &str) -> Result<Arc<ContextSlot>> {
+    pub(super) fn task_slot(&self, tenant: &str, task_id: &str) -> Result<Arc<ContextSlot>> {
         let slot = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
         if self.life(&slot) != Life::Live {
             return Err(Error::TaskNotFound);

@@ -123,11 +123,11 @@ pub(crate) async fn send(
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    check_config(shared, &config)?;
+    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?;
     crate::media::check_parts(params.message.get(), &shared.input_modes)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, key).await?;
-    push_inline(shared, tenant, &config, &begun.receipt).await?;
+    push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -155,11 +155,11 @@ pub(crate) async fn send_streaming(
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    check_config(shared, &config)?;
+    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?;
     crate::media::check_parts(params.message.get(), &shared.input_modes)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, key).await?;
-    push_inline(shared, tenant, &config, &begun.receipt).await?;
+    push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -178,24 +178,18 @@ pub(crate) async fn send_streaming(
     ))
 }
 
-fn check_config(shared: &Shared, config: &SendConfig) -> Result<(), A2aError> {
-    match &config.task_push_notification_config {
-        Some(v) if !v.is_null() => crate::push::check_inline(shared, v),
-        _ => Ok(()),
-    }
-}
-
-/// Stores the push config given with a send for the task the message went
-/// to, before the send is answered.
+/// Stores the push config given with a send (read by
+/// `push::check_inline` before the message was) for the task the message
+/// went to, before the send is answered.
 async fn push_inline(
     shared: &Arc<Shared>,
     tenant: &str,
-    config: &SendConfig,
+    config: Option<&crate::push::ConfigIn>,
     receipt: &Receipt,
 ) -> Result<(), A2aError> {
-    match &config.task_push_notification_config {
-        Some(v) if !v.is_null() => crate::push::set_inline(shared, tenant, receipt, v).await,
-        _ => Ok(()),
+    match config {
+        Some(config) => crate::push::set_inline(shared, tenant, receipt, config).await,
+        None => Ok(()),
     }
 }
 

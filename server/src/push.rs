@@ -14,7 +14,7 @@ use crate::state::Shared;
 use crate::webhook::{Authentication, Stored, Target};
 
 /// `TaskPushNotificationConfig` as a client sends it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ConfigIn {
     #[serde(default)]
@@ -74,6 +74,8 @@ struct Checked {
     json: Vec<u8>,
 }
 
+/// Push notifications are served (`--push`); the methods' callers check
+/// it first, so that it is the answer whatever else a request holds.
 pub(crate) fn enabled(shared: &Shared) -> Result<(), A2aError> {
     match shared.config.push.enabled {
         true => Ok(()),
@@ -83,29 +85,33 @@ pub(crate) fn enabled(shared: &Shared) -> Result<(), A2aError> {
 
 /// Checks a config before anything is stored: a URL a delivery may go to,
 /// header-safe token and credentials.
-fn check(shared: &Shared, config: ConfigIn, task_id: &str) -> Result<Checked, A2aError> {
-    if config
+fn check(shared: &Shared, config: &ConfigIn, task_id: &str) -> Result<Checked, A2aError> {
+    if let Some(named) = config
         .task_id
         .as_deref()
-        .is_some_and(|t| !t.is_empty() && t != task_id)
+        .filter(|t| !t.is_empty() && *t != task_id)
     {
         return Err(A2aError::invalid(format!(
-            "taskId: the config names task {:?} but is given for task {task_id:?}",
-            config.task_id.unwrap_or_default()
+            "taskId: the config names task {named:?} but is given for task {task_id:?}"
         )));
     }
-    let url = config.url.filter(|u| !u.is_empty()).ok_or_else(|| {
-        A2aError::invalid("url: a push notification config needs the webhook's URL")
-    })?;
+    let url = config
+        .url
+        .clone()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| {
+            A2aError::invalid("url: a push notification config needs the webhook's URL")
+        })?;
     Target::parse(&url, shared.config.push.allow_private).map_err(A2aError::invalid)?;
     let stored = Stored {
         url,
-        token: config.token.filter(|t| !t.is_empty()),
-        authentication: config.authentication,
+        token: config.token.clone().filter(|t| !t.is_empty()),
+        authentication: config.authentication.clone(),
     };
     stored.headers().map_err(A2aError::invalid)?;
     let id = config
         .id
+        .clone()
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| task_id.to_string());
     let json = serde_json::to_vec(&stored)
@@ -131,32 +137,34 @@ pub(crate) async fn create(
     task_id: Option<String>,
     config: ConfigIn,
 ) -> Result<ConfigOut, A2aError> {
-    enabled(shared)?;
     let task_id = task_id
         .filter(|t| !t.is_empty())
         .or_else(|| config.task_id.clone())
         .filter(|t| !t.is_empty())
         .ok_or_else(|| A2aError::invalid("taskId: name the task the config is for"))?;
-    let checked = check(shared, config, &task_id)?;
-    visible(shared, tenant, &task_id).await?;
-    let id = set(shared, tenant, &task_id, checked, None).await?;
-    get(shared, tenant, &task_id, Some(id)).await
+    let checked = check(shared, &config, &task_id)?;
+    let stored = set(shared, tenant, &task_id, checked, None).await?;
+    answer(&task_id, stored)
 }
 
-/// Stores a checked config (delivering after event `after`, or after the
-/// task's events so far) and starts its delivery.
+/// Stores a checked config and starts its delivery; returns it as stored.
+/// `after`: a send's config, delivered after the send's message (its
+/// task may be a direct reply's, which no client call may name); `None`:
+/// a create's, delivered after the task's events so far.
 async fn set(
     shared: &Arc<Shared>,
     tenant: &str,
     task_id: &str,
     checked: Checked,
     after: Option<u64>,
-) -> Result<String, A2aError> {
+) -> Result<ctxlog::PushConfig, A2aError> {
     let (t, id, config_id) = (tenant.to_string(), task_id.to_string(), checked.id.clone());
     let stored = shared
         .store
         .blocking(move |store| {
-            if after.is_some() {
+            if after.is_none() {
+                refuse_direct_reply(store, &t, &id)?;
+            } else {
                 // A resent send with its config: the one stored stands.
                 let same = store
                     .push_configs(&t, &id)?
@@ -169,43 +177,47 @@ async fn set(
             store.set_push_config(&t, &id, &config_id, &checked.json, after)
         })
         .await?;
-    let id = stored.config_id.clone();
-    spawn(shared, tenant, task_id, &id, Some(stored));
-    Ok(id)
+    spawn(
+        shared,
+        tenant,
+        task_id,
+        &stored.config_id,
+        Some(stored.clone()),
+    );
+    Ok(stored)
 }
 
-/// A config given with `SendMessage`, checked before the message is
-/// received (a bad one stores nothing).
-pub(crate) fn check_inline(shared: &Shared, config: &Value) -> Result<(), A2aError> {
+/// A config given with `SendMessage`, read and checked before the message
+/// is received (a bad one stores nothing); `None` for none.
+pub(crate) fn check_inline(
+    shared: &Shared,
+    config: Option<&Value>,
+) -> Result<Option<ConfigIn>, A2aError> {
+    let Some(config) = config.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
     enabled(shared)?;
-    let mut parsed: ConfigIn = serde_json::from_value(config.clone())
+    let mut parsed = ConfigIn::deserialize(config)
         .map_err(|e| A2aError::invalid(format!("taskPushNotificationConfig: {e}")))?;
     // The task is not known yet (and the spec has the client leave its
     // id empty here).
     parsed.task_id = None;
-    check(shared, parsed, "").map(drop)
+    check(shared, &parsed, "")?;
+    Ok(Some(parsed))
 }
 
-/// Stores a config given with `SendMessage` for the task the message
-/// went to: delivered from the first event after the message.
+/// Stores a config given with `SendMessage` (as [`check_inline`] read it)
+/// for the task the message went to: delivered from the first event after
+/// the message.
 pub(crate) async fn set_inline(
     shared: &Arc<Shared>,
     tenant: &str,
     receipt: &ctxlog::Receipt,
-    config: &Value,
+    config: &ConfigIn,
 ) -> Result<(), A2aError> {
-    let mut parsed: ConfigIn = serde_json::from_value(config.clone())
-        .map_err(|e| A2aError::invalid(format!("taskPushNotificationConfig: {e}")))?;
-    parsed.task_id = None;
-    let checked = check(shared, parsed, &receipt.task_id)?;
-    set(
-        shared,
-        tenant,
-        &receipt.task_id,
-        checked,
-        Some(receipt.event),
-    )
-    .await?;
+    let checked = check(shared, config, &receipt.task_id)?;
+    let after = Some(receipt.event);
+    set(shared, tenant, &receipt.task_id, checked, after).await?;
     Ok(())
 }
 
@@ -217,7 +229,6 @@ pub(crate) async fn get(
     task_id: &str,
     id: Option<String>,
 ) -> Result<ConfigOut, A2aError> {
-    enabled(shared)?;
     let want = id
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| task_id.to_string());
@@ -235,7 +246,6 @@ pub(crate) async fn list(
     tenant: &str,
     params: ConfigRef,
 ) -> Result<ConfigList, A2aError> {
-    enabled(shared)?;
     if params.page_size.is_some_and(|n| n < 0) {
         return Err(A2aError::invalid("pageSize: send 0 or more"));
     }
@@ -262,16 +272,14 @@ pub(crate) async fn delete(
     task_id: &str,
     id: Option<String>,
 ) -> Result<Value, A2aError> {
-    enabled(shared)?;
     let id = id
         .filter(|i| !i.is_empty())
         .ok_or_else(|| A2aError::invalid("id: name the push notification config to delete"))?;
-    let (t, task, config) = (tenant.to_string(), task_id.to_string(), id.clone());
-    visible(shared, tenant, task_id).await?;
-    shared
-        .store
-        .blocking(move |store| store.delete_push_config(&t, &task, &config))
-        .await?;
+    let config = id.clone();
+    on_visible(shared, tenant, task_id, move |store, t, task| {
+        store.delete_push_config(t, task, &config)
+    })
+    .await?;
     shared
         .pushes
         .stop(&(tenant.to_string(), task_id.to_string(), id));
@@ -283,23 +291,34 @@ async fn configs(
     tenant: &str,
     task_id: &str,
 ) -> Result<Vec<ctxlog::PushConfig>, A2aError> {
-    visible(shared, tenant, task_id).await?;
+    on_visible(shared, tenant, task_id, |store, t, id| {
+        store.push_configs(t, id)
+    })
+    .await
+}
+
+/// Runs `f` (given the tenant and the task id) on the store, in one call
+/// to the blocking pool, if the task is one the client may name.
+async fn on_visible<T: Send + 'static>(
+    shared: &Shared,
+    tenant: &str,
+    task_id: &str,
+    f: impl FnOnce(&ctxlog::Store, &str, &str) -> ctxlog::Result<T> + Send + 'static,
+) -> Result<T, A2aError> {
     let (t, id) = (tenant.to_string(), task_id.to_string());
     shared
         .store
-        .blocking(move |store| store.push_configs(&t, &id))
+        .blocking(move |store| {
+            refuse_direct_reply(store, &t, &id)?;
+            f(store, &t, &id)
+        })
         .await
 }
 
-/// A task the client may see: a direct reply's is none.
-async fn visible(shared: &Shared, tenant: &str, task_id: &str) -> Result<(), A2aError> {
-    let (t, id) = (tenant.to_string(), task_id.to_string());
-    let progress = shared
-        .store
-        .blocking(move |store| store.task_progress(&t, &id))
-        .await?;
-    match progress.direct_reply {
-        true => Err(A2aError::TaskNotFound),
+/// A direct reply's task is none a client may name: `TaskNotFound`.
+fn refuse_direct_reply(store: &ctxlog::Store, tenant: &str, task_id: &str) -> ctxlog::Result<()> {
+    match store.task_progress(tenant, task_id)?.direct_reply {
+        true => Err(ctxlog::Error::TaskNotFound),
         false => Ok(()),
     }
 }

@@ -1,9 +1,9 @@
-//! One webhook, as a delivery reaches it: the config's form and headers,
-//! its URL checked, its address
-//! checked when it is connected to (not only when the config was made: a
-//! name may resolve elsewhere by then), one HTTP/1.1 connection kept
-//! between deliveries, redirects never followed, and the response's body
-//! read only up to a small bound.
+//! One webhook, as a delivery reaches it: the config's stored form and
+//! the headers it makes, its URL checked, its address checked when it is
+//! connected to (not only when the config was made: a name may resolve
+//! elsewhere by then), HTTP/1.1 connections kept in a pool by host,
+//! redirects never followed, and the response's body read only up to a
+//! small bound.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -16,6 +16,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::{handshake, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
+
+use crate::util::lock;
 
 /// The most of a response's body read; the rest is not (the connection
 /// is then closed, not reused).
@@ -48,13 +50,12 @@ impl Stored {
     /// `Authorization` the config's authentication makes, its token in
     /// [`TOKEN_HEADER`]; both marked sensitive (never logged).
     pub(crate) fn headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
-        let stored = self;
         let value = |what: &str, text: String| {
             HeaderValue::try_from(text)
                 .map_err(|_| format!("{what}: holds characters an HTTP header cannot carry"))
         };
         let mut out = Vec::new();
-        if let Some(auth) = &stored.authentication {
+        if let Some(auth) = &self.authentication {
             if auth.scheme.is_empty() || auth.scheme.contains(char::is_whitespace) {
                 return Err("authentication.scheme: give one word, such as Bearer".into());
             }
@@ -66,7 +67,7 @@ impl Stored {
             v.set_sensitive(true);
             out.push((axum::http::header::AUTHORIZATION, v));
         }
-        if let Some(token) = &stored.token {
+        if let Some(token) = &self.token {
             let mut v = value("token", token.clone())?;
             v.set_sensitive(true);
             out.push((HeaderName::from_static(TOKEN_HEADER), v));
@@ -75,12 +76,15 @@ impl Stored {
     }
 }
 
-/// A webhook URL, checked.
+/// A webhook URL, checked, with what each request to it names.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    uri: Uri,
     host: String,
     port: u16,
+    /// The request target: the URL's path and query.
+    path: String,
+    /// The `Host` header.
+    host_header: HeaderValue,
 }
 
 impl Target {
@@ -124,7 +128,15 @@ impl Target {
             }
         }
         let port = uri.port_u16().unwrap_or(80);
-        Ok(Target { uri, host, port })
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let host_header = HeaderValue::try_from(host_header(&host, port))
+            .map_err(|_| format!("url: {url:?} names a host no Host header can carry"))?;
+        Ok(Target {
+            host,
+            port,
+            path,
+            host_header,
+        })
     }
 }
 
@@ -174,13 +186,13 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
+    let [first, second, ..] = ip.segments();
     !(ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
         || (first & 0xfe00) == 0xfc00
         || (first & 0xffc0) == 0xfe80
-        || first == 0x2001 && ip.segments()[1] == 0x0db8)
+        || first == 0x2001 && second == 0x0db8)
 }
 
 /// One delivery's request: the body and the headers beside the
@@ -212,11 +224,8 @@ const POOL_IDLE: Duration = Duration::from_secs(30);
 
 impl Pool {
     fn take(&self, target: &Target) -> Option<Sender> {
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (target.host.clone(), target.port);
+        let mut idle = lock(&self.idle);
+        let key = target.authority();
         let kept = idle.get_mut(&key)?;
         kept.retain(|(sender, at)| !sender.is_closed() && at.elapsed() < POOL_IDLE);
         let sender = kept.pop().map(|(sender, _)| sender);
@@ -230,11 +239,8 @@ impl Pool {
         if sender.is_closed() {
             return;
         }
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let kept = idle.entry((target.host.clone(), target.port)).or_default();
+        let mut idle = lock(&self.idle);
+        let kept = idle.entry(target.authority()).or_default();
         kept.retain(|(sender, at)| !sender.is_closed() && at.elapsed() < POOL_IDLE);
         if kept.len() < POOL_PER_HOST {
             kept.push((sender, Instant::now()));
@@ -317,15 +323,10 @@ impl Connection {
         let Some(sender) = self.sender.as_mut() else {
             return Err(Failure::Answered("no connection".into()));
         };
-        let path = target
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
         let mut request = Request::builder()
             .method(Method::POST)
-            .uri(path)
-            .header(header::HOST, host_header(target))
+            .uri(target.path.as_str())
+            .header(header::HOST, target.host_header.clone())
             .header(header::CONTENT_TYPE, "application/a2a+json")
             .header(
                 header::USER_AGENT,
@@ -369,12 +370,13 @@ enum Failure {
     Answered(String),
 }
 
-fn host_header(target: &Target) -> String {
-    let host = match target.host.contains(':') {
-        true => format!("[{}]", target.host),
-        false => target.host.clone(),
+/// The `Host` header of a host and port (an IPv6 address bracketed).
+fn host_header(host: &str, port: u16) -> String {
+    let host = match host.contains(':') {
+        true => format!("[{host}]"),
+        false => host.to_string(),
     };
-    match target.port {
+    match port {
         80 => host,
         port => format!("{host}:{port}"),
     }
@@ -471,6 +473,7 @@ mod tests {
         }
         let t = Target::parse("http://[::1]:8080/h?x=1", true).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 8080));
-        assert_eq!(host_header(&t), "[::1]:8080");
+        assert_eq!(t.host_header, "[::1]:8080");
+        assert_eq!(t.path, "/h?x=1");
     }
 }

@@ -53,6 +53,22 @@ async fn send_with(c: &Client, id: &str, text: &str, url: &str) -> Value {
     .1
 }
 
+/// A push server and a task of `chunks` artifact chunks that ran to its
+/// end (its send answered) with a config at an address where nothing
+/// listens: the server (its one delivery under way, retrying), that
+/// address, and the send's answer.
+async fn finished_for_nobody(chunks: usize) -> (TestServer, std::net::SocketAddr, Value) {
+    let gated = Gated::new(chunks);
+    let server = push_server(&gated).await;
+    let addr = dead_port();
+    let c = Client::new(&server.url, None);
+    gated.open();
+    let body = send_with(&c, "m1", "hi", &format!("http://{addr}/h")).await;
+    let (_, health) = common::health(&server.url).await;
+    assert_eq!(health["push"]["deliveries"], 1, "{health}");
+    (server, addr, body)
+}
+
 /// Sends a message that returns at once; the task's id.
 async fn begin(c: &Client, id: &str, config: Option<Value>) -> String {
     let mut configuration = json!({ "returnImmediately": true });
@@ -229,20 +245,11 @@ async fn failures_are_retried_and_everything_arrives_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_down_for_the_whole_task_gets_the_backlog_in_order() {
-    let gated = Gated::new(4);
-    let server = push_server(&gated).await;
-    let addr = dead_port();
-    let c = Client::new(&server.url, None);
-    // The turn runs to its end before the send answers: with nobody to
-    // tell.
-    gated.open();
-    let body = send_with(&c, "m1", "hi", &format!("http://{addr}/h")).await;
+    let (server, addr, body) = finished_for_nobody(4).await;
     assert_eq!(
         body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{body}"
     );
-    let (_, health) = common::health(&server.url).await;
-    assert_eq!(health["push"]["deliveries"], 1, "{health}");
     // The receiver comes up on that port.
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let hook = Hook::serve(listener, Answer::Ok);
@@ -498,15 +505,8 @@ async fn another_tenants_task_and_configs_are_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_with_deliveries_retrying_still_closes_the_store_cleanly() {
-    let gated = Gated::new(0);
-    let server = push_server(&gated).await;
     // Nothing listens there: the delivery retries until the stop.
-    let addr = dead_port();
-    let c = Client::new(&server.url, None);
-    gated.open();
-    send_with(&c, "m1", "hi", &format!("http://{addr}/h")).await;
-    let (_, health) = common::health(&server.url).await;
-    assert_eq!(health["push"]["deliveries"], 1, "{health}");
+    let (server, _, _) = finished_for_nobody(0).await;
     let dir = server.stop().await;
     // The close wrote its checkpoint: nothing to read past it.
     let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default()).unwrap();

@@ -6,6 +6,7 @@
 
 pub(crate) mod json;
 pub mod lifecycle;
+pub mod v03;
 mod wire;
 
 pub use wire::SpecForm;

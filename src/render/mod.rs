@@ -280,6 +280,22 @@ struct PartView<'a> {
     media_type: Option<Cow<'a, str>>,
     raw: Option<IgnoredAny>,
     data: Option<Value>,
+    /// A file part of a message received in A2A v0.3's form.
+    #[serde(borrow)]
+    file: Option<FileView<'a>>,
+}
+
+/// A v0.3 file part's `file`: v1.0's `url`, `raw`, `mediaType` and
+/// `filename` under v0.3's names.
+#[derive(Deserialize)]
+struct FileView<'a> {
+    #[serde(borrow)]
+    uri: Option<Cow<'a, str>>,
+    bytes: Option<IgnoredAny>,
+    #[serde(borrow, rename = "mimeType")]
+    mime_type: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
 }
 
 /// Extracts a turn from a stored A2A message (JSON). Bytes that are not an
@@ -334,13 +350,20 @@ fn part_text(out: &mut String, part: &PartView<'_>) {
         out.push_str(text);
         return;
     }
+    let file = part.file.as_ref();
     let media = part
         .media_type
         .as_ref()
+        .or(file.and_then(|f| f.mime_type.as_ref()))
         .map(|m| format!(" ({m})"))
         .unwrap_or_default();
-    let name = part.filename.as_deref();
-    let _ = match (&part.url, &part.raw, &part.data) {
+    let name = part
+        .filename
+        .as_deref()
+        .or(file.and_then(|f| f.name.as_deref()));
+    let url = part.url.as_ref().or(file.and_then(|f| f.uri.as_ref()));
+    let raw = part.raw.as_ref().or(file.and_then(|f| f.bytes.as_ref()));
+    let _ = match (url, raw, &part.data) {
         (Some(url), _, _) => write!(out, "[file {}{media}]", name.unwrap_or(url)),
         (None, Some(_), _) => write!(out, "[file {}{media}]", name.unwrap_or("(unnamed)")),
         (None, None, Some(data)) => write!(out, "[data {data}]"),

@@ -22,7 +22,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::tasks::{context_of, inbound, parse_message};
+use super::tasks::{context_of, inbound, parse_inbound, stored_form};
 use super::Store;
 use crate::a2a::lifecycle::Op;
 use crate::a2a::{json, Artifact, TaskStatus};
@@ -385,7 +385,7 @@ impl Store {
         // receive does, so that no other receive takes it meanwhile.
         let _reserved = match &item.kind {
             ItemKind::Received { message, .. } => {
-                let (msg, _) = parse_message(message)?;
+                let (msg, _) = parse_inbound(message, stored_form(message))?;
                 // The key a live receive of it would be recognised by in
                 // its context (a message that named neither a context nor a
                 // task is also recognised within the tenant: checked too).
@@ -440,7 +440,7 @@ impl Store {
                 opens_task,
                 message,
             } => {
-                let (msg, digest) = parse_message(message)?;
+                let (msg, digest) = parse_inbound(message, stored_form(message))?;
                 if *opens_task {
                     if task_id.is_empty() || self.find_task(tenant, task_id).is_some() {
                         return Err(Error::InvalidParams {

@@ -155,8 +155,18 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn find_received(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
+        self.find_received_as(tenant, raw, Form::V1)
+    }
+
+    /// [`find_received`](Self::find_received) of a message in A2A v0.3's
+    /// form (see [`receive_v03_message`](Self::receive_v03_message)).
+    pub fn find_received_v03(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
+        self.find_received_as(tenant, raw, Form::V03)
+    }
+
+    fn find_received_as(&self, tenant: &str, raw: &[u8], form: Form) -> Result<Option<Receipt>> {
         check_tenant(tenant)?;
-        let (msg, digest) = parse_message(raw)?;
+        let (msg, digest) = parse_inbound(raw, form)?;
         let idem = match self.idem_key(tenant, &msg) {
             Ok(idem) => idem,
             // Its task is not this tenant's, or is gone: nothing was
@@ -226,8 +236,46 @@ impl Store {
         raw: &[u8],
         ids: MessageIds,
     ) -> Result<Receipt> {
+        self.receive_as(tenant, raw, ids, Form::V1)
+    }
+
+    /// [`receive_message_with`](Self::receive_message_with) of a message in
+    /// A2A v0.3's form (`"role": "user"`, parts with a `kind`), for a
+    /// server that speaks v0.3 too. The bytes are stored exactly as
+    /// received (an export and [`messages`](Self::messages) give them
+    /// back); the checks, the messageId's digest (so a resend in either
+    /// form is recognised) and every read of the task model
+    /// ([`get_task`](Self::get_task) and the rest) take the message in
+    /// v1.0's form, [`a2a::v03::message_to_v1`](crate::a2a::v03::message_to_v1).
+    /// [`receive_message`](Self::receive_message) keeps refusing v0.3.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// use ctxlog::MessageIds;
+    /// let v03 = br#"{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"hi"}]}"#;
+    /// let r = store.receive_v03_message("acme", v03, MessageIds::Idempotent)?;
+    /// let task = store.get_task("acme", &r.task_id, None, false)?;
+    /// assert_eq!(task.history[0].parts[0].text.as_deref(), Some("hi"));
+    /// // The same message in v1.0's form is its resend.
+    /// let v1 = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    /// assert!(store.receive_message("acme", v1)?.duplicate);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn receive_v03_message(
+        &self,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+    ) -> Result<Receipt> {
+        self.receive_as(tenant, raw, ids, Form::V03)
+    }
+
+    fn receive_as(&self, tenant: &str, raw: &[u8], ids: MessageIds, form: Form) -> Result<Receipt> {
         check_tenant(tenant)?;
-        let (msg, digest) = parse_message(raw)?;
+        let (msg, digest) = parse_inbound(raw, form)?;
         let _owner = match ids {
             MessageIds::Labels => None,
             MessageIds::Idempotent => {
@@ -707,7 +755,7 @@ impl Store {
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         for loc in task.history_newest() {
             let found = self.with_record(&slot.key, loc, |body, blob| match body.kind {
-                RecordKind::Message { .. } => Some((body.seq, from_json::<Message>(blob))),
+                RecordKind::Message { .. } => Some((body.seq, stored_message(blob))),
                 _ => None,
             })?;
             if let Some((seq, message)) = found {
@@ -1096,7 +1144,7 @@ impl Store {
             .take(history_length.unwrap_or(usize::MAX))
             .map(|loc| {
                 records
-                    .message(loc, |_, bytes| from_json::<Message>(bytes))?
+                    .message(loc, |_, bytes| stored_message(bytes))?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -1310,6 +1358,54 @@ fn v03_hint(raw: &[u8]) -> Option<&'static str> {
          \"working\"), and parts and objects carry no \"kind\" (a text part is {\"text\": \"...\"}); \
          an event is {\"statusUpdate\": {...}} or {\"artifactUpdate\": {...}}, without \"final\"",
     )
+}
+
+/// The form an inbound message comes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// A2A v1.0's, the store's own.
+    V1,
+    /// A2A v0.3's, translated to v1.0's for everything but its storage.
+    V03,
+}
+
+/// [`parse_message`] of a message in `form`: one in v0.3's is checked as
+/// JSON as it came (a key twice is refused before the translation could
+/// hide it), then translated, and checked and digested in v1.0's form.
+pub(super) fn parse_inbound(raw: &[u8], form: Form) -> Result<(Message, [u8; 32])> {
+    match form {
+        Form::V1 => parse_message(raw),
+        Form::V03 => {
+            let invalid = |reason: String| Error::InvalidParams {
+                field: "message",
+                reason,
+            };
+            json::check_and_digest(raw).map_err(|e| invalid(e.to_string()))?;
+            let v1 = crate::a2a::v03::message_to_v1(raw).map_err(invalid)?;
+            parse_message(v1.as_bytes())
+        }
+    }
+}
+
+/// A stored message's bytes, in whichever form it was received.
+pub(super) fn stored_form(raw: &[u8]) -> Form {
+    match crate::a2a::v03::is_v03_message(raw) {
+        true => Form::V03,
+        false => Form::V1,
+    }
+}
+
+/// A stored message as the task model reads it: v1.0's form, a message
+/// received in v0.3's translated ([`Store::receive_v03_message`]).
+fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
+    match from_json::<Message>(bytes) {
+        Err(_) if stored_form(bytes) == Form::V03 => {
+            let v1 = crate::a2a::v03::message_to_v1(bytes)
+                .map_err(|e| format!("a stored v0.3 message does not translate: {e}"))?;
+            from_json::<Message>(v1.as_bytes())
+        }
+        read => read,
+    }
 }
 
 pub(super) fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {

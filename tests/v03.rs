@@ -186,3 +186,24 @@ fn an_export_gives_the_v03_bytes_and_imports_again() {
             .duplicate
     );
 }
+
+#[test]
+fn a_message_in_v03_http_json_form_is_taken_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let proto = br#"{"messageId":"m2","role":"ROLE_USER","content":[{"text":"hello"},{"data":{"data":{"order":123}}}]}"#;
+    let r = store
+        .receive_v03_message("acme", proto, MessageIds::Idempotent)
+        .unwrap();
+    let task = store.get_task("acme", &r.task_id, None, false).unwrap();
+    let parts = &task.history[0].parts;
+    assert_eq!(parts[0].text.as_deref(), Some("hello"));
+    assert_eq!(parts[1].data, Some(serde_json::json!({"order": 123})));
+    assert_eq!(
+        store.last_messages("acme", &r.context_id, 1).unwrap()[0].raw,
+        proto
+    );
+    // Its JSON-RPC form is the same message.
+    let rpc = br#"{"kind":"message","messageId":"m2","role":"user","parts":[{"kind":"text","text":"hello"},{"kind":"data","data":{"order":123}}]}"#;
+    assert!(store.find_received_v03("acme", rpc).unwrap().unwrap().duplicate);
+}

@@ -26,24 +26,30 @@
 //! Everything else (ids, `metadata`, `extensions`, `referenceTaskIds`,
 //! timestamps, artifact fields) has the same name and form in both.
 
+pub mod proto;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// A v0.3 message's problem, in words a client can act on.
 pub type Problem = String;
 
-/// Whether `raw` is a message in v0.3's form: its `role` is `user` or
-/// `agent` (v1.0's are `ROLE_USER` and `ROLE_AGENT`). Reads only the role.
+/// Whether `raw` is a message in one of v0.3's forms: its `role` is
+/// `user` or `agent` (JSON-RPC's; v1.0's are `ROLE_USER` and
+/// `ROLE_AGENT`), or it holds `content` and no `parts` (HTTP+JSON's).
+/// Reads only those members.
 pub fn is_v03_message(raw: &[u8]) -> bool {
     #[derive(Deserialize)]
-    struct Role<'a> {
+    struct View<'a> {
         #[serde(borrow)]
         role: Option<std::borrow::Cow<'a, str>>,
+        content: Option<serde::de::IgnoredAny>,
+        parts: Option<serde::de::IgnoredAny>,
     }
-    serde_json::from_slice::<Role<'_>>(raw)
-        .ok()
-        .and_then(|r| r.role)
-        .is_some_and(|r| r == "user" || r == "agent")
+    serde_json::from_slice::<View<'_>>(raw).is_ok_and(|v| {
+        v.role.is_some_and(|r| r == "user" || r == "agent")
+            || (v.content.is_some() && v.parts.is_none())
+    })
 }
 
 /// A v0.3 `Message` (JSON text) in v1.0's form, as JSON text. Members
@@ -64,11 +70,15 @@ pub fn message_to_v1(raw: &[u8]) -> Result<String, Problem> {
     serde_json::to_string(&v1).map_err(|e| e.to_string())
 }
 
-/// [`message_to_v1`] on a parsed value.
+/// [`message_to_v1`] on a parsed value, in either of v0.3's forms (one
+/// with `content` and no `parts` is HTTP+JSON's, [`proto::message_to_v1`]).
 pub fn message_value_to_v1(value: Value) -> Result<Value, Problem> {
     let Value::Object(mut m) = value else {
         return Err("a message is a JSON object".into());
     };
+    if m.contains_key("content") && !m.contains_key("parts") {
+        return proto::message_to_v1(Value::Object(m));
+    }
     match m.remove("kind") {
         None => {}
         Some(Value::String(k)) if k == "message" => {}
@@ -135,24 +145,10 @@ fn part_to_v1(part: Value) -> Result<Value, Problem> {
             }
         }
         "data" => {
-            let compat = p
-                .get_mut("metadata")
-                .and_then(Value::as_object_mut)
-                .and_then(|m| m.remove("data_part_compat"))
-                .is_some_and(|v| v == Value::Bool(true));
-            if p.get("metadata")
-                .is_some_and(|m| m == &Value::Object(Map::new()))
-            {
-                p.remove("metadata");
+            if !p.get("data").is_some_and(Value::is_object) {
+                return Err("a data part needs \"data\", an object".into());
             }
-            let data = match p.remove("data") {
-                Some(Value::Object(mut d)) if compat && d.len() == 1 && d.contains_key("value") => {
-                    d.remove("value").unwrap_or(Value::Null)
-                }
-                Some(d @ Value::Object(_)) => d,
-                _ => return Err("a data part needs \"data\", an object".into()),
-            };
-            p.insert("data".into(), data);
+            unwrap_compat_data(&mut p);
         }
         other => {
             return Err(format!(
@@ -161,6 +157,51 @@ fn part_to_v1(part: Value) -> Result<Value, Problem> {
         }
     }
     Ok(Value::Object(p))
+}
+
+/// A v1.0 data part's value as v0.3's object: an object as it is, any
+/// other value as `{"value": …}` with `"data_part_compat": true` in the
+/// part's `metadata`.
+pub(crate) fn wrap_compat_data(data: Value, metadata: &mut Option<Value>) -> Value {
+    if data.is_object() {
+        return data;
+    }
+    let mut meta = match metadata.take() {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    meta.insert("data_part_compat".into(), Value::Bool(true));
+    *metadata = Some(Value::Object(meta));
+    let mut wrapped = Map::new();
+    wrapped.insert("value".into(), data);
+    Value::Object(wrapped)
+}
+
+/// Undoes [`wrap_compat_data`] on a part (in v1.0's member names) whose
+/// metadata marks it; the mark leaves the metadata (and metadata it
+/// leaves empty, the part).
+pub(crate) fn unwrap_compat_data(part: &mut Map<String, Value>) {
+    let marked = part
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|m| m.remove("data_part_compat"))
+        .is_some_and(|v| v == Value::Bool(true));
+    if part
+        .get("metadata")
+        .is_some_and(|m| m.as_object().is_some_and(Map::is_empty))
+    {
+        part.remove("metadata");
+    }
+    if !marked {
+        return;
+    }
+    if let Some(Value::Object(d)) = part.get_mut("data") {
+        if d.len() == 1 {
+            if let Some(value) = d.remove("value") {
+                part.insert("data".into(), value);
+            }
+        }
+    }
 }
 
 /// A v1.0 task state's name in v0.3 (`TASK_STATE_INPUT_REQUIRED` is
@@ -219,21 +260,7 @@ fn part_to_v03(part: Value) -> Value {
         out.insert("text".into(), text);
     } else if let Some(data) = p.remove("data") {
         out.insert("kind".into(), Value::from("data"));
-        let data = match data {
-            object @ Value::Object(_) => object,
-            other => {
-                let mut meta = match metadata.take() {
-                    Some(Value::Object(m)) => m,
-                    _ => Map::new(),
-                };
-                meta.insert("data_part_compat".into(), Value::Bool(true));
-                metadata = Some(Value::Object(meta));
-                let mut wrapped = Map::new();
-                wrapped.insert("value".into(), other);
-                Value::Object(wrapped)
-            }
-        };
-        out.insert("data".into(), data);
+        out.insert("data".into(), wrap_compat_data(data, &mut metadata));
     } else {
         let mut file = Map::new();
         if let Some(raw) = p.remove("raw") {
@@ -398,6 +425,10 @@ mod tests {
         assert!(is_v03_message(br#"{"role":"agent"}"#));
         assert!(!is_v03_message(br#"{"role":"ROLE_USER"}"#));
         assert!(!is_v03_message(b"not json"));
+        assert!(is_v03_message(br#"{"role":"ROLE_USER","content":[]}"#));
+        assert!(!is_v03_message(
+            br#"{"role":"ROLE_USER","content":[],"parts":[]}"#
+        ));
     }
 
     #[test]

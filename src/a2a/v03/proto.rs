@@ -1,0 +1,278 @@
+//! A2A v0.3's HTTP+JSON form: the JSON of v0.3's protobuf messages, which
+//! its REST binding carries (and which differs from its JSON-RPC form):
+//!
+//! | v0.3 HTTP+JSON | v1.0 |
+//! | --- | --- |
+//! | a message's `content` | `parts` |
+//! | `{"file": {"fileWithUri"\|"fileWithBytes", "mimeType", "name"}}` | `{"url"\|"raw", "mediaType", "filename"}` |
+//! | `{"data": {"data": {…}}}` | `{"data": …}` |
+//! | `TASK_STATE_CANCELLED` | `TASK_STATE_CANCELED` |
+//! | `"final"` on a status update | the stream ends after it |
+//! | `{"name": "tasks/T/pushNotificationConfigs/C", "pushNotificationConfig": {…}}` | `{"taskId", "id", …}` |
+//!
+//! Roles and the other states have v1.0's names. v0.3's proto has no
+//! `referenceTaskIds`: a v0.3 reader of this form does not get them.
+//! Its clients parse strictly, so what goes out holds only v0.3's members.
+
+use serde_json::{Map, Value};
+
+use super::Problem;
+
+/// A v0.3 HTTP+JSON `Message` (parsed) in v1.0's form: `content` becomes
+/// `parts`, each in v1.0's form; every other member is kept.
+pub fn message_to_v1(value: Value) -> Result<Value, Problem> {
+    let Value::Object(mut m) = value else {
+        return Err("a message is a JSON object".into());
+    };
+    match m.get("role").and_then(Value::as_str) {
+        Some("ROLE_USER" | "ROLE_AGENT") => {}
+        _ => return Err("role: a message's role is \"ROLE_USER\" or \"ROLE_AGENT\"".into()),
+    }
+    let Some(Value::Array(content)) = m.remove("content") else {
+        return Err("content: a list of parts".into());
+    };
+    let parts = content
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| part_to_v1(p).map_err(|e| format!("content[{i}]: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    m.insert("parts".into(), Value::Array(parts));
+    Ok(Value::Object(m))
+}
+
+fn part_to_v1(part: Value) -> Result<Value, Problem> {
+    let Value::Object(mut p) = part else {
+        return Err("a part is a JSON object".into());
+    };
+    if let Some(file) = p.remove("file") {
+        let Value::Object(mut file) = file else {
+            return Err("file: an object".into());
+        };
+        match (file.remove("fileWithUri"), file.remove("fileWithBytes")) {
+            (Some(uri), None) => p.insert("url".into(), uri),
+            (None, Some(bytes)) => p.insert("raw".into(), bytes),
+            _ => return Err("a file has one of \"fileWithUri\" and \"fileWithBytes\"".into()),
+        };
+        if let Some(mime) = file.remove("mimeType") {
+            p.insert("mediaType".into(), mime);
+        }
+        if let Some(name) = file.remove("name") {
+            p.insert("filename".into(), name);
+        }
+        if let Some(extra) = file.keys().next() {
+            return Err(format!("file: {extra:?} is not a member of a v0.3 file"));
+        }
+    } else if let Some(data) = p.remove("data") {
+        let Value::Object(mut data) = data else {
+            return Err("data: an object holding \"data\"".into());
+        };
+        let inner = data.remove("data").unwrap_or(Value::Object(Map::new()));
+        let Value::Object(object) = inner else {
+            return Err("data.data: an object".into());
+        };
+        p.insert("data".into(), Value::Object(object));
+        super::unwrap_compat_data(&mut p);
+    }
+    Ok(Value::Object(p))
+}
+
+/// A v1.0 state's name in v0.3's HTTP+JSON form.
+fn state(state: &str) -> &str {
+    match state {
+        "TASK_STATE_CANCELED" => "TASK_STATE_CANCELLED",
+        other => other,
+    }
+}
+
+/// A v1.0 `Message` (in the spec's form) in v0.3's HTTP+JSON form.
+pub fn message_to_v03(value: Value) -> Value {
+    let Value::Object(mut m) = value else {
+        return value;
+    };
+    m.remove("referenceTaskIds");
+    if let Some(Value::Array(parts)) = m.remove("parts") {
+        let content = parts.into_iter().map(part_to_v03).collect();
+        m.insert("content".into(), Value::Array(content));
+    }
+    Value::Object(m)
+}
+
+fn part_to_v03(part: Value) -> Value {
+    let Value::Object(mut p) = part else {
+        return part;
+    };
+    let mut out = Map::new();
+    let mut metadata = p.remove("metadata");
+    if let Some(text) = p.remove("text") {
+        out.insert("text".into(), text);
+    } else if let Some(data) = p.remove("data") {
+        let data = super::wrap_compat_data(data, &mut metadata);
+        let mut holder = Map::new();
+        holder.insert("data".into(), data);
+        out.insert("data".into(), Value::Object(holder));
+    } else {
+        let mut file = Map::new();
+        if let Some(raw) = p.remove("raw") {
+            file.insert("fileWithBytes".into(), raw);
+        } else if let Some(url) = p.remove("url") {
+            file.insert("fileWithUri".into(), url);
+        }
+        if let Some(media) = p.remove("mediaType") {
+            file.insert("mimeType".into(), media);
+        }
+        if let Some(name) = p.remove("filename") {
+            file.insert("name".into(), name);
+        }
+        out.insert("file".into(), Value::Object(file));
+    }
+    if let Some(metadata) = metadata {
+        out.insert("metadata".into(), metadata);
+    }
+    Value::Object(out)
+}
+
+fn status_to_v03(status: &mut Value) {
+    let Value::Object(s) = status else {
+        return;
+    };
+    if let Some(name) = s.get("state").and_then(Value::as_str) {
+        let name = state(name).to_string();
+        s.insert("state".into(), Value::from(name));
+    }
+    if let Some(message) = s.remove("message") {
+        s.insert("message".into(), message_to_v03(message));
+    }
+}
+
+fn artifact_to_v03(artifact: &mut Value) {
+    if let Some(Value::Array(parts)) = artifact.get_mut("parts") {
+        for part in parts.iter_mut() {
+            let taken = std::mem::take(part);
+            *part = part_to_v03(taken);
+        }
+    }
+}
+
+/// A v1.0 `Task` (in the spec's form) in v0.3's HTTP+JSON form.
+pub fn task_to_v03(value: Value) -> Value {
+    let Value::Object(mut t) = value else {
+        return value;
+    };
+    if let Some(status) = t.get_mut("status") {
+        status_to_v03(status);
+    }
+    if let Some(Value::Array(history)) = t.get_mut("history") {
+        for message in history.iter_mut() {
+            let taken = std::mem::take(message);
+            *message = message_to_v03(taken);
+        }
+    }
+    if let Some(Value::Array(artifacts)) = t.get_mut("artifacts") {
+        artifacts.iter_mut().for_each(artifact_to_v03);
+    }
+    Value::Object(t)
+}
+
+/// A v1.0 `StreamResponse` (or `SendMessageResponse`) in v0.3's HTTP+JSON
+/// form; a status update carries `final` (`last`: the stream ends after
+/// it).
+pub fn event_to_v03(value: Value, last: bool) -> Value {
+    let Value::Object(mut e) = value else {
+        return value;
+    };
+    if let Some(task) = e.remove("task") {
+        e.insert("task".into(), task_to_v03(task));
+    }
+    if let Some(message) = e.remove("message") {
+        e.insert("message".into(), message_to_v03(message));
+    }
+    if let Some(Value::Object(mut u)) = e.remove("statusUpdate") {
+        if let Some(status) = u.get_mut("status") {
+            status_to_v03(status);
+        }
+        u.insert("final".into(), Value::Bool(last));
+        e.insert("statusUpdate".into(), Value::Object(u));
+    }
+    if let Some(Value::Object(mut u)) = e.remove("artifactUpdate") {
+        if let Some(artifact) = u.get_mut("artifact") {
+            artifact_to_v03(artifact);
+        }
+        e.insert("artifactUpdate".into(), Value::Object(u));
+    }
+    Value::Object(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_message_goes_to_v1_and_back() {
+        let v03 = json!({
+            "messageId": "m1", "role": "ROLE_USER", "taskId": "t",
+            "content": [
+                {"text": "hi", "metadata": {"a": 1}},
+                {"file": {"fileWithUri": "https://x/y.png", "mimeType": "image/png", "name": "y.png"}},
+                {"file": {"fileWithBytes": "aGk="}},
+                {"data": {"data": {"k": [1, 2]}}},
+                {"data": {"data": {"value": "s"}}, "metadata": {"data_part_compat": true}},
+            ],
+        });
+        let v1 = message_to_v1(v03.clone()).unwrap();
+        assert_eq!(
+            v1,
+            json!({
+                "messageId": "m1", "role": "ROLE_USER", "taskId": "t",
+                "parts": [
+                    {"text": "hi", "metadata": {"a": 1}},
+                    {"url": "https://x/y.png", "mediaType": "image/png", "filename": "y.png"},
+                    {"raw": "aGk="},
+                    {"data": {"k": [1, 2]}},
+                    {"data": "s"},
+                ],
+            })
+        );
+        assert_eq!(message_to_v03(v1), v03);
+    }
+
+    #[test]
+    fn what_is_not_a_message_is_refused_with_where() {
+        for (bad, says) in [
+            (json!({"role": "user", "content": []}), "role"),
+            (json!({"role": "ROLE_USER", "parts": []}), "content"),
+            (
+                json!({"role": "ROLE_USER", "content": [{"file": {}}]}),
+                "content[0]",
+            ),
+            (
+                json!({"role": "ROLE_USER", "content": [{"data": {"data": 1}}]}),
+                "content[0]",
+            ),
+        ] {
+            let e = message_to_v1(bad.clone()).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn events_carry_final_and_v03_names() {
+        let status = json!({"statusUpdate": {"taskId": "t", "contextId": "c",
+            "status": {"state": "TASK_STATE_CANCELED", "message": {"messageId": "a",
+                "role": "ROLE_AGENT", "parts": [{"text": "x"}], "referenceTaskIds": ["r"]}}}});
+        assert_eq!(
+            event_to_v03(status, true),
+            json!({"statusUpdate": {"taskId": "t", "contextId": "c", "final": true,
+                "status": {"state": "TASK_STATE_CANCELLED", "message": {"messageId": "a",
+                    "role": "ROLE_AGENT", "content": [{"text": "x"}]}}}})
+        );
+        let task = json!({"task": {"id": "t", "status": {"state": "TASK_STATE_WORKING"},
+            "artifacts": [{"artifactId": "a", "parts": [{"raw": "aGk=", "filename": "f"}]}]}});
+        assert_eq!(
+            event_to_v03(task, false),
+            json!({"task": {"id": "t", "status": {"state": "TASK_STATE_WORKING"},
+                "artifacts": [{"artifactId": "a", "parts": [{"file": {"fileWithBytes": "aGk=",
+                    "name": "f"}}]}]}})
+        );
+    }
+}

@@ -205,5 +205,11 @@ fn a_message_in_v03_http_json_form_is_taken_too() {
     );
     // Its JSON-RPC form is the same message.
     let rpc = br#"{"kind":"message","messageId":"m2","role":"user","parts":[{"kind":"text","text":"hello"},{"kind":"data","data":{"order":123}}]}"#;
-    assert!(store.find_received_v03("acme", rpc).unwrap().unwrap().duplicate);
+    assert!(
+        store
+            .find_received_v03("acme", rpc)
+            .unwrap()
+            .unwrap()
+            .duplicate
+    );
 }

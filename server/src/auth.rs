@@ -86,10 +86,105 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// A protocol version the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// A2A v1.0.
+    V1_0,
+    /// A2A v0.3 (what a request without `A2A-Version` speaks, §3.6.2).
+    V0_3,
+}
+
+impl Protocol {
+    /// Its `Major.Minor`, as cards and errors name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::V1_0 => "1.0",
+            Protocol::V0_3 => "0.3",
+        }
+    }
+}
+
+/// The versions a server serves (`--protocols`; both by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protocols {
+    /// A2A v1.0 is served.
+    pub v1_0: bool,
+    /// A2A v0.3 is served.
+    pub v0_3: bool,
+}
+
+impl Default for Protocols {
+    fn default() -> Self {
+        Protocols {
+            v1_0: true,
+            v0_3: true,
+        }
+    }
+}
+
+impl Protocols {
+    /// Parses `--protocols`: a comma-separated list of `1.0` and `0.3`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut served = Protocols {
+            v1_0: false,
+            v0_3: false,
+        };
+        for name in text.split(',').map(str::trim) {
+            match version_of(name) {
+                Some(Protocol::V1_0) => served.v1_0 = true,
+                Some(Protocol::V0_3) if !name.is_empty() => served.v0_3 = true,
+                _ => {
+                    return Err(format!(
+                        "--protocols: {name:?} is not a version this server speaks; give 1.0, \
+                         0.3 or both (1.0,0.3)"
+                    ))
+                }
+            }
+        }
+        Ok(served)
+    }
+
+    /// Whether `protocol` is served.
+    pub fn serves(self, protocol: Protocol) -> bool {
+        match protocol {
+            Protocol::V1_0 => self.v1_0,
+            Protocol::V0_3 => self.v0_3,
+        }
+    }
+}
+
+/// The version a `Major.Minor[.patch]` names (the patch never counts,
+/// §3.6); empty is v0.3 (§3.6.2).
+fn version_of(text: &str) -> Option<Protocol> {
+    if text.is_empty() {
+        return Some(Protocol::V0_3);
+    }
+    let is = |major_minor: &str| match text.strip_prefix(major_minor) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('.')
+            .is_some_and(|patch| !patch.is_empty() && patch.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    };
+    if is("1.0") {
+        Some(Protocol::V1_0)
+    } else if is("0.3") {
+        Some(Protocol::V0_3)
+    } else {
+        None
+    }
+}
+
 /// The protocol version a request names (`A2A-Version` header, or query
-/// parameter), checked: `1.0` and `1.0.x` are served; anything else, and
-/// none (which the spec says means 0.3), is `VersionNotSupported`.
-pub fn check_version(headers: &HeaderMap, query: Option<&str>) -> Result<(), A2aError> {
+/// parameter): `1.0` and `1.0.x` are v1.0; none, an empty one, `0.3` and
+/// `0.3.x` are v0.3. One that is not served (`served`), or that this
+/// server does not know, is `VersionNotSupported`.
+pub fn check_version(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    served: Protocols,
+) -> Result<Protocol, A2aError> {
     let from_header = headers
         .get("a2a-version")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string());
@@ -101,18 +196,12 @@ pub fn check_version(headers: &HeaderMap, query: Option<&str>) -> Result<(), A2a
             .map(|(_, v)| v.trim().to_string())
     };
     let version = from_header.or_else(from_query).unwrap_or_default();
-    let served = version == "1.0"
-        || version
-            .strip_prefix("1.0.")
-            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    if served {
-        Ok(())
-    } else if version.is_empty() {
-        Err(A2aError::VersionNotSupported(
+    match version_of(&version) {
+        Some(p) if served.serves(p) => Ok(p),
+        _ if version.is_empty() => Err(A2aError::VersionNotSupported(
             "0.3 (no A2A-Version given)".into(),
-        ))
-    } else {
-        Err(A2aError::VersionNotSupported(version))
+        )),
+        _ => Err(A2aError::VersionNotSupported(version)),
     }
 }
 
@@ -158,18 +247,41 @@ mod tests {
     }
 
     #[test]
-    fn version_one_is_served_and_everything_else_refused() {
+    fn versions_are_told_and_only_served_ones_taken() {
+        let both = Protocols::default();
+        let v = |h: &[(&'static str, &str)], q, served| check_version(&headers(h), q, served);
         for ok in ["1.0", "1.0.1", " 1.0 "] {
-            assert!(
-                check_version(&headers(&[("a2a-version", ok)]), None).is_ok(),
+            assert_eq!(
+                v(&[("a2a-version", ok)], None, both),
+                Ok(Protocol::V1_0),
                 "{ok}"
             );
         }
-        assert!(check_version(&HeaderMap::new(), Some("A2A-Version=1.0")).is_ok());
-        for bad in ["0.3", "1.1", "2.0", "1", "1.0.x", "1.00"] {
-            let e = check_version(&headers(&[("a2a-version", bad)]), None).unwrap_err();
+        assert_eq!(v(&[], Some("A2A-Version=1.0"), both), Ok(Protocol::V1_0));
+        for old in ["0.3", "0.3.0", ""] {
+            assert_eq!(
+                v(&[("a2a-version", old)], None, both),
+                Ok(Protocol::V0_3),
+                "{old}"
+            );
+        }
+        assert_eq!(v(&[], None, both), Ok(Protocol::V0_3));
+        for bad in ["1.1", "2.0", "1", "1.0.x", "1.00", "0.2", "0.3."] {
+            let e = v(&[("a2a-version", bad)], None, both).unwrap_err();
             assert_eq!(e.code(), -32009, "{bad}");
         }
-        assert!(check_version(&HeaderMap::new(), None).is_err());
+        let only_one = Protocols::parse("1.0").unwrap();
+        assert_eq!(v(&[], None, only_one).unwrap_err().code(), -32009);
+        let only_old = Protocols::parse("0.3").unwrap();
+        assert_eq!(
+            v(&[("a2a-version", "1.0")], None, only_old)
+                .unwrap_err()
+                .code(),
+            -32009
+        );
+        assert_eq!(Protocols::parse(" 1.0 ,0.3").unwrap(), both);
+        for bad in ["", "1.0,", "2.0", "0.3,x"] {
+            assert!(Protocols::parse(bad).is_err(), "{bad}");
+        }
     }
 }

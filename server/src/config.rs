@@ -81,6 +81,8 @@ pub struct Config {
     pub idempotency_key_window: Duration,
     /// Push notifications: off unless `enabled`.
     pub push: Webhooks,
+    /// The protocol versions served (default: 1.0 and 0.3).
+    pub protocols: crate::auth::Protocols,
 }
 
 /// How push notifications are delivered (`--push` and the flags after it).
@@ -150,6 +152,7 @@ impl Config {
             idempotency: Idempotency::MessageId,
             idempotency_key_window: Duration::from_secs(24 * 3600),
             push: Webhooks::default(),
+            protocols: crate::auth::Protocols::default(),
         }
     }
 }

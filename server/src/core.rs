@@ -28,6 +28,10 @@ pub(crate) struct SendParams {
     pub(crate) message: Box<RawValue>,
     #[serde(default)]
     pub(crate) configuration: Option<SendConfig>,
+    /// The message is in one of A2A v0.3's forms (a v0.3 request's; the
+    /// store keeps it as received and reads it as v1.0).
+    #[serde(skip)]
+    pub(crate) v03: bool,
 }
 
 /// `SendMessageConfiguration`.
@@ -96,6 +100,15 @@ impl Serialize for SendOutcome {
     }
 }
 
+/// Parses a method's params (`null` or absent: the empty object).
+pub(crate) fn params<T: serde::de::DeserializeOwned>(
+    params: Option<Box<RawValue>>,
+) -> Result<T, A2aError> {
+    let text = params.as_ref().map_or("{}", |p| p.get());
+    let text = if text == "null" { "{}" } else { text };
+    serde_json::from_str(text).map_err(|e| A2aError::invalid(e.to_string()))
+}
+
 /// A history length as the store takes it: `None` for all; negative ones
 /// are refused.
 fn history_length(n: Option<i64>) -> Result<Option<usize>, A2aError> {
@@ -124,9 +137,9 @@ pub(crate) async fn send(
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
     let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?;
-    crate::media::check_parts(params.message.get(), &shared.input_modes)?;
+    check_parts(shared, &params.message, params.v03)?;
     let history = history_length(config.history_length)?;
-    let begun = begin_keyed(shared, tenant, &params.message, key).await?;
+    let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
     push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
@@ -156,9 +169,9 @@ pub(crate) async fn send_streaming(
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
     let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?;
-    crate::media::check_parts(params.message.get(), &shared.input_modes)?;
+    check_parts(shared, &params.message, params.v03)?;
     let history = history_length(config.history_length)?;
-    let begun = begin_keyed(shared, tenant, &params.message, key).await?;
+    let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
     push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
@@ -176,6 +189,20 @@ pub(crate) async fn send_streaming(
         true,
         history,
     ))
+}
+
+/// The message's parts are of media types the agent takes (one in v0.3's
+/// form checked in v1.0's; one that does not translate is the receive's to
+/// refuse).
+fn check_parts(shared: &Shared, message: &RawValue, v03: bool) -> Result<(), A2aError> {
+    let text = message.get();
+    match v03 {
+        false => crate::media::check_parts(text, &shared.input_modes),
+        true => match ctxlog::a2a::v03::message_to_v1(text.as_bytes()) {
+            Ok(v1) => crate::media::check_parts(&v1, &shared.input_modes),
+            Err(_) => Ok(()),
+        },
+    }
 }
 
 /// Stores the push config given with a send (read by
@@ -201,6 +228,7 @@ async fn begin_keyed(
     shared: &Arc<Shared>,
     tenant: &str,
     message: &RawValue,
+    v03: bool,
     key: Option<Key>,
 ) -> Result<Begun, A2aError> {
     let claim = match &key {
@@ -218,7 +246,7 @@ async fn begin_keyed(
         None => None,
     };
     let replay = claim.as_ref().is_some_and(|c| c.replay);
-    let begun = begin(shared, tenant, message, replay).await;
+    let begun = begin(shared, tenant, message, v03, replay).await;
     drop(claim);
     begun
 }
@@ -233,6 +261,7 @@ async fn begin(
     shared: &Arc<Shared>,
     tenant: &str,
     message: &RawValue,
+    v03: bool,
     replay: bool,
 ) -> Result<Begun, A2aError> {
     let permit = shared.turns.permit();
@@ -253,7 +282,7 @@ async fn begin(
         .store
         .blocking_raw(move |store| {
             if (at_bound && look_up) || replay {
-                if let Some(r) = store.find_received(&t, &raw)? {
+                if let Some(r) = find_received(store, &t, &raw, v03)? {
                     return Ok(Some((r, None, None)));
                 }
             }
@@ -261,9 +290,9 @@ async fn begin(
                 return Ok(None);
             }
             let received = if single {
-                receive_single(store, &locks, &t, &raw, ids)
+                receive_single(store, &locks, &t, &raw, ids, v03)
             } else {
-                store.receive_message_with(&t, &raw, ids).map(|r| (r, None))
+                receive(store, &t, &raw, ids, v03).map(|r| (r, None))
             };
             let (receipt, lease) = match received {
                 // A direct reply's task was never the client's.
@@ -296,6 +325,34 @@ async fn begin(
         start_turn(shared, tenant, &receipt, lease, permit, prepared);
     }
     Ok(Begun { receipt, events })
+}
+
+/// Receives the message, in v1.0's form or (`v03`) one of v0.3's.
+fn receive(
+    store: &ctxlog::Store,
+    tenant: &str,
+    raw: &[u8],
+    ids: MessageIds,
+    v03: bool,
+) -> ctxlog::Result<Receipt> {
+    match v03 {
+        false => store.receive_message_with(tenant, raw, ids),
+        true => store.receive_v03_message(tenant, raw, ids),
+    }
+}
+
+/// Looks the message up as received before, in v1.0's form or (`v03`)
+/// one of v0.3's.
+fn find_received(
+    store: &ctxlog::Store,
+    tenant: &str,
+    raw: &[u8],
+    v03: bool,
+) -> ctxlog::Result<Option<Receipt>> {
+    match v03 {
+        false => store.find_received(tenant, raw),
+        true => store.find_received_v03(tenant, raw),
+    }
 }
 
 /// Whether the message names a task whose turn ended in a direct reply.
@@ -334,6 +391,7 @@ fn receive_single(
     tenant: &str,
     raw: &[u8],
     ids: MessageIds,
+    v03: bool,
 ) -> ctxlog::Result<(Receipt, Option<TurnGuard>)> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -357,7 +415,7 @@ fn receive_single(
     };
     let Some(context) = context else {
         // A new context (nobody holds its turn), or a resend.
-        let receipt = store.receive_message_with(tenant, raw, ids)?;
+        let receipt = receive(store, tenant, raw, ids, v03)?;
         if receipt.duplicate {
             return Ok((receipt, None));
         }
@@ -366,14 +424,14 @@ fn receive_single(
     };
     shared.context_locks.with(tenant, &context, || {
         if ids == MessageIds::Idempotent {
-            if let Some(receipt) = store.find_received(tenant, raw)? {
+            if let Some(receipt) = find_received(store, tenant, raw, v03)? {
                 return Ok((receipt, None));
             }
         }
         if let Some((task_id, since_ms)) = store.turn_holder(tenant, &context)? {
             return Err(ctxlog::Error::ContextBusy { task_id, since_ms });
         }
-        let receipt = store.receive_message_with(tenant, raw, ids)?;
+        let receipt = receive(store, tenant, raw, ids, v03)?;
         let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
         Ok((receipt, Some(lease)))
     })

@@ -218,8 +218,8 @@ impl A2aError {
                 "no extended agent card is configured on this server".into()
             }
             A2aError::VersionNotSupported(v) => format!(
-                "A2A-Version {v:?} is not supported; this server speaks 1.0 (send the header \
-                 A2A-Version: 1.0)"
+                "A2A-Version {v} is not served here: send A2A-Version: 1.0 for v1.0, or no \
+                 header for v0.3 where the agent card's supportedInterfaces list it"
             ),
             A2aError::InvalidParams { message, .. } => format!("invalid parameters: {message}"),
             A2aError::InvalidRequest(m) => format!("invalid request: {m}"),

@@ -25,15 +25,18 @@ const SCRIPT: &str = r#"{ "rules": [
   { "text": "bad", "steps": [ { "status": "TASK_STATE_UNSPECIFIED" } ] }
 ] }"#;
 
-/// Requests that set the store up, so the input reaches existing tasks.
-const SETUP: [&str; 3] = [
+/// Requests that set the store up, so the input reaches existing tasks
+/// (the last is v0.3's, sent without `A2A-Version`).
+const SETUP: [&str; 4] = [
     r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"s1","contextId":"c1","role":"ROLE_USER","parts":[{"text":"ask"}]}}}"#,
     r#"{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{"message":{"messageId":"s2","contextId":"c1","role":"ROLE_USER","parts":[{"text":"art"}]}}}"#,
     r#"{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{"message":{"messageId":"s3","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#,
+    r#"{"jsonrpc":"2.0","id":4,"method":"message/send","params":{"message":{"kind":"message","messageId":"s4","contextId":"c3","role":"user","parts":[{"kind":"text","text":"ask"}]}}}"#,
 ];
 
-/// Target `rpc`: the input's first byte picks a route and method, the rest
-/// is the path suffix or query (up to a newline) and the body.
+/// Target `rpc`: the input's first byte picks a route and method (below
+/// 128: v1.0's, with `A2A-Version: 1.0`; from 128: v0.3's, without it),
+/// the rest is the path suffix or query (up to a newline) and the body.
 pub fn rpc(data: &[u8]) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -55,12 +58,10 @@ async fn run(data: &[u8]) {
     config.request_timeout = std::time::Duration::from_secs(5);
     let server = Server::with_store(store, config, Arc::new(Scripted::new(script)), None);
     let app = server.router();
-    for body in SETUP {
-        let response = app
-            .clone()
-            .oneshot(request("POST", "/", body.as_bytes().to_vec()))
-            .await
-            .unwrap();
+    for (i, body) in SETUP.iter().enumerate() {
+        let version = (i < 3).then_some("1.0");
+        let setup = request("POST", "/", version, body.as_bytes().to_vec());
+        let response = app.clone().oneshot(setup).await.unwrap();
         assert_eq!(response.status(), 200);
     }
     let (&pick, rest) = data.split_first().unwrap_or((&0, &[]));
@@ -69,24 +70,34 @@ async fn run(data: &[u8]) {
         None => (rest, Vec::new()),
     };
     let suffix = String::from_utf8_lossy(line).replace(|c: char| c.is_whitespace() || c == '#', "");
-    let (method, path) = match pick % 9 {
-        0..=2 => ("POST", "/".to_string()),
-        3 => ("POST", "/message:send".to_string()),
-        4 => ("POST", "/message:stream".to_string()),
-        5 => ("GET", format!("/tasks?{suffix}")),
-        6 => ("GET", format!("/tasks/{suffix}")),
-        7 => ("POST", format!("/tasks/{suffix}")),
-        _ => (
+    let version = (pick < 128).then_some("1.0");
+    let (method, path) = match (version, pick % 9) {
+        (_, 0..=2) => ("POST", "/".to_string()),
+        (Some(_), 3) => ("POST", "/message:send".to_string()),
+        (Some(_), 4) => ("POST", "/message:stream".to_string()),
+        (Some(_), 5) => ("GET", format!("/tasks?{suffix}")),
+        (Some(_), 6) => ("GET", format!("/tasks/{suffix}")),
+        (Some(_), 7) => ("POST", format!("/tasks/{suffix}")),
+        (Some(_), _) => (
             "DELETE",
             format!("/tasks/{suffix}/pushNotificationConfigs/x"),
         ),
+        (None, 3) => ("POST", "/v1/message:send".to_string()),
+        (None, 4) => ("POST", "/v1/message:stream".to_string()),
+        (None, 5) => ("GET", format!("/v1/tasks/{suffix}")),
+        (None, 6) => ("POST", format!("/v1/tasks/{suffix}")),
+        (None, 7) => (
+            "POST",
+            format!("/v1/tasks/{suffix}/pushNotificationConfigs"),
+        ),
+        (None, _) => ("GET", "/.well-known/agent-card.json".to_string()),
     };
     let Ok(uri) = path.parse::<axum::http::Uri>() else {
         return;
     };
     let response = app
         .clone()
-        .oneshot(request(method, &uri.to_string(), body))
+        .oneshot(request(method, &uri.to_string(), version, body))
         .await
         .unwrap();
     let status = response.status().as_u16();
@@ -114,12 +125,13 @@ async fn run(data: &[u8]) {
     }
 }
 
-fn request(method: &str, uri: &str, body: Vec<u8>) -> Request<Body> {
-    Request::builder()
+fn request(method: &str, uri: &str, version: Option<&str>, body: Vec<u8>) -> Request<Body> {
+    let mut request = Request::builder()
         .method(method)
         .uri(uri)
-        .header("a2a-version", "1.0")
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap()
+        .header("content-type", "application/json");
+    if let Some(version) = version {
+        request = request.header("a2a-version", version);
+    }
+    request.body(Body::from(body)).unwrap()
 }

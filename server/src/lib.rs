@@ -56,6 +56,7 @@ mod storecell;
 mod turn;
 mod turns;
 mod util;
+mod v03;
 mod webhook;
 
 use std::future::Future;
@@ -149,6 +150,7 @@ impl Server {
             .route("/.well-known/agent-card.json", get(agent_card))
             .route("/healthz", get(health::healthz))
             .merge(rest::routes())
+            .merge(v03::rest::routes())
             .fallback(rest::not_found)
             .layer(axum::middleware::from_fn(negotiate))
             .layer(tower_http::trace::TraceLayer::new_for_http())
@@ -306,7 +308,19 @@ async fn negotiate(request: Request, next: Next) -> Response {
 
 async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let cards = &shared.cards;
-    let etag = HeaderValue::from_str(&cards.etag).unwrap_or(HeaderValue::from_static("\"\""));
+    // A v1.0 client (asking with A2A-Version: 1.0) gets v1.0's card; any
+    // other request, v0.3's members beside it (card.rs, `with_v03`).
+    let v1 = auth::check_version(
+        request.headers(),
+        request.uri().query(),
+        auth::Protocols {
+            v1_0: true,
+            v0_3: false,
+        },
+    )
+    .is_ok();
+    let card = if v1 { &cards.public } else { &cards.public_v03 };
+    let etag = HeaderValue::from_str(&card.etag).unwrap_or(HeaderValue::from_static("\"\""));
     let modified =
         HeaderValue::from_str(&cards.last_modified).unwrap_or(HeaderValue::from_static(""));
     let cache = HeaderValue::from_static("public, max-age=300");
@@ -315,7 +329,7 @@ async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let unchanged = match headers.get(header::IF_NONE_MATCH) {
         Some(tags) => tags.as_bytes().split(|&b| b == b',').any(|t| {
             let t = t.trim_ascii();
-            t == b"*" || t.strip_prefix(b"W/").unwrap_or(t) == cards.etag.as_bytes()
+            t == b"*" || t.strip_prefix(b"W/").unwrap_or(t) == card.etag.as_bytes()
         }),
         None => headers
             .get(header::IF_MODIFIED_SINCE)
@@ -325,6 +339,7 @@ async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         (header::ETAG, etag),
         (header::LAST_MODIFIED, modified),
         (header::CACHE_CONTROL, cache),
+        (header::VARY, HeaderValue::from_static("A2A-Version")),
     ];
     if unchanged {
         return (StatusCode::NOT_MODIFIED, common).into_response();
@@ -336,7 +351,7 @@ async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        cards.public.clone(),
+        card.json.clone(),
     )
         .into_response()
 }

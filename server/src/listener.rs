@@ -117,6 +117,24 @@ async fn refuse(mut stream: TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
 }
 
+/// Reads a request's body within the server's configured size and time
+/// limits ([`read_body`]).
+pub(crate) async fn read_request_body(
+    shared: &crate::state::Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, A2aError> {
+    let config = &shared.config;
+    read_body(
+        headers,
+        body,
+        config.body_limit,
+        config.body_timeout,
+        config.body_min_rate,
+    )
+    .await
+}
+
 /// Reads a request body: refused at once (413) if its `Content-Length` is
 /// past `limit`, and cut (408) if it does not arrive in time: each byte
 /// must come within `grace` plus the time `min_rate` bytes a second give

@@ -114,6 +114,12 @@ struct Args {
     /// Seconds between the retries of a failing config.
     #[arg(long, default_value_t = 300)]
     push_failing_retry: u64,
+    /// The A2A versions served, comma-separated: 1.0 (requests that send
+    /// A2A-Version: 1.0) and 0.3 (requests without the header, as v0.3
+    /// clients send them). A version not served answers
+    /// VersionNotSupported.
+    #[arg(long, default_value = "1.0,0.3", value_parser = ctxlog_server::auth::Protocols::parse)]
+    protocols: ctxlog_server::auth::Protocols,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -202,6 +208,7 @@ fn serve(args: Args) -> Result<(), String> {
         IdempotencyMode::Header => Idempotency::Header,
     };
     config.idempotency_key_window = Duration::from_secs(args.idempotency_key_hours.max(1) * 3600);
+    config.protocols = args.protocols;
     config.push = Webhooks {
         enabled: args.push,
         allow_private: args.allow_private_webhooks,

@@ -67,6 +67,19 @@ pub(crate) struct ConfigRef {
     _tenant: Option<Value>,
 }
 
+impl ConfigRef {
+    /// A reference to the task's configs (all of them, in one page).
+    pub(crate) fn task(task_id: String) -> Self {
+        ConfigRef {
+            task_id,
+            id: None,
+            page_size: None,
+            page_token: None,
+            _tenant: None,
+        }
+    }
+}
+
 /// The config checked: its id (the task's id when it names none, as
 /// a2a-sdk does), and what the store keeps.
 struct Checked {

@@ -16,6 +16,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::auth::Protocol;
 use crate::core::{self, GetParams, IdParams, ListParams};
 use crate::error::A2aError;
 use crate::keys::Key;
@@ -35,11 +36,17 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/extendedAgentCard", get(extended))
 }
 
-/// Checks the caller and the version; the tenant.
+/// Checks the caller and that it speaks v1.0 (v0.3's routes are
+/// `v03::rest`'s); the tenant.
 fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
     let tenant = crate::auth::caller(shared.tokens.as_ref(), &parts.headers)?;
-    crate::auth::check_version(&parts.headers, parts.uri.query())?;
-    Ok(tenant)
+    let served = shared.config.protocols;
+    match crate::auth::check_version(&parts.headers, parts.uri.query(), served)? {
+        Protocol::V1_0 => Ok(tenant),
+        Protocol::V0_3 => Err(A2aError::VersionNotSupported(
+            "0.3 (no A2A-Version given) on a v1.0 route; v0.3's routes are under /v1/".into(),
+        )),
+    }
 }
 
 /// A send's body, parsed, with its `Idempotency-Key` (for `operation`).
@@ -49,7 +56,7 @@ async fn send_body<T: DeserializeOwned>(
     body: Body,
     operation: &str,
 ) -> Result<(T, Option<Key>), A2aError> {
-    let bytes = crate::rpc::read_body(shared, &parts.headers, body).await?;
+    let bytes = crate::listener::read_request_body(shared, &parts.headers, body).await?;
     let bytes: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
         true => b"{}",
         false => &bytes,
@@ -63,7 +70,7 @@ async fn send_body<T: DeserializeOwned>(
 
 /// The query string's parameters (camelCase names), as a JSON object of
 /// strings, numbers (for `historyLength` and `pageSize`) and booleans.
-fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
+pub(crate) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(parts.uri.query().unwrap_or_default())
             .map_err(|e| A2aError::invalid(format!("the query string does not parse: {e}")))?;
@@ -126,7 +133,7 @@ pub(crate) fn error(e: &A2aError) -> Response {
     response
 }
 
-async fn timed<T>(
+pub(crate) async fn timed<T>(
     shared: &Shared,
     f: impl std::future::Future<Output = Result<T, A2aError>>,
 ) -> Result<T, A2aError> {
@@ -154,7 +161,12 @@ async fn stream(State(shared): State<Arc<Shared>>, request: Request) -> Response
         core::send_streaming(&shared, &tenant, params, key).await
     };
     match result.await {
-        Ok(f) => sse::respond(f, Framing::Rest, core::keep_alive(&shared)).into_response(),
+        Ok(f) => sse::respond(
+            f,
+            Framing::Rest { translate: None },
+            core::keep_alive(&shared),
+        )
+        .into_response(),
         Err(e) => error(&e),
     }
 }
@@ -208,7 +220,12 @@ async fn task(
                 Err(e) => Err(e),
             };
             match result {
-                Ok(f) => sse::respond(f, Framing::Rest, core::keep_alive(&shared)).into_response(),
+                Ok(f) => sse::respond(
+                    f,
+                    Framing::Rest { translate: None },
+                    core::keep_alive(&shared),
+                )
+                .into_response(),
                 Err(e) => error(&e),
             }
         }
@@ -219,11 +236,12 @@ async fn task(
     }
 }
 
+/// `historyLength` of a task read's query.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct QueryHistory {
+pub(crate) struct QueryHistory {
     #[serde(default)]
-    history_length: Option<i64>,
+    pub(crate) history_length: Option<i64>,
 }
 
 /// `POST|GET /tasks/{id}/pushNotificationConfigs` and

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +14,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::auth::Protocol;
 use crate::core;
 use crate::error::A2aError;
 use crate::keys::Key;
@@ -45,7 +45,7 @@ pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request
         Ok(t) => t,
         Err(e) => return error(&null(), &e),
     };
-    let body = match read_body(&shared, &parts.headers, body).await {
+    let body = match crate::listener::read_request_body(&shared, &parts.headers, body).await {
         Ok(b) => b,
         Err(e) => return error(&null(), &e),
     };
@@ -55,27 +55,14 @@ pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request
         Ok(None) => return StatusCode::NO_CONTENT.into_response(),
         Err(e) => return error(&null(), &e),
     };
-    if let Err(e) = crate::auth::check_version(&parts.headers, parts.uri.query()) {
-        return error(&id, &e);
+    let served = shared.config.protocols;
+    match crate::auth::check_version(&parts.headers, parts.uri.query(), served) {
+        Ok(version) => {
+            let call = Call { id, method, params };
+            dispatch(&shared, &tenant, &parts.headers, version, call).await
+        }
+        Err(e) => error(&id, &e),
     }
-    dispatch(&shared, &tenant, &parts.headers, id, &method, params).await
-}
-
-/// Reads the body, within the configured size and time limits.
-pub(crate) async fn read_body(
-    shared: &Shared,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<axum::body::Bytes, A2aError> {
-    let config = &shared.config;
-    crate::listener::read_body(
-        headers,
-        body,
-        config.body_limit,
-        config.body_timeout,
-        config.body_min_rate,
-    )
-    .await
 }
 
 /// A request's id, method and params.
@@ -141,13 +128,6 @@ fn is_id(raw: &str) -> bool {
     }
 }
 
-/// Parses a method's params (`null` or absent: the empty object).
-fn params<T: DeserializeOwned>(params: Option<Box<RawValue>>) -> Result<T, A2aError> {
-    let text = params.as_ref().map_or("{}", |p| p.get());
-    let text = if text == "null" { "{}" } else { text };
-    serde_json::from_str(text).map_err(|e| A2aError::invalid(e.to_string()))
-}
-
 /// A push method's params, once push notifications are known to be
 /// served (when they are not, that is the answer, whatever the params).
 fn push_params<T: DeserializeOwned>(
@@ -155,55 +135,66 @@ fn push_params<T: DeserializeOwned>(
     raw: Option<Box<RawValue>>,
 ) -> Result<T, A2aError> {
     push::enabled(shared)?;
-    params(raw)
+    core::params(raw)
 }
 
 async fn dispatch(
     shared: &Arc<Shared>,
     tenant: &str,
     headers: &HeaderMap,
-    id: Box<RawValue>,
-    method: &str,
-    raw: Option<Box<RawValue>>,
+    version: Protocol,
+    call: Call,
 ) -> Response {
+    let Call { id, method, params } = call;
     let keep_alive = core::keep_alive(shared);
-    // A send's Idempotency-Key (the same operation's key on either binding).
-    let key = match method {
-        "SendMessage" | "SendStreamingMessage" => {
-            let text = raw.as_ref().map_or("{}", |p| p.get());
-            match Key::of(headers, method, text.as_bytes()) {
-                Ok(key) => key,
-                Err(e) => return error(&id, &e),
-            }
-        }
-        _ => None,
+    let streams = match version {
+        Protocol::V1_0 => matches!(method.as_str(), "SendStreamingMessage" | "SubscribeToTask"),
+        Protocol::V0_3 => crate::v03::rpc::streams(&method),
     };
-    if matches!(method, "SendStreamingMessage" | "SubscribeToTask") {
-        let follow = if method == "SendStreamingMessage" {
-            match params(raw) {
-                Ok(p) => core::send_streaming(shared, tenant, p, key).await,
-                Err(e) => Err(e),
-            }
-        } else {
-            match (params(raw), sse::last_event_id(headers)) {
-                (Ok(p), Ok(last)) => core::subscribe(shared, tenant, p, last).await,
-                (Err(e), _) | (_, Err(e)) => Err(e),
+    if streams {
+        let (follow, translate) = match version {
+            Protocol::V1_0 => (follow(shared, tenant, headers, &method, params).await, None),
+            Protocol::V0_3 => {
+                let f = crate::v03::rpc::follow(shared, tenant, headers, &method, params).await;
+                (f, Some(crate::v03::rpc::TRANSLATE))
             }
         };
         return match follow {
-            Ok(f) => sse::respond(f, Framing::JsonRpc(id), keep_alive).into_response(),
+            Ok(f) => sse::respond(f, Framing::JsonRpc { id, translate }, keep_alive),
             Err(e) => error(&id, &e),
         };
     }
-    let call = call(shared, tenant, method, raw, key);
     let limit = shared.config.request_timeout + std::time::Duration::from_secs(5);
-    let result = match tokio::time::timeout(limit, call).await {
-        Ok(r) => r,
-        Err(_) => Err(A2aError::Internal("the request timed out".into())),
+    let result = match version {
+        Protocol::V1_0 => {
+            tokio::time::timeout(limit, self::call(shared, tenant, headers, &method, params)).await
+        }
+        Protocol::V0_3 => {
+            let call = crate::v03::rpc::call(shared, tenant, headers, &method, params);
+            tokio::time::timeout(limit, call).await
+        }
     };
-    match result {
+    match result.unwrap_or_else(|_| Err(A2aError::Internal("the request timed out".into()))) {
         Ok(result) => success(&id, &result),
         Err(e) => error(&id, &e),
+    }
+}
+
+/// A streaming method's stream.
+async fn follow(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    headers: &HeaderMap,
+    method: &str,
+    raw: Option<Box<RawValue>>,
+) -> Result<crate::sse::Follow, A2aError> {
+    if method == "SendStreamingMessage" {
+        let text = raw.as_ref().map_or("{}", |p| p.get());
+        let key = Key::of(headers, method, text.as_bytes())?;
+        core::send_streaming(shared, tenant, core::params(raw)?, key).await
+    } else {
+        let last = sse::last_event_id(headers)?;
+        core::subscribe(shared, tenant, core::params(raw)?, last).await
     }
 }
 
@@ -211,16 +202,20 @@ async fn dispatch(
 async fn call(
     shared: &Arc<Shared>,
     tenant: &str,
+    headers: &HeaderMap,
     method: &str,
     raw: Option<Box<RawValue>>,
-    key: Option<Key>,
 ) -> Result<String, A2aError> {
     let json = |v: &dyn erased::Json| v.to_json();
     match method {
-        "SendMessage" => json(&core::send(shared, tenant, params(raw)?, key).await?),
-        "GetTask" => json(&core::get_task(shared, tenant, params(raw)?).await?),
-        "ListTasks" => json(&core::list_tasks(shared, tenant, params(raw)?).await?),
-        "CancelTask" => json(&core::cancel_task(shared, tenant, params(raw)?).await?),
+        "SendMessage" => {
+            let text = raw.as_ref().map_or("{}", |p| p.get());
+            let key = Key::of(headers, method, text.as_bytes())?;
+            json(&core::send(shared, tenant, core::params(raw)?, key).await?)
+        }
+        "GetTask" => json(&core::get_task(shared, tenant, core::params(raw)?).await?),
+        "ListTasks" => json(&core::list_tasks(shared, tenant, core::params(raw)?).await?),
+        "CancelTask" => json(&core::cancel_task(shared, tenant, core::params(raw)?).await?),
         "GetExtendedAgentCard" => core::extended_card(shared),
         "CreateTaskPushNotificationConfig" => {
             json(&push::create(shared, tenant, None, push_params(shared, raw)?).await?)
@@ -236,6 +231,10 @@ async fn call(
             let p: push::ConfigRef = push_params(shared, raw)?;
             json(&push::delete(shared, tenant, &p.task_id, p.id).await?)
         }
+        other if crate::v03::rpc::is_method(other) => Err(A2aError::MethodNotFound(format!(
+            "{other:?} is an A2A v0.3 method, and this request names A2A-Version 1.0: call \
+             v1.0's method, or leave the header out for v0.3"
+        ))),
         other => Err(A2aError::MethodNotFound(format!(
             "{other:?} is not an A2A method; see the agent card"
         ))),
@@ -258,7 +257,7 @@ mod erased {
     }
 }
 
-fn success(id: &RawValue, result: &str) -> Response {
+pub(crate) fn success(id: &RawValue, result: &str) -> Response {
     let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.get());
     json_response(StatusCode::OK, body)
 }

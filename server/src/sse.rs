@@ -62,6 +62,8 @@ pub(crate) enum Start {
 pub(crate) struct Item {
     pub(crate) id: Option<u64>,
     pub(crate) body: Result<Bytes, A2aError>,
+    /// The stream ends after it (v0.3's `final`).
+    pub(crate) last: bool,
 }
 
 /// A stream following one task.
@@ -135,6 +137,7 @@ impl Follow {
                 self.pending.push_back(Item {
                     id: None,
                     body: Err(e),
+                    last: true,
                 });
                 self.done = true;
                 continue;
@@ -267,6 +270,7 @@ impl Follow {
         self.pending.push_back(Item {
             id: Some(seq),
             body: Ok(Bytes::from_owner(SharedPayload(payload))),
+            last: self.done,
         });
     }
 }
@@ -320,18 +324,38 @@ fn payload_of(json: &[u8], state: Option<TaskState>, reply: bool) -> Arc<Payload
 /// How a binding frames each item.
 pub(crate) enum Framing {
     /// JSON-RPC: each item a response to the request of this id.
-    JsonRpc(Box<RawValue>),
-    /// HTTP+JSON: each item the object itself; an error as an `error` event.
-    Rest,
+    JsonRpc {
+        /// The request's id.
+        id: Box<RawValue>,
+        /// Writes each payload in another version's form (v0.3's).
+        translate: Option<Translate>,
+    },
+    /// HTTP+JSON: each item the object itself; an error as an `error`
+    /// event.
+    Rest {
+        /// Writes each payload in another version's form (v0.3's).
+        translate: Option<Translate>,
+    },
 }
+
+/// A payload (v1.0's `StreamResponse`, SSE-ready) in another version's
+/// form; `last`: the stream ends after it.
+pub(crate) type Translate = fn(&[u8], bool) -> Result<Bytes, A2aError>;
 
 impl Framing {
     /// The item's SSE event, as body frames (the payload among them as it
-    /// is, not copied).
+    /// is, not copied, unless it is translated for a v0.3 client).
     fn frames(&self, item: Item, out: &mut VecDeque<Bytes>) {
         let id = item.id.map(|id| format!("id: {id}\n")).unwrap_or_default();
-        match (self, item.body) {
-            (Framing::JsonRpc(rpc), Ok(payload)) => {
+        let translate = match self {
+            Framing::JsonRpc { translate, .. } | Framing::Rest { translate } => translate,
+        };
+        let body = match (translate, item.body) {
+            (Some(translate), Ok(payload)) => translate(&payload, item.last),
+            (_, body) => body,
+        };
+        match (self, body) {
+            (Framing::JsonRpc { id: rpc, .. }, Ok(payload)) => {
                 out.push_back(Bytes::from(format!(
                     "{id}data: {{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":",
                     rpc.get()
@@ -339,17 +363,17 @@ impl Framing {
                 out.push_back(payload);
                 out.push_back(Bytes::from_static(b"}\n\n"));
             }
-            (Framing::Rest, Ok(payload)) => {
+            (Framing::Rest { .. }, Ok(payload)) => {
                 out.push_back(Bytes::from(format!("{id}data: ")));
                 out.push_back(payload);
                 out.push_back(Bytes::from_static(b"\n\n"));
             }
-            (Framing::JsonRpc(rpc), Err(e)) => out.push_back(Bytes::from(format!(
+            (Framing::JsonRpc { id: rpc, .. }, Err(e)) => out.push_back(Bytes::from(format!(
                 "{id}data: {{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}\n\n",
                 rpc.get(),
                 e.jsonrpc_error()
             ))),
-            (Framing::Rest, Err(e)) => out.push_back(Bytes::from(format!(
+            (Framing::Rest { .. }, Err(e)) => out.push_back(Bytes::from(format!(
                 "{id}event: error\ndata: {}\n\n",
                 e.rest_body()
             ))),

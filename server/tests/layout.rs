@@ -247,6 +247,7 @@ fn design_draws_every_module() {
     for name in graph().keys().filter(|n| *n != "lib") {
         let file = match name.as_str() {
             "agents" => "`agents/`".to_string(),
+            "v03" => "`v03/`".to_string(),
             other => format!("`{other}.rs`"),
         };
         assert!(

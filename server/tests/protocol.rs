@@ -162,18 +162,24 @@ async fn every_method_on_both_bindings() {
         .contains("max-age"));
     let card: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
     assert_eq!(card["capabilities"]["pushNotifications"], false);
-    let bindings: Vec<&str> = card["supportedInterfaces"]
+    let bindings: Vec<(&str, &str)> = card["supportedInterfaces"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| i["protocolBinding"].as_str().unwrap())
+        .map(|i| {
+            let text = |k: &str| i[k].as_str().unwrap();
+            (text("protocolBinding"), text("protocolVersion"))
+        })
         .collect();
-    assert_eq!(bindings, ["JSONRPC", "HTTP+JSON"]);
-    assert!(card["supportedInterfaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|i| i["protocolVersion"] == "1.0"));
+    assert_eq!(
+        bindings,
+        [
+            ("JSONRPC", "1.0"),
+            ("HTTP+JSON", "1.0"),
+            ("JSONRPC", "0.3"),
+            ("HTTP+JSON", "0.3")
+        ]
+    );
     let again = reqwest::Client::new()
         .get(format!("{}/.well-known/agent-card.json", server.url))
         .header("if-none-match", &etag)
@@ -256,8 +262,22 @@ async fn errors_carry_the_specs_codes_statuses_and_reasons() {
     assert_eq!(status, 400);
     let (status, _) = c.rest("GET", "/tasks?status=DONE", None).await;
     assert_eq!(status, 400);
-    // The version: missing (0.3) or unknown is refused, on both bindings.
-    for version in [None, Some("0.3"), Some("2.0")] {
+    // The version: missing or 0.3 is v0.3, whose methods have other
+    // names (the error says which header to send); one unknown is refused.
+    for version in [None, Some("0.3")] {
+        let mut r = reqwest::Client::new()
+            .post(format!("{}/", server.url))
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#);
+        if let Some(v) = version {
+            r = r.header("A2A-Version", v);
+        }
+        let body: Value =
+            serde_json::from_str(&r.send().await.unwrap().text().await.unwrap()).unwrap();
+        assert_eq!(body["error"]["code"], -32601, "{version:?}");
+        let says = body["error"]["message"].as_str().unwrap();
+        assert!(says.contains("A2A-Version: 1.0"), "{says}");
+    }
+    for version in [Some("2.0")] {
         let mut r = reqwest::Client::new()
             .post(format!("{}/", server.url))
             .body(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#);

@@ -1,15 +1,20 @@
 """Starts ctxlog-server (the binary named by CTXLOG_SERVER_BIN) for the
 v0.3 suite, by the pid it keeps: on the interop script, with a token, on a
 free loopback port; one that a test can kill -9 and start again on the
-same store (on a new port)."""
+same store (on a new port). With CTXLOG_V03_REFERENCE=a2a-sdk it starts
+a2a-sdk 1.3.0's server in its v0.3 mode instead (a2a_sdk_v03.py), for
+the comparison docs/compatibility.md reports."""
 
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 
+import httpx
 import pytest
 
 import strict03
@@ -34,6 +39,8 @@ class Server:
         self.url = None
 
     def start(self):
+        if os.environ.get("CTXLOG_V03_REFERENCE") == "a2a-sdk":
+            return self._start_reference()
         binary = os.environ.get("CTXLOG_SERVER_BIN")
         if not binary or not os.path.exists(binary):
             pytest.fail("set CTXLOG_SERVER_BIN to the built ctxlog-server binary")
@@ -59,6 +66,33 @@ class Server:
         self.url = found["url"]
         return self
 
+    def _start_reference(self):
+        """a2a-sdk 1.3.0's server in its v0.3 mode on this store
+        (a2a_sdk_v03.py), for the comparison run."""
+        python = os.environ.get("CTXLOG_V1_PYTHON")
+        if not python or not os.path.exists(python):
+            pytest.fail("set CTXLOG_V1_PYTHON to the python of the a2a-sdk 1.3.0 venv")
+        os.makedirs(self.store, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [python, os.path.join(HERE, "a2a_sdk_v03.py"), str(port),
+             os.path.join(self.store, "tasks.db")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(self.url + "/.well-known/agent-card.json").status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.proc.kill()
+        pytest.fail("the a2a-sdk reference server did not start within 30 s")
+
     def kill9(self):
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
@@ -70,7 +104,8 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        assert self.proc.returncode == 0, f"ctxlog-server exited with {self.proc.returncode}"
+        reference = os.environ.get("CTXLOG_V03_REFERENCE") == "a2a-sdk"
+        assert reference or self.proc.returncode == 0, f"exited with {self.proc.returncode}"
 
 
 @pytest.fixture(scope="session")

@@ -136,7 +136,8 @@ pub(crate) async fn send(
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?;
+    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?
+        .map(|p| p.by_v03_client(params.v03));
     check_parts(shared, &params.message, params.v03)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
@@ -168,7 +169,8 @@ pub(crate) async fn send_streaming(
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?;
+    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?
+        .map(|p| p.by_v03_client(params.v03));
     check_parts(shared, &params.message, params.v03)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;

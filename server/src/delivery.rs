@@ -233,7 +233,7 @@ async fn run(
             continue;
         }
         for (seq, event) in page {
-            let body = match serde_json::to_vec(&event.into_wire()) {
+            let body = match body_of(event, config.v03) {
                 Ok(body) => Bytes::from(body),
                 Err(e) => {
                     warn!(error = %e, task = %task_id, "an event could not be written for a push");
@@ -272,12 +272,30 @@ async fn run(
     }
 }
 
+/// An event as a delivery POSTs it: v1.0's `StreamResponse`, or for a
+/// v0.3 client's config, v0.3's event object (`kind`; `final` on a status
+/// that ends the task).
+fn body_of(event: ctxlog::a2a::StreamResponse, v03: bool) -> serde_json::Result<Vec<u8>> {
+    let event = event.into_wire();
+    if !v03 {
+        return serde_json::to_vec(&event);
+    }
+    let last = event
+        .status_update
+        .as_ref()
+        .is_some_and(|u| u.status.state.is_terminal());
+    let value = serde_json::to_value(&event)?;
+    serde_json::to_vec(&ctxlog::a2a::v03::event_to_v03(value, last))
+}
+
 /// A config as a delivery uses it.
 struct Opened {
     target: Target,
     headers: Vec<(HeaderName, HeaderValue)>,
     version: u64,
     delivered: u64,
+    /// Events go in v0.3's JSON-RPC form (a v0.3 client's config).
+    v03: bool,
 }
 
 /// The config a delivery starts with (it never changes under it: a
@@ -320,14 +338,16 @@ async fn open(
             Some((
                 Target::parse(&stored.url, true).ok()?,
                 stored.headers().ok()?,
+                stored.protocol.as_deref() == Some("0.3"),
             ))
         });
     match parsed {
-        Some((target, headers)) => Some(Opened {
+        Some((target, headers, v03)) => Some(Opened {
             target,
             headers,
             version: config.version,
             delivered: config.delivered,
+            v03,
         }),
         None => {
             warn!(task = %task_id, config = %config_id, "a stored push config could not be read; it is not delivered to");

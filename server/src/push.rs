@@ -30,6 +30,9 @@ pub(crate) struct ConfigIn {
     // The tenant comes from the caller's credentials.
     #[serde(default, rename = "tenant")]
     _tenant: Option<Value>,
+    /// A v0.3 client's: its deliveries are written in v0.3's form.
+    #[serde(skip)]
+    pub(crate) v03: bool,
 }
 
 /// `TaskPushNotificationConfig` as the server answers it.
@@ -65,6 +68,15 @@ pub(crate) struct ConfigRef {
     pub(crate) page_token: Option<String>,
     #[serde(default, rename = "tenant")]
     _tenant: Option<Value>,
+}
+
+impl ConfigIn {
+    /// The config, as a v0.3 client's when `v03` (its deliveries then go
+    /// in v0.3's form).
+    pub(crate) fn by_v03_client(mut self, v03: bool) -> Self {
+        self.v03 = v03;
+        self
+    }
 }
 
 impl ConfigRef {
@@ -120,6 +132,7 @@ fn check(shared: &Shared, config: &ConfigIn, task_id: &str) -> Result<Checked, A
         url,
         token: config.token.clone().filter(|t| !t.is_empty()),
         authentication: config.authentication.clone(),
+        protocol: config.v03.then(|| "0.3".to_string()),
     };
     stored.headers().map_err(A2aError::invalid)?;
     let id = config
@@ -133,8 +146,9 @@ fn check(shared: &Shared, config: &ConfigIn, task_id: &str) -> Result<Checked, A
 }
 
 fn answer(task_id: &str, config: ctxlog::PushConfig) -> Result<ConfigOut, A2aError> {
-    let stored: Stored = serde_json::from_slice(&config.config)
+    let mut stored: Stored = serde_json::from_slice(&config.config)
         .map_err(|_| A2aError::Internal("a stored push config could not be read".into()))?;
+    stored.protocol = None;
     Ok(ConfigOut {
         id: config.config_id,
         task_id: task_id.to_string(),

@@ -43,6 +43,15 @@ pub(crate) struct Stored {
     pub(crate) token: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) authentication: Option<Authentication>,
+    /// The protocol version its deliveries are written in, if not v1.0's
+    /// (`"0.3"`: the config came from a v0.3 client). Kept in the store,
+    /// never in an answer.
+    #[serde(
+        default,
+        rename = "ctxlogProtocol",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) protocol: Option<String>,
 }
 
 impl Stored {

@@ -187,6 +187,52 @@ async def test_push_configs(push_server, binding):
         await c.cancel_task(TaskIdParams(id=task.id))
 
 
+@contextlib.contextmanager
+def receiver():
+    """A webhook on loopback: yields its URL and the (token, body) of each POST."""
+    import http.server
+    import threading
+
+    got = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.headers.get("X-A2A-Notification-Token"), body.decode()))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/hook", got
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_v03_config_is_delivered_v03_events(push_server, binding):
+    with receiver() as (url, got):
+        async with client(push_server.url, binding, streaming=False, polling=True) as c:
+            [(task, _)] = await events(c, message("slow, pushed"))
+            config = PushNotificationConfig(id="v03-hook", url=url, token="tok-03")
+            await c.set_task_callback(TaskPushNotificationConfig(
+                task_id=task.id, push_notification_config=config))
+            await c.cancel_task(TaskIdParams(id=task.id))
+        for _ in range(200):
+            if any('"final":true' in body for _, body in got):
+                break
+            await asyncio.sleep(0.05)
+    bodies = [body for _, body in got]
+    assert bodies, "nothing was delivered"
+    assert all(token == "tok-03" for token, _ in got)
+    last = TaskStatusUpdateEvent.model_validate_json(bodies[-1], strict=True)
+    assert last.final and last.status.state == TaskState.canceled and last.task_id == task.id
+
+
 async def rpc(url, method, params, headers=None):
     async with http_client() as http:
         r = await http.post(url + "/", headers=headers or {}, json={

@@ -161,6 +161,15 @@ pub(crate) fn push_config_in(task_id: Option<&str>, config: Value) -> Result<Val
     Ok(Value::Object(c))
 }
 
+/// A v0.3 `PushNotificationConfig` given for task `task_id`, as the push
+/// methods take it: a v0.3 client's (its deliveries in v0.3's form).
+pub(crate) fn config_in(task_id: &str, config: Value) -> Result<crate::push::ConfigIn, A2aError> {
+    let config = push_config_in(Some(task_id), config)?;
+    let config: crate::push::ConfigIn = serde_json::from_value(config)
+        .map_err(|e| A2aError::invalid(format!("pushNotificationConfig: {e}")))?;
+    Ok(config.by_v03_client(true))
+}
+
 /// A v1.0 `TaskPushNotificationConfig` (as the server answers one) in
 /// v0.3's `form`: JSON-RPC's `{taskId, pushNotificationConfig}`, or
 /// HTTP+JSON's `{name: "tasks/T/pushNotificationConfigs/C",

@@ -13,7 +13,7 @@ use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::Value;
 
-use super::{json_of, push_config_in, push_config_out, send_params, Form};
+use super::{config_in, json_of, push_config_out, send_params, Form};
 use crate::auth::Protocol;
 use crate::core::{self, GetParams, IdParams};
 use crate::error::A2aError;
@@ -176,9 +176,7 @@ async fn push(
             let text = body_text(&shared, &parts, body).await?;
             let body: Value =
                 serde_json::from_str(&text).map_err(|e| A2aError::Parse(e.to_string()))?;
-            let config = push_config_in(Some(&task_id), pushed_config(body))?;
-            let config = serde_json::from_value(config)
-                .map_err(|e| A2aError::invalid(format!("pushNotificationConfig: {e}")))?;
+            let config = config_in(&task_id, pushed_config(body))?;
             let created = push::create(&shared, &tenant, Some(task_id), config).await?;
             json_of(&created, out)
         }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{json_of, push_config_in, push_config_out, send_params, v1_hint, Form};
+use super::{config_in, json_of, push_config_out, send_params, v1_hint, Form};
 use crate::core::{self, params, GetParams, IdParams};
 use crate::error::A2aError;
 use crate::keys::Key;
@@ -110,9 +110,7 @@ pub(crate) async fn call(
         "tasks/pushNotificationConfig/set" => {
             push::enabled(shared)?;
             let p: SetConfig03 = params(raw)?;
-            let config = push_config_in(Some(&p.task_id), p.push_notification_config)?;
-            let config = serde_json::from_value(config)
-                .map_err(|e| A2aError::invalid(format!("pushNotificationConfig: {e}")))?;
+            let config = config_in(&p.task_id, p.push_notification_config)?;
             let out = push::create(shared, tenant, Some(p.task_id), config).await?;
             json_of(&out, |v| push_config_out(form, v))
         }

@@ -126,23 +126,8 @@ fn part_to_v1(part: Value) -> Result<Value, Problem> {
             }
         }
         "file" => {
-            let Some(Value::Object(mut file)) = p.remove("file") else {
-                return Err("a file part needs \"file\", an object".into());
-            };
-            match (file.remove("bytes"), file.remove("uri")) {
-                (Some(bytes), None) => p.insert("raw".into(), bytes),
-                (None, Some(uri)) => p.insert("url".into(), uri),
-                _ => return Err("a file has exactly one of \"bytes\" and \"uri\"".into()),
-            };
-            if let Some(mime) = file.remove("mimeType") {
-                p.insert("mediaType".into(), mime);
-            }
-            if let Some(name) = file.remove("name") {
-                p.insert("filename".into(), name);
-            }
-            if let Some(extra) = file.keys().next() {
-                return Err(format!("file: {extra:?} is not a member of a v0.3 file"));
-            }
+            let file = p.remove("file").unwrap_or(Value::Null);
+            file_to_v1(file, &mut p, Wire::JsonRpc)?;
         }
         "data" => {
             if !p.get("data").is_some_and(Value::is_object) {
@@ -220,53 +205,81 @@ pub fn state_to_v03(state: &str) -> &'static str {
     }
 }
 
-/// A v1.0 `Message` (in the spec's form, as [`Stored::into_wire`] gives it)
-/// in v0.3's form.
-///
-/// [`Stored::into_wire`]: crate::a2a::Stored::into_wire
-pub fn message_to_v03(value: Value) -> Value {
-    let Value::Object(mut m) = value else {
-        return value;
-    };
-    let role = match m.get("role").and_then(Value::as_str) {
-        Some("ROLE_USER") => "user",
-        _ => "agent",
-    };
-    m.insert("role".into(), Value::from(role));
-    parts_to_v03(&mut m);
-    m.insert("kind".into(), Value::from("message"));
-    Value::Object(m)
+/// Which of v0.3's two JSON forms: JSON-RPC's schema, or the protobuf
+/// JSON its HTTP+JSON binding carries ([`proto`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    JsonRpc,
+    Proto,
 }
 
-/// The `parts` of an object (a message or an artifact) in v0.3's form.
-fn parts_to_v03(object: &mut Map<String, Value>) {
-    if let Some(Value::Array(parts)) = object.get_mut("parts") {
-        for part in parts.iter_mut() {
-            let taken = std::mem::take(part);
-            *part = part_to_v03(taken);
+impl Wire {
+    /// A file's members for its bytes and its URI.
+    fn file_members(self) -> (&'static str, &'static str) {
+        match self {
+            Wire::JsonRpc => ("bytes", "uri"),
+            Wire::Proto => ("fileWithBytes", "fileWithUri"),
         }
     }
 }
 
-/// A v1.0 part in v0.3's form.
-fn part_to_v03(part: Value) -> Value {
+/// Moves a v0.3 part's `file` object (in `wire`'s form) into the v1.0 part
+/// `p`: `raw` or `url`, `mediaType`, `filename`.
+pub(crate) fn file_to_v1(
+    file: Value,
+    p: &mut Map<String, Value>,
+    wire: Wire,
+) -> Result<(), Problem> {
+    let Value::Object(mut file) = file else {
+        return Err("file: an object".into());
+    };
+    let (bytes, uri) = wire.file_members();
+    match (file.remove(bytes), file.remove(uri)) {
+        (Some(b), None) => p.insert("raw".into(), b),
+        (None, Some(u)) => p.insert("url".into(), u),
+        _ => {
+            return Err(format!(
+                "a file has exactly one of \"{bytes}\" and \"{uri}\""
+            ))
+        }
+    };
+    if let Some(mime) = file.remove("mimeType") {
+        p.insert("mediaType".into(), mime);
+    }
+    if let Some(name) = file.remove("name") {
+        p.insert("filename".into(), name);
+    }
+    match file.keys().next() {
+        Some(extra) => Err(format!("file: {extra:?} is not a member of a v0.3 file")),
+        None => Ok(()),
+    }
+}
+
+/// A v1.0 part in v0.3's `wire` form.
+pub(crate) fn part_to_v03(part: Value, wire: Wire) -> Value {
     let Value::Object(mut p) = part else {
         return part;
     };
     let mut out = Map::new();
     let mut metadata = p.remove("metadata");
-    if let Some(text) = p.remove("text") {
-        out.insert("kind".into(), Value::from("text"));
+    let kind = if let Some(text) = p.remove("text") {
         out.insert("text".into(), text);
+        "text"
     } else if let Some(data) = p.remove("data") {
-        out.insert("kind".into(), Value::from("data"));
-        out.insert("data".into(), wrap_compat_data(data, &mut metadata));
+        let data = wrap_compat_data(data, &mut metadata);
+        let data = match wire {
+            Wire::JsonRpc => data,
+            Wire::Proto => Value::Object(Map::from_iter([("data".to_string(), data)])),
+        };
+        out.insert("data".into(), data);
+        "data"
     } else {
+        let (bytes, uri) = wire.file_members();
         let mut file = Map::new();
         if let Some(raw) = p.remove("raw") {
-            file.insert("bytes".into(), raw);
+            file.insert(bytes.into(), raw);
         } else if let Some(url) = p.remove("url") {
-            file.insert("uri".into(), url);
+            file.insert(uri.into(), url);
         }
         if let Some(media) = p.remove("mediaType") {
             file.insert("mimeType".into(), media);
@@ -274,8 +287,11 @@ fn part_to_v03(part: Value) -> Value {
         if let Some(name) = p.remove("filename") {
             file.insert("name".into(), name);
         }
-        out.insert("kind".into(), Value::from("file"));
         out.insert("file".into(), Value::Object(file));
+        "file"
+    };
+    if wire == Wire::JsonRpc {
+        out.insert("kind".into(), Value::from(kind));
     }
     if let Some(metadata) = metadata {
         out.insert("metadata".into(), metadata);
@@ -283,79 +299,146 @@ fn part_to_v03(part: Value) -> Value {
     Value::Object(out)
 }
 
-/// A v1.0 `TaskStatus` in v0.3's form.
-fn status_to_v03(status: &mut Value) {
+/// A v1.0 `Message` (in the spec's form, as [`Stored::into_wire`] gives it)
+/// in v0.3's JSON-RPC form.
+///
+/// [`Stored::into_wire`]: crate::a2a::Stored::into_wire
+pub fn message_to_v03(value: Value) -> Value {
+    message_in(value, Wire::JsonRpc)
+}
+
+/// A v1.0 `Task` (in the spec's form) in v0.3's JSON-RPC form.
+pub fn task_to_v03(value: Value) -> Value {
+    task_in(value, Wire::JsonRpc)
+}
+
+/// A v1.0 `StreamResponse` (or a `SendMessage` result, `{"task"|"message":
+/// …}`) in v0.3's JSON-RPC form: the object it holds, with its `kind`. A
+/// status update carries `final`: whether the stream ends after it
+/// (`last`).
+pub fn event_to_v03(value: Value, last: bool) -> Value {
+    event_in(value, last, Wire::JsonRpc)
+}
+
+/// A v1.0 message in `wire`'s form: JSON-RPC's role names, parts and
+/// `kind`; or the protobuf JSON's `content` (which has no
+/// `referenceTaskIds`).
+pub(crate) fn message_in(value: Value, wire: Wire) -> Value {
+    let Value::Object(mut m) = value else {
+        return value;
+    };
+    let parts = match m.remove("parts") {
+        Some(Value::Array(parts)) => parts,
+        _ => Vec::new(),
+    };
+    let parts = Value::Array(parts.into_iter().map(|p| part_to_v03(p, wire)).collect());
+    match wire {
+        Wire::JsonRpc => {
+            let role = match m.get("role").and_then(Value::as_str) {
+                Some("ROLE_USER") => "user",
+                _ => "agent",
+            };
+            m.insert("role".into(), Value::from(role));
+            m.insert("parts".into(), parts);
+            m.insert("kind".into(), Value::from("message"));
+        }
+        Wire::Proto => {
+            m.remove("referenceTaskIds");
+            m.insert("content".into(), parts);
+        }
+    }
+    Value::Object(m)
+}
+
+/// A v1.0 `TaskStatus` in `wire`'s form (its state's name, its message).
+fn status_in(status: &mut Value, wire: Wire) {
     let Value::Object(s) = status else {
         return;
     };
-    if let Some(state) = s.get("state").and_then(Value::as_str) {
-        let state = state_to_v03(state);
+    let state = s.get("state").and_then(Value::as_str);
+    let renamed = match (wire, state) {
+        (Wire::JsonRpc, state) => Some(state_to_v03(state.unwrap_or_default())),
+        (Wire::Proto, Some("TASK_STATE_CANCELED")) => Some("TASK_STATE_CANCELLED"),
+        // The others have v1.0's names.
+        (Wire::Proto, _) => None,
+    };
+    if let Some(state) = renamed {
         s.insert("state".into(), Value::from(state));
-    } else {
-        s.insert("state".into(), Value::from("unknown"));
     }
     if let Some(message) = s.remove("message") {
-        s.insert("message".into(), message_to_v03(message));
+        s.insert("message".into(), message_in(message, wire));
     }
 }
 
-/// A v1.0 `Artifact` in v0.3's form.
-fn artifact_to_v03(artifact: &mut Value) {
-    if let Value::Object(a) = artifact {
-        parts_to_v03(a);
+/// A v1.0 `Artifact` in `wire`'s form (its parts).
+fn artifact_in(artifact: &mut Value, wire: Wire) {
+    if let Some(Value::Array(parts)) = artifact.get_mut("parts") {
+        for part in parts.iter_mut() {
+            let taken = std::mem::take(part);
+            *part = part_to_v03(taken, wire);
+        }
     }
 }
 
-/// A v1.0 `Task` (in the spec's form) in v0.3's form.
-pub fn task_to_v03(value: Value) -> Value {
+/// A v1.0 `Task` in `wire`'s form (JSON-RPC's with its `kind`).
+pub(crate) fn task_in(value: Value, wire: Wire) -> Value {
     let Value::Object(mut t) = value else {
         return value;
     };
     if let Some(status) = t.get_mut("status") {
-        status_to_v03(status);
+        status_in(status, wire);
     }
     if let Some(Value::Array(history)) = t.get_mut("history") {
         for message in history.iter_mut() {
             let taken = std::mem::take(message);
-            *message = message_to_v03(taken);
+            *message = message_in(taken, wire);
         }
     }
     if let Some(Value::Array(artifacts)) = t.get_mut("artifacts") {
-        artifacts.iter_mut().for_each(artifact_to_v03);
+        artifacts.iter_mut().for_each(|a| artifact_in(a, wire));
     }
-    t.insert("kind".into(), Value::from("task"));
+    if wire == Wire::JsonRpc {
+        t.insert("kind".into(), Value::from("task"));
+    }
     Value::Object(t)
 }
 
-/// A v1.0 `StreamResponse` (or a `SendMessage` result, `{"task"|"message":
-/// …}`) in v0.3's form: the object it holds, with its `kind`. A status
-/// update carries `final`: whether the stream ends after it.
-pub fn event_to_v03(value: Value, last: bool) -> Value {
-    let Value::Object(mut e) = value else {
+/// A v1.0 `StreamResponse` in `wire`'s form: JSON-RPC's is the object it
+/// holds with its `kind`; the protobuf JSON keeps the member that holds
+/// it. A status update carries `final` (`last`).
+pub(crate) fn event_in(value: Value, last: bool, wire: Wire) -> Value {
+    let Value::Object(e) = value else {
         return value;
     };
-    if let Some(task) = e.remove("task") {
-        return task_to_v03(task);
-    }
-    if let Some(message) = e.remove("message") {
-        return message_to_v03(message);
-    }
-    if let Some(Value::Object(mut u)) = e.remove("statusUpdate") {
-        if let Some(status) = u.get_mut("status") {
-            status_to_v03(status);
+    let Some((member, inner)) = e.into_iter().next() else {
+        return Value::Object(Map::new());
+    };
+    let (kind, inner) = match (member.as_str(), inner) {
+        ("task", task) => ("task", task_in(task, wire)),
+        ("message", message) => ("message", message_in(message, wire)),
+        ("statusUpdate", Value::Object(mut u)) => {
+            if let Some(status) = u.get_mut("status") {
+                status_in(status, wire);
+            }
+            u.insert("final".into(), Value::Bool(last));
+            ("status-update", Value::Object(u))
         }
-        u.insert("kind".into(), Value::from("status-update"));
-        u.insert("final".into(), Value::Bool(last));
-        return Value::Object(u);
-    }
-    if let Some(Value::Object(mut u)) = e.remove("artifactUpdate") {
-        if let Some(artifact) = u.get_mut("artifact") {
-            artifact_to_v03(artifact);
+        ("artifactUpdate", Value::Object(mut u)) => {
+            if let Some(artifact) = u.get_mut("artifact") {
+                artifact_in(artifact, wire);
+            }
+            ("artifact-update", Value::Object(u))
         }
-        u.insert("kind".into(), Value::from("artifact-update"));
-        return Value::Object(u);
+        (_, other) => ("", other),
+    };
+    match (wire, inner) {
+        (Wire::JsonRpc, Value::Object(mut o)) if !kind.is_empty() => {
+            o.insert("kind".into(), Value::from(kind));
+            Value::Object(o)
+        }
+        (Wire::JsonRpc, inner) => inner,
+        (Wire::Proto, inner) => Value::Object(Map::from_iter([(member, inner)])),
     }
-    Value::Object(e)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 
 use serde_json::{Map, Value};
 
-use super::Problem;
+use super::{Problem, Wire};
 
 /// A v0.3 HTTP+JSON `Message` (parsed) in v1.0's form: `content` becomes
 /// `parts`, each in v1.0's form; every other member is kept.
@@ -45,23 +45,7 @@ fn part_to_v1(part: Value) -> Result<Value, Problem> {
         return Err("a part is a JSON object".into());
     };
     if let Some(file) = p.remove("file") {
-        let Value::Object(mut file) = file else {
-            return Err("file: an object".into());
-        };
-        match (file.remove("fileWithUri"), file.remove("fileWithBytes")) {
-            (Some(uri), None) => p.insert("url".into(), uri),
-            (None, Some(bytes)) => p.insert("raw".into(), bytes),
-            _ => return Err("a file has one of \"fileWithUri\" and \"fileWithBytes\"".into()),
-        };
-        if let Some(mime) = file.remove("mimeType") {
-            p.insert("mediaType".into(), mime);
-        }
-        if let Some(name) = file.remove("name") {
-            p.insert("filename".into(), name);
-        }
-        if let Some(extra) = file.keys().next() {
-            return Err(format!("file: {extra:?} is not a member of a v0.3 file"));
-        }
+        super::file_to_v1(file, &mut p, Wire::Proto)?;
     } else if let Some(data) = p.remove("data") {
         let Value::Object(mut data) = data else {
             return Err("data: an object holding \"data\"".into());
@@ -76,130 +60,21 @@ fn part_to_v1(part: Value) -> Result<Value, Problem> {
     Ok(Value::Object(p))
 }
 
-/// A v1.0 state's name in v0.3's HTTP+JSON form.
-fn state(state: &str) -> &str {
-    match state {
-        "TASK_STATE_CANCELED" => "TASK_STATE_CANCELLED",
-        other => other,
-    }
-}
-
 /// A v1.0 `Message` (in the spec's form) in v0.3's HTTP+JSON form.
 pub fn message_to_v03(value: Value) -> Value {
-    let Value::Object(mut m) = value else {
-        return value;
-    };
-    m.remove("referenceTaskIds");
-    if let Some(Value::Array(parts)) = m.remove("parts") {
-        let content = parts.into_iter().map(part_to_v03).collect();
-        m.insert("content".into(), Value::Array(content));
-    }
-    Value::Object(m)
-}
-
-fn part_to_v03(part: Value) -> Value {
-    let Value::Object(mut p) = part else {
-        return part;
-    };
-    let mut out = Map::new();
-    let mut metadata = p.remove("metadata");
-    if let Some(text) = p.remove("text") {
-        out.insert("text".into(), text);
-    } else if let Some(data) = p.remove("data") {
-        let data = super::wrap_compat_data(data, &mut metadata);
-        let mut holder = Map::new();
-        holder.insert("data".into(), data);
-        out.insert("data".into(), Value::Object(holder));
-    } else {
-        let mut file = Map::new();
-        if let Some(raw) = p.remove("raw") {
-            file.insert("fileWithBytes".into(), raw);
-        } else if let Some(url) = p.remove("url") {
-            file.insert("fileWithUri".into(), url);
-        }
-        if let Some(media) = p.remove("mediaType") {
-            file.insert("mimeType".into(), media);
-        }
-        if let Some(name) = p.remove("filename") {
-            file.insert("name".into(), name);
-        }
-        out.insert("file".into(), Value::Object(file));
-    }
-    if let Some(metadata) = metadata {
-        out.insert("metadata".into(), metadata);
-    }
-    Value::Object(out)
-}
-
-fn status_to_v03(status: &mut Value) {
-    let Value::Object(s) = status else {
-        return;
-    };
-    if let Some(name) = s.get("state").and_then(Value::as_str) {
-        let name = state(name).to_string();
-        s.insert("state".into(), Value::from(name));
-    }
-    if let Some(message) = s.remove("message") {
-        s.insert("message".into(), message_to_v03(message));
-    }
-}
-
-fn artifact_to_v03(artifact: &mut Value) {
-    if let Some(Value::Array(parts)) = artifact.get_mut("parts") {
-        for part in parts.iter_mut() {
-            let taken = std::mem::take(part);
-            *part = part_to_v03(taken);
-        }
-    }
+    super::message_in(value, Wire::Proto)
 }
 
 /// A v1.0 `Task` (in the spec's form) in v0.3's HTTP+JSON form.
 pub fn task_to_v03(value: Value) -> Value {
-    let Value::Object(mut t) = value else {
-        return value;
-    };
-    if let Some(status) = t.get_mut("status") {
-        status_to_v03(status);
-    }
-    if let Some(Value::Array(history)) = t.get_mut("history") {
-        for message in history.iter_mut() {
-            let taken = std::mem::take(message);
-            *message = message_to_v03(taken);
-        }
-    }
-    if let Some(Value::Array(artifacts)) = t.get_mut("artifacts") {
-        artifacts.iter_mut().for_each(artifact_to_v03);
-    }
-    Value::Object(t)
+    super::task_in(value, Wire::Proto)
 }
 
 /// A v1.0 `StreamResponse` (or `SendMessageResponse`) in v0.3's HTTP+JSON
 /// form; a status update carries `final` (`last`: the stream ends after
 /// it).
 pub fn event_to_v03(value: Value, last: bool) -> Value {
-    let Value::Object(mut e) = value else {
-        return value;
-    };
-    if let Some(task) = e.remove("task") {
-        e.insert("task".into(), task_to_v03(task));
-    }
-    if let Some(message) = e.remove("message") {
-        e.insert("message".into(), message_to_v03(message));
-    }
-    if let Some(Value::Object(mut u)) = e.remove("statusUpdate") {
-        if let Some(status) = u.get_mut("status") {
-            status_to_v03(status);
-        }
-        u.insert("final".into(), Value::Bool(last));
-        e.insert("statusUpdate".into(), Value::Object(u));
-    }
-    if let Some(Value::Object(mut u)) = e.remove("artifactUpdate") {
-        if let Some(artifact) = u.get_mut("artifact") {
-            artifact_to_v03(artifact);
-        }
-        e.insert("artifactUpdate".into(), Value::Object(u));
-    }
-    Value::Object(e)
+    super::event_in(value, last, Wire::Proto)
 }
 
 #[cfg(test)]

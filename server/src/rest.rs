@@ -39,14 +39,52 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
 /// Checks the caller and that it speaks v1.0 (v0.3's routes are
 /// `v03::rest`'s); the tenant.
 fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
+    admit_as(
+        shared,
+        parts,
+        Protocol::V1_0,
+        "0.3 (no A2A-Version given) on a v1.0 route; v0.3's routes are under /v1/",
+    )
+}
+
+/// Checks the caller and that it speaks `version` (else
+/// `VersionNotSupported` saying `otherwise`); the tenant.
+pub(crate) fn admit_as(
+    shared: &Shared,
+    parts: &Parts,
+    version: Protocol,
+    otherwise: &str,
+) -> Result<String, A2aError> {
     let tenant = crate::auth::caller(shared.tokens.as_ref(), &parts.headers)?;
     let served = shared.config.protocols;
     match crate::auth::check_version(&parts.headers, parts.uri.query(), served)? {
-        Protocol::V1_0 => Ok(tenant),
-        Protocol::V0_3 => Err(A2aError::VersionNotSupported(
-            "0.3 (no A2A-Version given) on a v1.0 route; v0.3's routes are under /v1/".into(),
-        )),
+        asked if asked == version => Ok(tenant),
+        _ => Err(A2aError::VersionNotSupported(otherwise.into())),
     }
+}
+
+/// A task route's last segment: the task's id and its action (`cancel`,
+/// `subscribe`, or none).
+pub(crate) fn task_action(segment: &str) -> (String, &str) {
+    match segment.rsplit_once(':') {
+        Some((id, action @ ("cancel" | "subscribe"))) => (id.to_string(), action),
+        _ => (segment.to_string(), ""),
+    }
+}
+
+/// A task read's params: the id, and `historyLength` from the query.
+pub(crate) fn get_params(parts: &Parts, id: String) -> Result<GetParams, A2aError> {
+    let q: QueryHistory = query(parts)?;
+    Ok(GetParams {
+        id,
+        history_length: q.history_length,
+    })
+}
+
+/// A push route's task id and config id (if it names one).
+pub(crate) fn push_path(path: &[(String, String)]) -> (String, Option<String>) {
+    let named = |key: &str| path.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    (named("id").unwrap_or_default(), named("config"))
 }
 
 /// A send's body, parsed, with its `Idempotency-Key` (for `operation`).
@@ -192,19 +230,12 @@ async fn task(
         Ok(t) => t,
         Err(e) => return error(&e),
     };
-    let (id, action) = match segment.rsplit_once(':') {
-        Some((id, action @ ("cancel" | "subscribe"))) => (id.to_string(), action),
-        _ => (segment.clone(), ""),
-    };
+    let (id, action) = task_action(&segment);
     let headers = &parts.headers;
     match (action, parts.method.clone()) {
         ("", Method::GET) => {
             let result = async {
-                let q: QueryHistory = query(&parts)?;
-                let params = GetParams {
-                    id,
-                    history_length: q.history_length,
-                };
+                let params = get_params(&parts, id)?;
                 timed(&shared, core::get_task(&shared, &tenant, params)).await
             };
             ok(result.await)
@@ -239,9 +270,9 @@ async fn task(
 /// `historyLength` of a task read's query.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct QueryHistory {
+struct QueryHistory {
     #[serde(default)]
-    pub(crate) history_length: Option<i64>,
+    history_length: Option<i64>,
 }
 
 /// `POST|GET /tasks/{id}/pushNotificationConfigs` and
@@ -252,8 +283,7 @@ async fn push(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let named = |key: &str| path.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    let (task_id, config) = (named("id").unwrap_or_default(), named("config"));
+    let (task_id, config) = push_path(&path);
     let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
         Ok(t) => t,
         Err(e) => return error(&e),

@@ -15,11 +15,11 @@ use serde_json::Value;
 
 use super::{config_in, json_of, push_config_out, send_params, Form};
 use crate::auth::Protocol;
-use crate::core::{self, GetParams, IdParams};
+use crate::core::{self, IdParams};
 use crate::error::A2aError;
 use crate::keys::Key;
 use crate::push;
-use crate::rest::{error, query, timed};
+use crate::rest::{admit_as, error, get_params, push_path, task_action, timed};
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -37,14 +37,12 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
 /// Checks the caller and that v0.3 is what it speaks (no `A2A-Version`,
 /// or 0.3) and is served; the tenant.
 fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
-    let tenant = crate::auth::caller(shared.tokens.as_ref(), &parts.headers)?;
-    let served = shared.config.protocols;
-    match crate::auth::check_version(&parts.headers, parts.uri.query(), served)? {
-        Protocol::V0_3 => Ok(tenant),
-        Protocol::V1_0 => Err(A2aError::VersionNotSupported(
-            "1.0 on a v0.3 route (v1.0's routes have no /v1 prefix)".into(),
-        )),
-    }
+    admit_as(
+        shared,
+        parts,
+        Protocol::V0_3,
+        "1.0 on a v0.3 route (v1.0's routes have no /v1 prefix)",
+    )
 }
 
 /// The body as text (`{}` if empty), within the configured limits.
@@ -121,17 +119,10 @@ async fn task(
         Ok(t) => t,
         Err(e) => return error(&e),
     };
-    let (id, action) = match segment.rsplit_once(':') {
-        Some((id, action @ ("cancel" | "subscribe"))) => (id.to_string(), action),
-        _ => (segment.clone(), ""),
-    };
+    let (id, action) = task_action(&segment);
     match (action, parts.method.clone()) {
         ("", Method::GET) => ok(async {
-            let q: crate::rest::QueryHistory = query(&parts)?;
-            let params = GetParams {
-                id,
-                history_length: q.history_length,
-            };
+            let params = get_params(&parts, id)?;
             let task = timed(&shared, core::get_task(&shared, &tenant, params)).await?;
             json_of(&task, |v| Form::Rest.task(v))
         }
@@ -164,8 +155,7 @@ async fn push(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let named = |key: &str| path.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    let (task_id, config) = (named("id").unwrap_or_default(), named("config"));
+    let (task_id, config) = push_path(&path);
     let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
         Ok(t) => t,
         Err(e) => return error(&e),

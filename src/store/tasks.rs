@@ -242,7 +242,7 @@ impl Store {
     /// [`receive_message_with`](Self::receive_message_with) of a message in
     /// A2A v0.3's form (`"role": "user"`, parts with a `kind`), for a
     /// server that speaks v0.3 too. The bytes are stored exactly as
-    /// received (an export and [`messages`](Self::messages) give them
+    /// received (an export and [`last_messages`](Self::last_messages) give them
     /// back); the checks, the messageId's digest (so a resend in either
     /// form is recognised) and every read of the task model
     /// ([`get_task`](Self::get_task) and the rest) take the message in

@@ -95,16 +95,6 @@ pub enum Protocol {
     V0_3,
 }
 
-impl Protocol {
-    /// Its `Major.Minor`, as cards and errors name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::V1_0 => "1.0",
-            Protocol::V0_3 => "0.3",
-        }
-    }
-}
-
 /// The versions a server serves (`--protocols`; both by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Protocols {

@@ -146,9 +146,29 @@ fn a2a_sdk_server(python: &Path, kind: &str, db: &Path) -> Process {
     Process::of(child, format!("http://127.0.0.1:{port}"))
 }
 
+/// How the load speaks: A2A v1.0 (`SendMessage`), or v0.3
+/// (`message/send`, no `A2A-Version`) to ctxlog-server's v0.3 side.
+#[derive(Clone, Copy, PartialEq)]
+enum Speaks {
+    V1,
+    V03,
+}
+
 /// `clients` clients, each on its own connection, sending `total`
 /// SendMessage requests in all (fewer if `limit` passes first).
 async fn load(url: &str, clients: usize, total: usize, limit: Duration, tag: &str) -> Run {
+    load_as(url, clients, total, limit, tag, Speaks::V1).await
+}
+
+/// [`load`] in the version `speaks`.
+async fn load_as(
+    url: &str,
+    clients: usize,
+    total: usize,
+    limit: Duration,
+    tag: &str,
+    speaks: Speaks,
+) -> Run {
     let start = Instant::now();
     let per = total.div_ceil(clients);
     let mut tasks = Vec::new();
@@ -167,22 +187,28 @@ async fn load(url: &str, clients: usize, total: usize, limit: Duration, tag: &st
                 if start.elapsed() > limit {
                     break;
                 }
-                let body = format!(
-                    r#"{{"jsonrpc":"2.0","id":{i},"method":"SendMessage","params":{{"message":{{"messageId":"{tag}-{i}","role":"ROLE_USER","parts":[{{"text":"hello {i}"}}]}}}}}}"#
-                );
+                let (body, done) = match speaks {
+                    Speaks::V1 => (
+                        format!(
+                            r#"{{"jsonrpc":"2.0","id":{i},"method":"SendMessage","params":{{"message":{{"messageId":"{tag}-{i}","role":"ROLE_USER","parts":[{{"text":"hello {i}"}}]}}}}}}"#
+                        ),
+                        "TASK_STATE_COMPLETED",
+                    ),
+                    Speaks::V03 => (
+                        format!(
+                            r#"{{"jsonrpc":"2.0","id":{i},"method":"message/send","params":{{"message":{{"kind":"message","messageId":"{tag}-{i}","role":"user","parts":[{{"kind":"text","text":"hello {i}"}}]}}}}}}"#
+                        ),
+                        r#""state":"completed""#,
+                    ),
+                };
                 let sent = Instant::now();
-                let response = http
-                    .post(&url)
-                    .header("A2A-Version", "1.0")
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await;
+                let mut request = http.post(&url).header("content-type", "application/json");
+                if speaks == Speaks::V1 {
+                    request = request.header("A2A-Version", "1.0");
+                }
+                let response = request.body(body).send().await;
                 let ok = match response {
-                    Ok(r) => r
-                        .text()
-                        .await
-                        .is_ok_and(|t| t.contains("TASK_STATE_COMPLETED")),
+                    Ok(r) => r.text().await.is_ok_and(|t| t.contains(done)),
                     Err(_) => false,
                 };
                 if ok {
@@ -293,7 +319,23 @@ fn main() {
     let before = cpu_time(server.child.id());
     let c64 = runtime.block_on(load(&url, 64, many, limit, "c64"));
     let server_cpu = per_request(before, cpu_time(server.child.id()), &c64);
+    // The same server, spoken to in A2A v0.3 (translated at its edge).
+    let o1 = runtime.block_on(load_as(&url, 1, one, limit, "o1", Speaks::V03));
+    let before = cpu_time(server.child.id());
+    let o64 = runtime.block_on(load_as(&url, 64, many, limit, "o64", Speaks::V03));
+    let v03_cpu = per_request(before, cpu_time(server.child.id()), &o64);
     drop(server);
+    let v03_line = format!(
+        "ctxlog-server spoken to in A2A v0.3: 1 client {o1}, 64 clients {o64}\n\
+         v0.3 / v1.0 on the same server: throughput 1 client {:.2}x, 64 clients {:.2}x; \
+         CPU per request at 64 clients {}",
+        o1.rps / c1.rps,
+        o64.rps / c64.rps,
+        match (v03_cpu, server_cpu) {
+            (Some(v03), Some(v1)) => format!("{:.2}x", v03.as_secs_f64() / v1.as_secs_f64()),
+            _ => "(not measured)".into(),
+        }
+    );
     table.push(("ctxlog-server (durable, group commit)".into(), c1, c64));
     table.push(("floor (same HTTP stack, canned task)".into(), fl1, fl64));
 
@@ -321,6 +363,7 @@ fn main() {
     for (name, a, b) in &table {
         println!("{name:<40} {a}   {b}");
     }
+    println!("\n{v03_line}");
     let row = |n: usize| table.get(n).map(|(_, a, b)| (a, b));
     if let (Some((l1, l64)), Some((s1, s64))) = (row(0), row(1)) {
         println!(

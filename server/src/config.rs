@@ -114,6 +114,9 @@ pub struct Webhooks {
     /// retries of failed ones beside them (so receivers that hang cannot
     /// hold up the others).
     pub max_in_flight: usize,
+    /// Root certificates (a PEM file) trusted for `https` webhooks beside
+    /// the system's (`--webhook-ca`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Webhooks {
@@ -127,6 +130,7 @@ impl Default for Webhooks {
             failing_after: 8,
             failing_retry: Duration::from_secs(300),
             max_in_flight: 64,
+            ca_file: None,
         }
     }
 }

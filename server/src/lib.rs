@@ -128,7 +128,7 @@ impl Server {
             store: storecell::StoreCell::new(store, health::reopener(me.clone())),
             agent,
             turns: turns::Turns::new(config.max_turns.max(1)),
-            pushes: pushes::Pushes::new(config.push.max_in_flight),
+            pushes: pushes::Pushes::new(&config.push),
             config,
             hub: Arc::new(hub::Hub::default()),
             cards,
@@ -233,6 +233,12 @@ impl Server {
         close(shared).await;
         served
     }
+}
+
+/// Checks a `--webhook-ca` file: it reads, and holds PEM certificates
+/// (how many); the error names the file and what is wrong.
+pub fn check_webhook_ca(path: &Path) -> Result<usize, String> {
+    webhook::check_ca_file(path)
 }
 
 /// The store options the configuration needs (the turn policy), on top of

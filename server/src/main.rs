@@ -114,6 +114,10 @@ struct Args {
     /// Seconds between the retries of a failing config.
     #[arg(long, default_value_t = 300)]
     push_failing_retry: u64,
+    /// Root certificates (a PEM file) trusted for https webhooks beside
+    /// the system's (a private CA, or tests).
+    #[arg(long, value_name = "FILE")]
+    webhook_ca: Option<PathBuf>,
     /// The A2A versions served, comma-separated: 1.0 (requests that send
     /// A2A-Version: 1.0) and 0.3 (requests without the header, as v0.3
     /// clients send them). A version not served answers
@@ -217,8 +221,12 @@ fn serve(args: Args) -> Result<(), String> {
         retry_max: Duration::from_secs(args.push_retry_max.max(1)),
         failing_after: args.push_failing_after.max(1),
         failing_retry: Duration::from_secs(args.push_failing_retry.max(1)),
+        ca_file: args.webhook_ca.clone(),
         ..Webhooks::default()
     };
+    if let Some(ca) = &args.webhook_ca {
+        ctxlog_server::check_webhook_ca(ca)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -30,7 +30,7 @@ pub(crate) struct Pushes {
     /// Places per host and port (a quarter of all), so that one receiver
     /// that hangs holds up no more than its share of the others; an entry
     /// lives while some request to its host holds or awaits a place.
-    hosts: Mutex<HashMap<(String, u16), Arc<Semaphore>>>,
+    hosts: Mutex<HashMap<(String, u16, bool), Arc<Semaphore>>>,
     per_host: usize,
 }
 
@@ -38,7 +38,7 @@ pub(crate) struct Pushes {
 /// let go when nobody else wants it, when dropped.
 pub(crate) struct HostPlace<'a> {
     pushes: &'a Pushes,
-    key: (String, u16),
+    key: (String, u16, bool),
     permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -99,16 +99,17 @@ impl Delivery {
 }
 
 impl Pushes {
-    /// A registry that lets `max_in_flight` requests out at once, and a
-    /// quarter as many retries beside them.
-    pub(crate) fn new(max_in_flight: usize) -> Self {
+    /// A registry that lets `webhooks.max_in_flight` requests out at
+    /// once, and a quarter as many retries beside them.
+    pub(crate) fn new(webhooks: &crate::config::Webhooks) -> Self {
+        let max_in_flight = webhooks.max_in_flight;
         Pushes {
             deliveries: Mutex::default(),
             in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
             retrying: Arc::new(Semaphore::new((max_in_flight / 4).max(1))),
             hosts: Mutex::default(),
             per_host: (max_in_flight / 4).max(1),
-            pool: crate::webhook::Pool::default(),
+            pool: crate::webhook::Pool::new(webhooks.ca_file.clone()),
         }
     }
 

@@ -1,13 +1,15 @@
 //! One webhook, as a delivery reaches it: the config's stored form and
 //! the headers it makes, its URL checked, its address checked when it is
 //! connected to (not only when the config was made: a name may resolve
-//! elsewhere by then), HTTP/1.1 connections kept in a pool by host,
-//! redirects never followed, and the response's body read only up to a
-//! small bound.
+//! elsewhere by then), HTTP/1.1 connections (over TLS for `https`, the
+//! server's certificate checked against the system's roots and
+//! `--webhook-ca`'s) kept in a pool by host, redirects never followed,
+//! and the response's body read only up to a small bound.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderName, HeaderValue, Method, Request, Uri};
@@ -16,6 +18,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::{handshake, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
 
 use crate::util::lock;
 
@@ -90,6 +96,8 @@ impl Stored {
 pub(crate) struct Target {
     host: String,
     port: u16,
+    /// `https`: the connection is TLS.
+    tls: bool,
     /// The request target: the URL's path and query.
     path: String,
     /// The `Host` header.
@@ -97,30 +105,23 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// The host and port requests go to.
-    pub(crate) fn authority(&self) -> (String, u16) {
-        (self.host.clone(), self.port)
+    /// The host and port requests go to, and whether over TLS.
+    pub(crate) fn authority(&self) -> (String, u16, bool) {
+        (self.host.clone(), self.port, self.tls)
     }
 
-    /// Checks `url`: an absolute `http` URL with a host (an `https` one
-    /// is refused, naming why: this build has no TLS client), and, unless
-    /// `allow_private`, not a literal address that [`is_public`] refuses.
-    /// The error says what to change.
+    /// Checks `url`: an absolute `http` or `https` URL with a host, and,
+    /// unless `allow_private`, not a literal address that [`is_public`]
+    /// refuses. The error says what to change.
     pub(crate) fn parse(url: &str, allow_private: bool) -> Result<Target, String> {
         let uri: Uri = url
             .parse()
             .map_err(|e| format!("url: {url:?} is not a URL: {e}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(format!(
-                    "url: {url:?} is https, and this server delivers only to http webhooks \
-                     (it has no TLS client); put a TLS-terminating proxy you trust in front \
-                     of the receiver and give its http URL"
-                ))
-            }
-            _ => return Err(format!("url: {url:?} is not an absolute http URL")),
-        }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(format!("url: {url:?} is not an absolute http or https URL")),
+        };
         let host = uri
             .host()
             .filter(|h| !h.is_empty())
@@ -136,13 +137,15 @@ impl Target {
                 return Err(refused("localhost"));
             }
         }
-        let port = uri.port_u16().unwrap_or(80);
+        let default_port = if tls { 443 } else { 80 };
+        let port = uri.port_u16().unwrap_or(default_port);
         let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-        let host_header = HeaderValue::try_from(host_header(&host, port))
+        let host_header = HeaderValue::try_from(host_header(&host, port, default_port))
             .map_err(|_| format!("url: {url:?} names a host no Host header can carry"))?;
         Ok(Target {
             host,
             port,
+            tls,
             path,
             host_header,
         })
@@ -214,10 +217,14 @@ pub(crate) struct Post<'a> {
 /// Idle connections to webhooks by host and port, for any delivery to
 /// take: a receiver of many tasks' configs is reached over a few kept
 /// connections, not a new one per task. At most [`POOL_PER_HOST`] per
-/// host and port, each for at most [`POOL_IDLE`].
+/// host and port, each for at most [`POOL_IDLE`]. It also holds the TLS
+/// client's configuration, made at the first `https` delivery.
 #[derive(Default)]
 pub(crate) struct Pool {
-    idle: Mutex<HashMap<(String, u16), Vec<Idle>>>,
+    idle: Mutex<HashMap<(String, u16, bool), Vec<Idle>>>,
+    /// `--webhook-ca`: roots trusted beside the system's.
+    ca_file: Option<PathBuf>,
+    tls: OnceLock<Result<TlsConnector, String>>,
 }
 
 /// A kept connection, and since when it is idle.
@@ -232,6 +239,22 @@ const POOL_PER_HOST: usize = 32;
 const POOL_IDLE: Duration = Duration::from_secs(30);
 
 impl Pool {
+    /// A pool whose TLS connections also trust the roots in `ca_file`.
+    pub(crate) fn new(ca_file: Option<PathBuf>) -> Self {
+        Pool {
+            ca_file,
+            ..Pool::default()
+        }
+    }
+
+    /// The TLS client (made once: the system's roots are read then).
+    fn tls(&self) -> Result<&TlsConnector, String> {
+        self.tls
+            .get_or_init(|| tls_client(self.ca_file.as_deref()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     fn take(&self, target: &Target) -> Option<Sender> {
         let mut idle = lock(&self.idle);
         let key = target.authority();
@@ -291,10 +314,10 @@ impl Connection {
         }
         let attempt = async {
             let kept = self.sender.is_some();
-            match self.exchange(target, post, allow_private).await {
+            match self.exchange(pool, target, post, allow_private).await {
                 Err(Failure::Unsent(_)) if kept => {
                     self.sender = None;
-                    self.exchange(target, post, allow_private).await
+                    self.exchange(pool, target, post, allow_private).await
                 }
                 other => other,
             }
@@ -314,6 +337,7 @@ impl Connection {
 
     async fn exchange(
         &mut self,
+        pool: &Pool,
         target: &Target,
         post: &Post<'_>,
         allow_private: bool,
@@ -324,7 +348,7 @@ impl Connection {
         };
         if !reusable {
             self.sender = Some(
-                connect(target, allow_private)
+                connect(pool, target, allow_private)
                     .await
                     .map_err(Failure::Answered)?,
             );
@@ -379,22 +403,72 @@ enum Failure {
     Answered(String),
 }
 
-/// The `Host` header of a host and port (an IPv6 address bracketed).
-fn host_header(host: &str, port: u16) -> String {
+/// The `Host` header of a host and port (an IPv6 address bracketed; the
+/// scheme's default port left out).
+fn host_header(host: &str, port: u16, default_port: u16) -> String {
     let host = match host.contains(':') {
         true => format!("[{host}]"),
         false => host.to_string(),
     };
-    match port {
-        80 => host,
-        port => format!("{host}:{port}"),
+    match port == default_port {
+        true => host,
+        false => format!("{host}:{port}"),
+    }
+}
+
+/// The TLS client for `https` webhooks: the system's root certificates
+/// and those of `ca_file` (PEM), TLS 1.2 and 1.3, HTTP/1.1 by ALPN.
+fn tls_client(ca_file: Option<&Path>) -> Result<TlsConnector, String> {
+    let mut roots = RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(system.certs);
+    if let Some(path) = ca_file {
+        let named = |e: &dyn std::fmt::Display| format!("--webhook-ca {}: {e}", path.display());
+        for cert in CertificateDer::pem_file_iter(path).map_err(|e| named(&e))? {
+            roots
+                .add(cert.map_err(|e| named(&e))?)
+                .map_err(|e| named(&e))?;
+        }
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "no root certificate to check an https webhook's against: the system's store \
+             gave {added} (install the CA certificates package) and --webhook-ca names none"
+        ));
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("the TLS client could not be made: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// Reads the roots of `ca_file` (PEM), for `--webhook-ca` to be checked
+/// when the server starts; how many there are.
+pub(crate) fn check_ca_file(ca_file: &Path) -> Result<usize, String> {
+    let named = |e: &dyn std::fmt::Display| format!("--webhook-ca {}: {e}", ca_file.display());
+    let mut n = 0;
+    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| named(&e))? {
+        cert.map_err(|e| named(&e))?;
+        n += 1;
+    }
+    match n {
+        0 => Err(named(&"it holds no PEM certificate")),
+        n => Ok(n),
     }
 }
 
 /// Resolves the target's host and connects to the first address allowed
 /// (unless `allow_private`, only public ones: checked here, on the
 /// addresses actually connected to).
-async fn connect(target: &Target, allow_private: bool) -> Result<Sender, String> {
+async fn connect(pool: &Pool, target: &Target, allow_private: bool) -> Result<Sender, String> {
+    let tls = match target.tls {
+        true => Some(pool.tls()?),
+        false => None,
+    };
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
         .map_err(|e| format!("{} does not resolve: {e}", target.host))?
@@ -415,20 +489,43 @@ async fn connect(target: &Target, allow_private: bool) -> Result<Sender, String>
         match tokio::net::TcpStream::connect(addr).await {
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
-                let (sender, connection) = handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(|e| format!("HTTP handshake with {addr} failed: {e}"))?;
-                // The connection's task ends when the sender is dropped
-                // or the peer closes it.
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                return Ok(sender);
+                return match tls {
+                    None => http1(TokioIo::new(stream), addr).await,
+                    Some(tls) => {
+                        let name = match target.host.parse::<IpAddr>() {
+                            Ok(ip) => ServerName::IpAddress(ip.into()),
+                            Err(_) => ServerName::try_from(target.host.clone()).map_err(|e| {
+                                format!("{}: not a TLS server name: {e}", target.host)
+                            })?,
+                        };
+                        let stream = tls
+                            .connect(name, stream)
+                            .await
+                            .map_err(|e| format!("TLS handshake with {addr} failed: {e}"))?;
+                        http1(TokioIo::new(stream), addr).await
+                    }
+                };
             }
             Err(e) => last = format!("cannot connect to {addr}: {e}"),
         }
     }
     Err(last)
+}
+
+/// An HTTP/1.1 client connection over `io` (a TCP or TLS stream).
+async fn http1<T>(io: TokioIo<T>, addr: SocketAddr) -> Result<Sender, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = handshake(io)
+        .await
+        .map_err(|e| format!("HTTP handshake with {addr} failed: {e}"))?;
+    // The connection's task ends when the sender is dropped or the peer
+    // closes it.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
 }
 
 #[cfg(test)]
@@ -465,8 +562,11 @@ mod tests {
     #[test]
     fn urls_are_checked_and_private_literals_refused_unless_allowed() {
         assert!(Target::parse("http://example.com/hook", false).is_ok());
-        let e = Target::parse("https://example.com/hook", false).unwrap_err();
-        assert!(e.contains("TLS"), "{e}");
+        let https = Target::parse("https://example.com/hook", false).unwrap();
+        assert_eq!(https.authority(), ("example.com".into(), 443, true));
+        assert_eq!(https.host_header, "example.com");
+        let odd = Target::parse("https://example.com:8443/hook", false).unwrap();
+        assert_eq!(odd.host_header, "example.com:8443");
         for url in ["ftp://example.com/x", "/relative", "http://", "not a url"] {
             assert!(Target::parse(url, true).is_err(), "{url}");
         }

@@ -329,7 +329,7 @@ async fn unsafe_urls_are_refused_redirects_not_followed_large_answers_cut() {
         "http://10.0.0.1/h",
         "http://169.254.169.254/latest/meta-data",
         "http://[::1]/h",
-        "https://example.com/h",
+        "https://127.0.0.1/h",
         "ftp://example.com/h",
         "",
     ] {
@@ -626,4 +626,65 @@ async fn a_receiver_that_hangs_holds_only_its_share_of_the_places() {
         "{health}"
     );
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_webhooks_get_every_event_when_their_certificate_is_trusted() {
+    let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tls/ca.pem");
+    assert_eq!(ctxlog_server::check_webhook_ca(ca.as_ref()), Ok(1));
+    assert!(ctxlog_server::check_webhook_ca("Cargo.toml".as_ref()).is_err());
+    let (hook, base) = Hook::start_tls(Answer::Ok).await;
+    for trusted in [true, false] {
+        let gated = Gated::new(1);
+        let server = TestServer::start(
+            Arc::new(GatedAgent(gated.clone())),
+            |c| {
+                c.push.enabled = true;
+                c.push.allow_private = true;
+                c.push.retry_base = Duration::from_millis(5);
+                c.push.retry_max = Duration::from_millis(20);
+                c.push.failing_after = 2;
+                c.push.failing_retry = Duration::from_millis(50);
+                // Untrusted: roots that do not include the test CA.
+                c.push.ca_file = Some(match trusted {
+                    true => ca.into(),
+                    false => ca.replace("ca.pem", "other-ca.pem").into(),
+                });
+            },
+            None,
+        )
+        .await;
+        let c = Client::new(&server.url, None);
+        let path = format!("/{trusted}");
+        let config = json!({ "url": format!("{base}{path}"), "token": "tls-token" });
+        let task = begin(&c, "m1", Some(config)).await;
+        gated.open();
+        if trusted {
+            assert!(
+                hook.wait_for_state(&path, "TASK_STATE_COMPLETED", WAIT)
+                    .await,
+                "{:?}",
+                hook.got()
+            );
+            let got = hook.accepted(&path);
+            assert!(got
+                .iter()
+                .all(|g| g.header("x-a2a-notification-token").as_deref() == Some("tls-token")));
+            let seqs: Vec<u64> = got.iter().map(|g| g.seq()).collect();
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        } else {
+            // Neither the system's roots nor the other CA know the test
+            // CA: every handshake fails, nothing arrives, and after
+            // `failing_after` failures the config is marked failing (a
+            // third attempt comes only after that).
+            assert!(hook.wait_handshakes_failed(3, WAIT).await);
+            let (_, health) = common::health(&server.url).await;
+            let failing = &health["push"]["failing"];
+            assert_eq!(failing[0]["taskId"], task.as_str(), "{health}");
+            let error = failing[0]["lastError"].as_str().unwrap();
+            assert!(error.contains("TLS handshake"), "{error}");
+            assert!(hook.accepted(&path).is_empty());
+        }
+        server.stop().await;
+    }
 }

@@ -54,6 +54,9 @@ pub struct Hook {
     arrived: Notify,
     /// Requests to answer 503 before accepting.
     pub fail_first: AtomicUsize,
+    /// TLS handshakes that failed (a client that did not trust the
+    /// certificate).
+    handshakes_failed: AtomicUsize,
     answer: Mutex<Option<Answer>>,
 }
 
@@ -69,6 +72,61 @@ impl Hook {
             let _ = axum::serve(listener, app).await;
         });
         hook
+    }
+
+    /// Starts a receiver on a fresh loopback port that speaks TLS with
+    /// the test certificate (tests/data/tls, signed by its `ca.pem`); its
+    /// `https` base URL.
+    pub async fn start_tls(answer: Answer) -> (Arc<Hook>, String) {
+        use hyper_util::rt::TokioIo;
+        use hyper_util::service::TowerToHyperService;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tls");
+        let certs = CertificateDer::pem_file_iter(format!("{dir}/cert.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(format!("{dir}/key.pem")).unwrap();
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let hook = Arc::new(Hook::default());
+        *hook.answer.lock().unwrap() = Some(answer);
+        let app = axum::Router::new()
+            .fallback(receive)
+            .with_state(hook.clone());
+        let served = hook.clone();
+        tokio::spawn(async move {
+            let hook = served;
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, app, hook) = (acceptor.clone(), app.clone(), hook.clone());
+                tokio::spawn(async move {
+                    // A client that does not trust the certificate ends
+                    // here: nothing is recorded.
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        hook.handshakes_failed.fetch_add(1, Ordering::SeqCst);
+                        hook.arrived.notify_waiters();
+                        return;
+                    };
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app))
+                        .await;
+                });
+            }
+        });
+        (hook, url)
     }
 
     /// Starts a receiver on a fresh loopback port; its base URL.
@@ -105,6 +163,24 @@ impl Hook {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
                 return done(&self.got.lock().unwrap());
+            }
+        }
+    }
+
+    /// Waits (at most `limit`) until `n` TLS handshakes have failed;
+    /// whether they did.
+    pub async fn wait_handshakes_failed(&self, n: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let notified = self.arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.handshakes_failed.load(Ordering::SeqCst) >= n {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
+                return self.handshakes_failed.load(Ordering::SeqCst) >= n;
             }
         }
     }

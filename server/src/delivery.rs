@@ -379,10 +379,12 @@ async fn send(
     if ended(shared, delivery) {
         return Sent::Stopped;
     }
-    // A delivery whose last attempt failed retries on places of its own.
-    let places = match lock(&delivery.health).failures {
-        0 => &shared.pushes.in_flight,
-        _ => &shared.pushes.retrying,
+    // A delivery whose last attempt failed, or whose host's last request
+    // failed, goes on places of its own.
+    let retry = lock(&delivery.health).failures > 0 || shared.pushes.troubled(target);
+    let places = match retry {
+        false => &shared.pushes.in_flight,
+        true => &shared.pushes.retrying,
     };
     let host = tokio::select! {
         p = shared.pushes.host_place(target) => p,
@@ -398,6 +400,7 @@ async fn send(
     };
     drop(permit);
     drop(host);
+    shared.pushes.note(target, result.is_ok());
     let mut health = lock(&delivery.health);
     match result {
         Ok(()) => {

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -32,7 +33,17 @@ pub(crate) struct Pushes {
     /// lives while some request to its host holds or awaits a place.
     hosts: Mutex<HashMap<(String, u16, bool), Arc<Semaphore>>>,
     per_host: usize,
+    /// Hosts whose last request failed, and when: every request to one
+    /// (a new config's first included) takes a retry place until a
+    /// request to it succeeds, or [`TROUBLE_FOR`] passes without a
+    /// failure. So hosts that hang hold the retry places, never the
+    /// healthy ones', however many configs name them.
+    troubled: Mutex<HashMap<(String, u16, bool), Instant>>,
 }
+
+/// How long a host that failed is taken for troubled after its last
+/// failure.
+const TROUBLE_FOR: Duration = Duration::from_secs(300);
 
 /// A place for one request to one host; given back, and its host's entry
 /// let go when nobody else wants it, when dropped.
@@ -110,6 +121,26 @@ impl Pushes {
             hosts: Mutex::default(),
             per_host: (max_in_flight / 4).max(1),
             pool: crate::webhook::Pool::new(webhooks.ca_file.clone()),
+            troubled: Mutex::default(),
+        }
+    }
+
+    /// Whether a request to `target`'s host failed last (and lately).
+    pub(crate) fn troubled(&self, target: &Target) -> bool {
+        lock(&self.troubled)
+            .get(&target.authority())
+            .is_some_and(|at| at.elapsed() < TROUBLE_FOR)
+    }
+
+    /// Notes how a request to `target`'s host went: a success clears its
+    /// trouble, a failure marks it (and lets go of marks that are old).
+    pub(crate) fn note(&self, target: &Target, succeeded: bool) {
+        let mut troubled = lock(&self.troubled);
+        if succeeded {
+            troubled.remove(&target.authority());
+        } else {
+            troubled.retain(|_, at| at.elapsed() < TROUBLE_FOR);
+            troubled.insert(target.authority(), Instant::now());
         }
     }
 

@@ -629,6 +629,80 @@ async fn a_receiver_that_hangs_holds_only_its_share_of_the_places() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_that_failed_take_only_the_retry_places() {
+    use tokio::io::AsyncReadExt;
+
+    // Eight receivers that close their first connection at once (a quick
+    // failure) and hang on every later one.
+    let connections = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut hanging = Vec::new();
+    for _ in 0..8 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        hanging.push(format!("http://{}/h", listener.local_addr().unwrap()));
+        let connections = connections.clone();
+        tokio::spawn(async move {
+            let mut first = true;
+            while let Ok((mut socket, _)) = listener.accept().await {
+                connections.add_permits(1);
+                if std::mem::take(&mut first) {
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+    }
+    let gated = Gated::new(0);
+    let server = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+            // Longer than the test waits: a hanging request holds its
+            // place throughout.
+            c.push.timeout = Duration::from_secs(120);
+            c.push.retry_base = Duration::from_millis(5);
+            c.push.retry_max = Duration::from_millis(20);
+            // 8 places: 2 per host, 2 for retries.
+            c.push.max_in_flight = 8;
+        },
+        None,
+    )
+    .await;
+    let c = Client::new(&server.url, None);
+    // One config per receiver: its first request fails at once; two of
+    // the retries hang on the two retry places, the others wait for one
+    // (each holding one of its host's two places).
+    for (i, url) in hanging.iter().enumerate() {
+        gated.open();
+        send_with(&c, &format!("first-{i}"), "hi", url).await;
+    }
+    let seen = tokio::time::timeout(WAIT, connections.acquire_many(10)).await;
+    assert!(
+        seen.is_ok(),
+        "each receiver failed once, and two retries hang"
+    );
+    // A new config per receiver: their first requests would take all
+    // eight healthy places (one per host is left) were the hosts not
+    // known to fail.
+    for (i, url) in hanging.iter().enumerate() {
+        gated.open();
+        send_with(&c, &format!("more-{i}"), "hi", url).await;
+    }
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    gated.open();
+    send_with(&c, "ok", "hi", &format!("{base}/ok")).await;
+    assert!(
+        hook.wait_for_state("/ok", "TASK_STATE_COMPLETED", WAIT)
+            .await,
+        "a healthy receiver waited behind hosts that hang"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_webhooks_get_every_event_when_their_certificate_is_trusted() {
     let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tls/ca.pem");
     assert_eq!(ctxlog_server::check_webhook_ca(ca.as_ref()), Ok(1));

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, Method, StatusCode};
@@ -79,6 +80,12 @@ pub(crate) fn get_params(parts: &Parts, id: String) -> Result<GetParams, A2aErro
         id,
         history_length: q.history_length,
     })
+}
+
+/// What a path that does not decode (not UTF-8 once its `%XX` are
+/// undone) answers: `InvalidParams`, as JSON like every other error.
+pub(crate) fn path_error(rejection: PathRejection) -> A2aError {
+    A2aError::invalid(format!("the URL's path: {}", rejection.body_text()))
 }
 
 /// A push route's task id and config id (if it names one).
@@ -222,10 +229,14 @@ async fn list(State(shared): State<Arc<Shared>>, request: Request) -> Response {
 /// `GET /tasks/{id}`, `POST /tasks/{id}:cancel`, `POST|GET /tasks/{id}:subscribe`.
 async fn task(
     State(shared): State<Arc<Shared>>,
-    Path(segment): Path<String>,
+    segment: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
+    let Path(segment) = match segment {
+        Ok(s) => s,
+        Err(e) => return error(&path_error(e)),
+    };
     let tenant = match admit(&shared, &parts) {
         Ok(t) => t,
         Err(e) => return error(&e),
@@ -279,10 +290,14 @@ struct QueryHistory {
 /// `GET|DELETE /tasks/{id}/pushNotificationConfigs/{config}`.
 async fn push(
     State(shared): State<Arc<Shared>>,
-    Path(path): Path<Vec<(String, String)>>,
+    path: Result<Path<Vec<(String, String)>>, PathRejection>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
+    let Path(path) = match path {
+        Ok(p) => p,
+        Err(e) => return error(&path_error(e)),
+    };
     let (task_id, config) = push_path(&path);
     let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
         Ok(t) => t,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, Method, StatusCode};
@@ -19,7 +20,7 @@ use crate::core::{self, IdParams};
 use crate::error::A2aError;
 use crate::keys::Key;
 use crate::push;
-use crate::rest::{admit_as, error, get_params, push_path, task_action, timed};
+use crate::rest::{admit_as, error, get_params, path_error, push_path, task_action, timed};
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -111,10 +112,14 @@ fn respond(shared: &Shared, follow: Result<sse::Follow, A2aError>) -> Response {
 /// `GET|POST /v1/tasks/{id}:subscribe`.
 async fn task(
     State(shared): State<Arc<Shared>>,
-    Path(segment): Path<String>,
+    segment: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
+    let Path(segment) = match segment {
+        Ok(s) => s,
+        Err(e) => return error(&path_error(e)),
+    };
     let tenant = match admit(&shared, &parts) {
         Ok(t) => t,
         Err(e) => return error(&e),
@@ -151,10 +156,14 @@ async fn task(
 /// `GET|DELETE /v1/tasks/{id}/pushNotificationConfigs/{config}`.
 async fn push(
     State(shared): State<Arc<Shared>>,
-    Path(path): Path<Vec<(String, String)>>,
+    path: Result<Path<Vec<(String, String)>>, PathRejection>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
+    let Path(path) = match path {
+        Ok(p) => p,
+        Err(e) => return error(&path_error(e)),
+    };
     let (task_id, config) = push_path(&path);
     let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
         Ok(t) => t,

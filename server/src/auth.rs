@@ -175,6 +175,25 @@ pub fn check_version(
     query: Option<&str>,
     served: Protocols,
 ) -> Result<Protocol, A2aError> {
+    let version = named_version(headers, query);
+    match version_of(&version) {
+        Some(p) if served.serves(p) => Ok(p),
+        _ if version.is_empty() => Err(A2aError::VersionNotSupported(
+            "0.3 (no A2A-Version given)".into(),
+        )),
+        _ => Err(A2aError::VersionNotSupported(version)),
+    }
+}
+
+/// The version a request asks for, served or not (`None`: one this server
+/// does not know).
+pub fn requested_version(headers: &HeaderMap, query: Option<&str>) -> Option<Protocol> {
+    version_of(&named_version(headers, query))
+}
+
+/// The `A2A-Version` a request names (header, else query parameter),
+/// trimmed; empty if none.
+fn named_version(headers: &HeaderMap, query: Option<&str>) -> String {
     let from_header = headers
         .get("a2a-version")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string());
@@ -185,14 +204,7 @@ pub fn check_version(
             .find(|(k, _)| k.eq_ignore_ascii_case("a2a-version"))
             .map(|(_, v)| v.trim().to_string())
     };
-    let version = from_header.or_else(from_query).unwrap_or_default();
-    match version_of(&version) {
-        Some(p) if served.serves(p) => Ok(p),
-        _ if version.is_empty() => Err(A2aError::VersionNotSupported(
-            "0.3 (no A2A-Version given)".into(),
-        )),
-        _ => Err(A2aError::VersionNotSupported(version)),
-    }
+    from_header.or_else(from_query).unwrap_or_default()
 }
 
 /// The caller's tenant: the token's, or the local tenant when no tokens are

@@ -100,11 +100,16 @@ impl Serialize for SendOutcome {
     }
 }
 
+/// A method's params as the client sent them (absent: `{}`).
+pub(crate) fn params_text(params: &Option<Box<RawValue>>) -> &str {
+    params.as_ref().map_or("{}", |p| p.get())
+}
+
 /// Parses a method's params (`null` or absent: the empty object).
 pub(crate) fn params<T: serde::de::DeserializeOwned>(
     params: Option<Box<RawValue>>,
 ) -> Result<T, A2aError> {
-    let text = params.as_ref().map_or("{}", |p| p.get());
+    let text = params_text(&params);
     let text = if text == "null" { "{}" } else { text };
     serde_json::from_str(text).map_err(|e| A2aError::invalid(e.to_string()))
 }
@@ -138,7 +143,7 @@ pub(crate) async fn send(
     let config = params.configuration.unwrap_or_default();
     let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?
         .map(|p| p.by_v03_client(params.v03));
-    check_parts(shared, &params.message, params.v03)?;
+    crate::media::check_parts(params.message.get(), &shared.input_modes, params.v03)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
     push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
@@ -171,7 +176,7 @@ pub(crate) async fn send_streaming(
     let config = params.configuration.unwrap_or_default();
     let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?
         .map(|p| p.by_v03_client(params.v03));
-    check_parts(shared, &params.message, params.v03)?;
+    crate::media::check_parts(params.message.get(), &shared.input_modes, params.v03)?;
     let history = history_length(config.history_length)?;
     let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
     push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
@@ -191,20 +196,6 @@ pub(crate) async fn send_streaming(
         true,
         history,
     ))
-}
-
-/// The message's parts are of media types the agent takes (one in v0.3's
-/// form checked in v1.0's; one that does not translate is the receive's to
-/// refuse).
-fn check_parts(shared: &Shared, message: &RawValue, v03: bool) -> Result<(), A2aError> {
-    let text = message.get();
-    match v03 {
-        false => crate::media::check_parts(text, &shared.input_modes),
-        true => match ctxlog::a2a::v03::message_to_v1(text.as_bytes()) {
-            Ok(v1) => crate::media::check_parts(&v1, &shared.input_modes),
-            Err(_) => Ok(()),
-        },
-    }
 }
 
 /// Stores the push config given with a send (read by

@@ -285,7 +285,11 @@ fn body_of(event: ctxlog::a2a::StreamResponse, v03: bool) -> serde_json::Result<
         .as_ref()
         .is_some_and(|u| u.status.state.is_terminal());
     let value = serde_json::to_value(&event)?;
-    serde_json::to_vec(&ctxlog::a2a::v03::event_to_v03(value, last))
+    serde_json::to_vec(&ctxlog::a2a::v03::event_to_v03(
+        value,
+        last,
+        ctxlog::a2a::v03::Wire::JsonRpc,
+    ))
 }
 
 /// A config as a delivery uses it.

@@ -316,15 +316,8 @@ async fn agent_card(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let cards = &shared.cards;
     // A v1.0 client (asking with A2A-Version: 1.0) gets v1.0's card; any
     // other request, v0.3's members beside it (card.rs, `with_v03`).
-    let v1 = auth::check_version(
-        request.headers(),
-        request.uri().query(),
-        auth::Protocols {
-            v1_0: true,
-            v0_3: false,
-        },
-    )
-    .is_ok();
+    let v1 = auth::requested_version(request.headers(), request.uri().query())
+        == Some(auth::Protocol::V1_0);
     let card = if v1 { &cards.public } else { &cards.public_v03 };
     let etag = HeaderValue::from_str(&card.etag).unwrap_or(HeaderValue::from_static("\"\""));
     let modified =

@@ -63,21 +63,37 @@ pub(crate) fn response_type(headers: &HeaderMap) -> HeaderValue {
 /// Checks the media types of a message's parts (`message`: its JSON)
 /// against the agent's: a part whose `mediaType` the agent does not take is
 /// `ContentTypeNotSupported` (§3.1.1; a part without one is taken). The
-/// agent's types may be wildcards (`*/*`, `image/*`).
-pub(crate) fn check_parts(message: &str, takes: &[String]) -> Result<(), A2aError> {
+/// agent's types may be wildcards (`*/*`, `image/*`). A message in one of
+/// A2A v0.3's forms (`v03`) is read as it came: its `parts` (or the
+/// protobuf form's `content`), each file's `file.mimeType`.
+pub(crate) fn check_parts(message: &str, takes: &[String], v03: bool) -> Result<(), A2aError> {
+    // `content` and `file` are read only for v0.3 (to v1.0 they are
+    // members it does not define, whatever their shape).
     #[derive(serde::Deserialize)]
     struct Parts {
         #[serde(default)]
-        parts: Vec<Typed>,
+        parts: Option<Vec<Typed>>,
+        #[serde(default)]
+        content: Option<serde_json::Value>,
     }
     #[derive(serde::Deserialize)]
     struct Typed {
         #[serde(rename = "mediaType", default)]
         media_type: Option<String>,
+        #[serde(default)]
+        file: Option<serde_json::Value>,
     }
     // A message that does not parse is the receive's to refuse.
-    let Ok(parts) = serde_json::from_str::<Parts>(message) else {
+    let Ok(Parts { parts, content }) = serde_json::from_str::<Parts>(message) else {
         return Ok(());
+    };
+    let parts = match (v03, parts, content) {
+        (false, parts, _) | (true, parts @ Some(_), _) => parts.unwrap_or_default(),
+        (true, None, Some(content)) => match serde_json::from_value(content) {
+            Ok(parts) => parts,
+            Err(_) => return Ok(()),
+        },
+        (true, None, None) => Vec::new(),
     };
     let taken = |ty: &str| {
         let ty = ty
@@ -92,8 +108,15 @@ pub(crate) fn check_parts(message: &str, takes: &[String]) -> Result<(), A2aErro
             t == ty || t == "*/*" || t.strip_suffix("/*") == Some(major)
         })
     };
-    for (i, part) in parts.parts.iter().enumerate() {
-        if let Some(ty) = part.media_type.as_deref().filter(|t| !taken(t)) {
+    for (i, part) in parts.iter().enumerate() {
+        let in_file = part
+            .file
+            .as_ref()
+            .filter(|_| v03)
+            .and_then(|f| f.get("mimeType"))
+            .and_then(serde_json::Value::as_str);
+        let media_type = in_file.or(part.media_type.as_deref());
+        if let Some(ty) = media_type.filter(|t| !taken(t)) {
             return Err(A2aError::PartTypeNotSupported {
                 message: format!(
                     "part {i} has mediaType {ty:?}, which this agent does not take; it takes {}",
@@ -148,12 +171,20 @@ mod tests {
         let message =
             |ty: &str| format!(r#"{{"parts":[{{"text":"a"}},{{"raw":"","mediaType":"{ty}"}}]}}"#);
         for ok in ["text/plain", "Text/Plain; charset=utf-8", "image/png"] {
-            assert!(check_parts(&message(ok), &takes).is_ok(), "{ok}");
+            assert!(check_parts(&message(ok), &takes, false).is_ok(), "{ok}");
         }
-        let e = check_parts(&message("application/x-unsupported"), &takes).unwrap_err();
+        let e = check_parts(&message("application/x-unsupported"), &takes, false).unwrap_err();
         assert_eq!((e.code(), e.http_status()), (-32005, 400));
         assert!(e.message().contains("part 1"));
-        assert!(check_parts(&message("video/mp4"), &["*/*".to_string()]).is_ok());
+        assert!(check_parts(&message("video/mp4"), &["*/*".to_string()], false).is_ok());
+        // v0.3's forms: the file's mimeType, in parts or in content.
+        let rpc = r#"{"parts":[{"kind":"file","file":{"uri":"u","mimeType":"video/mp4"}}]}"#;
+        let proto = r#"{"content":[{"file":{"fileWithUri":"u","mimeType":"video/mp4"}}]}"#;
+        for v03 in [rpc, proto] {
+            let e = check_parts(v03, &takes, true).unwrap_err();
+            assert!(e.message().contains("part 0"), "{v03}");
+            assert!(check_parts(v03, &["video/*".to_string()], true).is_ok());
+        }
     }
 
     #[test]

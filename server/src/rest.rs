@@ -7,8 +7,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -82,10 +81,23 @@ pub(crate) fn get_params(parts: &Parts, id: String) -> Result<GetParams, A2aErro
     })
 }
 
-/// What a path that does not decode (not UTF-8 once its `%XX` are
-/// undone) answers: `InvalidParams`, as JSON like every other error.
-pub(crate) fn path_error(rejection: PathRejection) -> A2aError {
-    A2aError::invalid(format!("the URL's path: {}", rejection.body_text()))
+/// A route's path parameters (axum's `Path`), except that a path that does
+/// not decode (not UTF-8 once its `%XX` are undone) is answered as every
+/// other error is: `InvalidParams`, as JSON (axum's own answer is text).
+pub(crate) struct PathParams<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(params)) => Ok(PathParams(params)),
+            Err(rejection) => Err(error(&A2aError::invalid(format!(
+                "the URL's path: {}",
+                rejection.body_text()
+            )))),
+        }
+    }
 }
 
 /// A push route's task id and config id (if it names one).
@@ -101,16 +113,30 @@ async fn send_body<T: DeserializeOwned>(
     body: Body,
     operation: &str,
 ) -> Result<(T, Option<Key>), A2aError> {
-    let bytes = crate::listener::read_request_body(shared, &parts.headers, body).await?;
-    let bytes: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
-        true => b"{}",
-        false => &bytes,
-    };
-    let key = Key::of(&parts.headers, operation, bytes)?;
-    let value: Box<serde_json::value::RawValue> =
-        serde_json::from_slice(bytes).map_err(|e| A2aError::Parse(e.to_string()))?;
-    let params = serde_json::from_str(value.get()).map_err(|e| A2aError::invalid(e.to_string()))?;
+    let bytes = body_bytes(shared, parts, body).await?;
+    let key = Key::of(&parts.headers, operation, &bytes)?;
+    let params = serde_json::from_str(json_text(&bytes)?.get())
+        .map_err(|e| A2aError::invalid(e.to_string()))?;
     Ok((params, key))
+}
+
+/// A request's body, within the configured limits; one of white space
+/// alone is `{}`.
+pub(crate) async fn body_bytes(
+    shared: &Shared,
+    parts: &Parts,
+    body: Body,
+) -> Result<axum::body::Bytes, A2aError> {
+    let bytes = crate::listener::read_request_body(shared, &parts.headers, body).await?;
+    Ok(match bytes.iter().all(u8::is_ascii_whitespace) {
+        true => axum::body::Bytes::from_static(b"{}"),
+        false => bytes,
+    })
+}
+
+/// A body's JSON (a parse error if it is not JSON).
+pub(crate) fn json_text(bytes: &[u8]) -> Result<&serde_json::value::RawValue, A2aError> {
+    serde_json::from_slice(bytes).map_err(|e| A2aError::Parse(e.to_string()))
 }
 
 /// The query string's parameters (camelCase names), as a JSON object of
@@ -151,10 +177,15 @@ pub(crate) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
 }
 
 fn ok<T: Serialize>(result: Result<T, A2aError>) -> Response {
-    match result.and_then(|v| {
+    ok_json(result.and_then(|v| {
         serde_json::to_string(&v)
             .map_err(|e| A2aError::Internal(format!("the result could not be written: {e}")))
-    }) {
+    }))
+}
+
+/// A result already written as JSON text, or its error.
+pub(crate) fn ok_json(result: Result<String, A2aError>) -> Response {
+    match result {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -229,14 +260,10 @@ async fn list(State(shared): State<Arc<Shared>>, request: Request) -> Response {
 /// `GET /tasks/{id}`, `POST /tasks/{id}:cancel`, `POST|GET /tasks/{id}:subscribe`.
 async fn task(
     State(shared): State<Arc<Shared>>,
-    segment: Result<Path<String>, PathRejection>,
+    PathParams(segment): PathParams<String>,
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let Path(segment) = match segment {
-        Ok(s) => s,
-        Err(e) => return error(&path_error(e)),
-    };
     let tenant = match admit(&shared, &parts) {
         Ok(t) => t,
         Err(e) => return error(&e),
@@ -290,14 +317,10 @@ struct QueryHistory {
 /// `GET|DELETE /tasks/{id}/pushNotificationConfigs/{config}`.
 async fn push(
     State(shared): State<Arc<Shared>>,
-    path: Result<Path<Vec<(String, String)>>, PathRejection>,
+    PathParams(path): PathParams<Vec<(String, String)>>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let Path(path) = match path {
-        Ok(p) => p,
-        Err(e) => return error(&path_error(e)),
-    };
     let (task_id, config) = push_path(&path);
     let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
         Ok(t) => t,

@@ -189,7 +189,7 @@ async fn follow(
     raw: Option<Box<RawValue>>,
 ) -> Result<crate::sse::Follow, A2aError> {
     if method == "SendStreamingMessage" {
-        let text = raw.as_ref().map_or("{}", |p| p.get());
+        let text = core::params_text(&raw);
         let key = Key::of(headers, method, text.as_bytes())?;
         core::send_streaming(shared, tenant, core::params(raw)?, key).await
     } else {
@@ -209,7 +209,7 @@ async fn call(
     let json = |v: &dyn erased::Json| v.to_json();
     match method {
         "SendMessage" => {
-            let text = raw.as_ref().map_or("{}", |p| p.get());
+            let text = core::params_text(&raw);
             let key = Key::of(headers, method, text.as_bytes())?;
             json(&core::send(shared, tenant, core::params(raw)?, key).await?)
         }

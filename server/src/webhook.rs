@@ -423,11 +423,10 @@ fn tls_client(ca_file: Option<&Path>) -> Result<TlsConnector, String> {
     let system = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(system.certs);
     if let Some(path) = ca_file {
-        let named = |e: &dyn std::fmt::Display| format!("--webhook-ca {}: {e}", path.display());
-        for cert in CertificateDer::pem_file_iter(path).map_err(|e| named(&e))? {
+        for cert in ca_certs(path)? {
             roots
-                .add(cert.map_err(|e| named(&e))?)
-                .map_err(|e| named(&e))?;
+                .add(cert)
+                .map_err(|e| format!("--webhook-ca {}: {e}", path.display()))?;
         }
     }
     if roots.is_empty() {
@@ -449,16 +448,22 @@ fn tls_client(ca_file: Option<&Path>) -> Result<TlsConnector, String> {
 /// Reads the roots of `ca_file` (PEM), for `--webhook-ca` to be checked
 /// when the server starts; how many there are.
 pub(crate) fn check_ca_file(ca_file: &Path) -> Result<usize, String> {
-    let named = |e: &dyn std::fmt::Display| format!("--webhook-ca {}: {e}", ca_file.display());
-    let mut n = 0;
-    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| named(&e))? {
-        cert.map_err(|e| named(&e))?;
-        n += 1;
-    }
-    match n {
-        0 => Err(named(&"it holds no PEM certificate")),
+    match ca_certs(ca_file)?.len() {
+        0 => Err(format!(
+            "--webhook-ca {}: it holds no PEM certificate",
+            ca_file.display()
+        )),
         n => Ok(n),
     }
+}
+
+/// The certificates of a PEM file (`--webhook-ca`); the error names it.
+fn ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let named = |e: &dyn std::fmt::Display| format!("--webhook-ca {}: {e}", path.display());
+    CertificateDer::pem_file_iter(path)
+        .map_err(|e| named(&e))?
+        .map(|cert| cert.map_err(|e| named(&e)))
+        .collect()
 }
 
 /// Resolves the target's host and connects to the first address allowed

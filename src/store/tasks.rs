@@ -1396,16 +1396,14 @@ pub(super) fn stored_form(raw: &[u8]) -> Form {
 }
 
 /// A stored message as the task model reads it: v1.0's form, a message
-/// received in v0.3's translated ([`Store::receive_v03_message`]).
+/// received in v0.3's translated ([`Store::receive_v03_message`]). Only a
+/// blob that v1.0 does not read is tried as v0.3 (the translation refuses
+/// what is not v0.3); one that is neither answers v1.0's error.
 fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
-    match from_json::<Message>(bytes) {
-        Err(_) if stored_form(bytes) == Form::V03 => {
-            let v1 = crate::a2a::v03::message_to_v1(bytes)
-                .map_err(|e| format!("a stored v0.3 message does not translate: {e}"))?;
-            from_json::<Message>(v1.as_bytes())
-        }
-        read => read,
-    }
+    from_json::<Message>(bytes).or_else(|v1_error| match crate::a2a::v03::message_to_v1(bytes) {
+        Ok(v1) => from_json::<Message>(v1.as_bytes()),
+        Err(_) => Err(v1_error),
+    })
 }
 
 pub(super) fn parse_message(raw: &[u8]) -> Result<(Message, [u8; 32])> {

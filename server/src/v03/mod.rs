@@ -11,7 +11,7 @@ pub(crate) mod rest;
 pub(crate) mod rpc;
 
 use axum::body::Bytes;
-use ctxlog::a2a::v03;
+use ctxlog::a2a::v03::{self, Wire};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -19,37 +19,8 @@ use serde_json::{json, Map, Value};
 use crate::core::{SendConfig, SendParams};
 use crate::error::A2aError;
 
-/// Which of v0.3's two JSON forms a binding speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Form {
-    /// JSON-RPC's: `kind` on every object, `"role": "user"`, `"state":
-    /// "working"`.
-    JsonRpc,
-    /// HTTP+JSON's: the JSON of v0.3's protobuf messages.
-    Rest,
-}
-
-impl Form {
-    /// A v1.0 task (in the spec's form) as this form has it.
-    pub(crate) fn task(self, task: Value) -> Value {
-        match self {
-            Form::JsonRpc => v03::task_to_v03(task),
-            Form::Rest => v03::proto::task_to_v03(task),
-        }
-    }
-
-    /// A v1.0 `StreamResponse` or `SendMessage` result as this form has
-    /// it (`last`: the stream ends after it).
-    pub(crate) fn event(self, event: Value, last: bool) -> Value {
-        match self {
-            Form::JsonRpc => v03::event_to_v03(event, last),
-            Form::Rest => v03::proto::event_to_v03(event, last),
-        }
-    }
-}
-
-/// A result written in v0.3's `form`: `value` (a v1.0 object serialized)
-/// translated by `translate`.
+/// A result written in one of v0.3's forms: `value` (a v1.0 object
+/// serialized) translated by `translate`.
 pub(crate) fn json_of<T: serde::Serialize>(
     value: &T,
     translate: impl FnOnce(Value) -> Value,
@@ -61,10 +32,10 @@ pub(crate) fn json_of<T: serde::Serialize>(
 }
 
 /// A stream's payload (v1.0's `StreamResponse`, ready for an SSE `data`
-/// field) in v0.3's `form`. The payload's line breaks were continued on
+/// field) in v0.3's `wire` form. The payload's line breaks were continued on
 /// `data:` lines; JSON has none but white space, so they are taken out
 /// again before it is read, and the translation writes none.
-pub(crate) fn payload(form: Form, data: &[u8], last: bool) -> Result<Bytes, A2aError> {
+pub(crate) fn payload(wire: Wire, data: &[u8], last: bool) -> Result<Bytes, A2aError> {
     let bad = |e: serde_json::Error| A2aError::Internal(format!("an event could not be read: {e}"));
     let value: Value = match data.windows(7).any(|w| w == b"\ndata: ") {
         false => serde_json::from_slice(data).map_err(bad)?,
@@ -73,7 +44,7 @@ pub(crate) fn payload(form: Form, data: &[u8], last: bool) -> Result<Bytes, A2aE
             serde_json::from_str(&text).map_err(bad)?
         }
     };
-    let out = serde_json::to_vec(&form.event(value, last)).map_err(bad)?;
+    let out = serde_json::to_vec(&v03::event_to_v03(value, last, wire)).map_err(bad)?;
     Ok(Bytes::from(out))
 }
 
@@ -104,14 +75,14 @@ struct SendConfig03 {
 /// v1.0's form. In HTTP+JSON's form `blocking` is a protobuf `bool`, left
 /// out when false: a configuration without it is not blocking (as
 /// a2a-sdk 0.3 reads it); without a configuration a send blocks.
-pub(crate) fn send_params(form: Form, raw: &str) -> Result<SendParams, A2aError> {
+pub(crate) fn send_params(wire: Wire, raw: &str) -> Result<SendParams, A2aError> {
     let p: SendParams03 =
         serde_json::from_str(raw).map_err(|e| A2aError::invalid(e.to_string()))?;
     let mut config = p.configuration.unwrap_or(SendConfig03 {
         blocking: Some(true),
         ..SendConfig03::default()
     });
-    if form == Form::Rest {
+    if wire == Wire::Proto {
         config.blocking.get_or_insert(false);
     }
     let push = config
@@ -171,10 +142,10 @@ pub(crate) fn config_in(task_id: &str, config: Value) -> Result<crate::push::Con
 }
 
 /// A v1.0 `TaskPushNotificationConfig` (as the server answers one) in
-/// v0.3's `form`: JSON-RPC's `{taskId, pushNotificationConfig}`, or
+/// v0.3's `wire` form: JSON-RPC's `{taskId, pushNotificationConfig}`, or
 /// HTTP+JSON's `{name: "tasks/T/pushNotificationConfigs/C",
 /// pushNotificationConfig}`.
-pub(crate) fn push_config_out(form: Form, config: Value) -> Value {
+pub(crate) fn push_config_out(wire: Wire, config: Value) -> Value {
     let Value::Object(mut c) = config else {
         return config;
     };
@@ -194,9 +165,9 @@ pub(crate) fn push_config_out(form: Form, config: Value) -> Value {
         }
         inner.insert("authentication".into(), Value::Object(v03));
     }
-    match form {
-        Form::JsonRpc => json!({ "taskId": task_id, "pushNotificationConfig": inner }),
-        Form::Rest => {
+    match wire {
+        Wire::JsonRpc => json!({ "taskId": task_id, "pushNotificationConfig": inner }),
+        Wire::Proto => {
             let id = inner.get("id").and_then(Value::as_str).unwrap_or_default();
             let name = format!(
                 "tasks/{}/pushNotificationConfigs/{id}",
@@ -222,7 +193,7 @@ mod tests {
     #[test]
     fn a_v03_send_is_the_core_send() {
         let p = send_params(
-            Form::JsonRpc,
+            Wire::JsonRpc,
             r#"{"message":{"kind":"message","messageId":"m","role":"user","parts":[]},
                 "configuration":{"blocking":false,"historyLength":2,
                 "pushNotificationConfig":{"url":"http://h/x","authentication":{"schemes":["Bearer"],"credentials":"c"}}}}"#,
@@ -238,9 +209,9 @@ mod tests {
             )
         );
         assert!(p.v03 && p.message.get().contains("\"role\":\"user\""));
-        assert!(send_params(Form::JsonRpc, r#"{"configuration":{}}"#).is_err());
+        assert!(send_params(Wire::JsonRpc, r#"{"configuration":{}}"#).is_err());
         let rest = |text| {
-            send_params(Form::Rest, text)
+            send_params(Wire::Proto, text)
                 .unwrap()
                 .configuration
                 .unwrap()
@@ -253,7 +224,7 @@ mod tests {
             Some(false)
         );
         let bad = r#"{"message":{},"configuration":{"pushNotificationConfig":{"url":"u","authentication":{"schemes":[]}}}}"#;
-        assert_eq!(send_params(Form::JsonRpc, bad).unwrap_err().code(), -32602);
+        assert_eq!(send_params(Wire::JsonRpc, bad).unwrap_err().code(), -32602);
     }
 
     #[test]
@@ -263,11 +234,11 @@ mod tests {
         let inner = json!({"id": "c", "url": "http://h/x", "token": "k",
             "authentication": {"schemes": ["Bearer"]}});
         assert_eq!(
-            push_config_out(Form::JsonRpc, v1.clone()),
+            push_config_out(Wire::JsonRpc, v1.clone()),
             json!({"taskId": "t", "pushNotificationConfig": inner})
         );
         assert_eq!(
-            push_config_out(Form::Rest, v1),
+            push_config_out(Wire::Proto, v1),
             json!({"name": "tasks/t/pushNotificationConfigs/c", "pushNotificationConfig": inner})
         );
     }
@@ -275,13 +246,13 @@ mod tests {
     #[test]
     fn a_stream_payload_is_read_across_its_continued_lines() {
         let data = b"{\"statusUpdate\":{\"taskId\":\"t\",\ndata: \"status\":{\"state\":\"TASK_STATE_COMPLETED\"}}}";
-        let out = payload(Form::JsonRpc, data, true).unwrap();
+        let out = payload(Wire::JsonRpc, data, true).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             v,
             json!({"kind": "status-update", "taskId": "t", "final": true,
                 "status": {"state": "completed"}})
         );
-        assert!(payload(Form::Rest, b"{", false).is_err());
+        assert!(payload(Wire::Proto, b"{", false).is_err());
     }
 }

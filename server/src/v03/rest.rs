@@ -1,26 +1,29 @@
 //! v0.3's HTTP+JSON routes (`/v1/message:send`, `/v1/tasks/{id}`, …),
 //! beside v1.0's (which have no `/v1` prefix, so no path is both). Bodies
-//! and answers are v0.3's protobuf JSON ([`Form::Rest`]).
+//! and answers are v0.3's protobuf JSON ([`Wire::Proto`]).
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::Method;
+use axum::response::Response;
 use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::Value;
 
-use super::{config_in, json_of, push_config_out, send_params, Form};
+use ctxlog::a2a::v03::{self, Wire};
+
+use super::{config_in, json_of, push_config_out, send_params};
 use crate::auth::Protocol;
 use crate::core::{self, IdParams};
 use crate::error::A2aError;
 use crate::keys::Key;
 use crate::push;
-use crate::rest::{admit_as, error, get_params, path_error, push_path, task_action, timed};
+use crate::rest::{
+    admit_as, body_bytes, error, get_params, json_text, ok_json, push_path, task_action, timed,
+    PathParams,
+};
 use crate::sse::{self, Framing};
 use crate::state::Shared;
 
@@ -46,51 +49,30 @@ fn admit(shared: &Shared, parts: &Parts) -> Result<String, A2aError> {
     )
 }
 
-/// The body as text (`{}` if empty), within the configured limits.
-async fn body_text(shared: &Shared, parts: &Parts, body: Body) -> Result<String, A2aError> {
-    let bytes = crate::listener::read_request_body(shared, &parts.headers, body).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok("{}".into());
-    }
-    let text = String::from_utf8(bytes.to_vec())
-        .map_err(|_| A2aError::Parse("the body is not UTF-8".into()))?;
-    serde_json::from_str::<serde::de::IgnoredAny>(&text)
-        .map_err(|e| A2aError::Parse(e.to_string()))?;
-    Ok(text)
-}
-
-fn ok(result: Result<String, A2aError>) -> Response {
-    match result {
-        Ok(body) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
-        Err(e) => error(&e),
-    }
-}
-
 async fn send(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    ok(async {
-        let tenant = admit(&shared, &parts)?;
-        let text = body_text(&shared, &parts, body).await?;
-        let key = Key::of(&parts.headers, "SendMessage", text.as_bytes())?;
-        let params = send_params(Form::Rest, &text)?;
-        let outcome = timed(&shared, core::send(&shared, &tenant, params, key)).await?;
-        json_of(&outcome, |v| Form::Rest.event(v, false))
-    }
-    .await)
+    ok_json(
+        async {
+            let tenant = admit(&shared, &parts)?;
+            let bytes = body_bytes(&shared, &parts, body).await?;
+            let text = json_text(&bytes)?.get();
+            let key = Key::of(&parts.headers, "SendMessage", &bytes)?;
+            let params = send_params(Wire::Proto, text)?;
+            let outcome = timed(&shared, core::send(&shared, &tenant, params, key)).await?;
+            json_of(&outcome, |v| v03::event_to_v03(v, false, Wire::Proto))
+        }
+        .await,
+    )
 }
 
 async fn stream(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let follow = async {
         let tenant = admit(&shared, &parts)?;
-        let text = body_text(&shared, &parts, body).await?;
-        let key = Key::of(&parts.headers, "SendStreamingMessage", text.as_bytes())?;
-        core::send_streaming(&shared, &tenant, send_params(Form::Rest, &text)?, key).await
+        let bytes = body_bytes(&shared, &parts, body).await?;
+        let text = json_text(&bytes)?.get();
+        let key = Key::of(&parts.headers, "SendStreamingMessage", &bytes)?;
+        core::send_streaming(&shared, &tenant, send_params(Wire::Proto, text)?, key).await
     };
     respond(&shared, follow.await)
 }
@@ -100,7 +82,7 @@ fn respond(shared: &Shared, follow: Result<sse::Follow, A2aError>) -> Response {
         Ok(f) => sse::respond(
             f,
             Framing::Rest {
-                translate: Some(|p, last| super::payload(Form::Rest, p, last)),
+                translate: Some(|p, last| super::payload(Wire::Proto, p, last)),
             },
             core::keep_alive(shared),
         ),
@@ -112,32 +94,32 @@ fn respond(shared: &Shared, follow: Result<sse::Follow, A2aError>) -> Response {
 /// `GET|POST /v1/tasks/{id}:subscribe`.
 async fn task(
     State(shared): State<Arc<Shared>>,
-    segment: Result<Path<String>, PathRejection>,
+    PathParams(segment): PathParams<String>,
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let Path(segment) = match segment {
-        Ok(s) => s,
-        Err(e) => return error(&path_error(e)),
-    };
     let tenant = match admit(&shared, &parts) {
         Ok(t) => t,
         Err(e) => return error(&e),
     };
     let (id, action) = task_action(&segment);
     match (action, parts.method.clone()) {
-        ("", Method::GET) => ok(async {
-            let params = get_params(&parts, id)?;
-            let task = timed(&shared, core::get_task(&shared, &tenant, params)).await?;
-            json_of(&task, |v| Form::Rest.task(v))
-        }
-        .await),
-        ("cancel", Method::POST) => ok(async {
-            let cancel = core::cancel_task(&shared, &tenant, IdParams { id });
-            let task = timed(&shared, cancel).await?;
-            json_of(&task, |v| Form::Rest.task(v))
-        }
-        .await),
+        ("", Method::GET) => ok_json(
+            async {
+                let params = get_params(&parts, id)?;
+                let task = timed(&shared, core::get_task(&shared, &tenant, params)).await?;
+                json_of(&task, |v| v03::task_to_v03(v, Wire::Proto))
+            }
+            .await,
+        ),
+        ("cancel", Method::POST) => ok_json(
+            async {
+                let cancel = core::cancel_task(&shared, &tenant, IdParams { id });
+                let task = timed(&shared, cancel).await?;
+                json_of(&task, |v| v03::task_to_v03(v, Wire::Proto))
+            }
+            .await,
+        ),
         ("subscribe", Method::POST | Method::GET) => {
             let follow = match sse::last_event_id(&parts.headers) {
                 Ok(last) => core::subscribe(&shared, &tenant, IdParams { id }, last).await,
@@ -156,54 +138,58 @@ async fn task(
 /// `GET|DELETE /v1/tasks/{id}/pushNotificationConfigs/{config}`.
 async fn push(
     State(shared): State<Arc<Shared>>,
-    path: Result<Path<Vec<(String, String)>>, PathRejection>,
+    PathParams(path): PathParams<Vec<(String, String)>>,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let Path(path) = match path {
-        Ok(p) => p,
-        Err(e) => return error(&path_error(e)),
-    };
     let (task_id, config) = push_path(&path);
     let tenant = match admit(&shared, &parts).and_then(|t| push::enabled(&shared).map(|()| t)) {
         Ok(t) => t,
         Err(e) => return error(&e),
     };
-    let out = |v: Value| push_config_out(Form::Rest, v);
+    let out = |v: Value| push_config_out(Wire::Proto, v);
     match (parts.method.clone(), config) {
-        (Method::POST, None) => ok(async {
-            let text = body_text(&shared, &parts, body).await?;
-            let body: Value =
-                serde_json::from_str(&text).map_err(|e| A2aError::Parse(e.to_string()))?;
-            let config = config_in(&task_id, pushed_config(body))?;
-            let created = push::create(&shared, &tenant, Some(task_id), config).await?;
-            json_of(&created, out)
-        }
-        .await),
-        (Method::GET, None) => ok(async {
-            let list = push::list(&shared, &tenant, push::ConfigRef::task(task_id)).await?;
-            json_of(&list, |v| match v {
-                Value::Object(mut m) => {
-                    let configs = match m.remove("configs") {
-                        Some(Value::Array(c)) => c.into_iter().map(out).collect(),
-                        _ => Vec::new(),
-                    };
-                    serde_json::json!({ "configs": configs })
-                }
-                other => other,
-            })
-        }
-        .await),
-        (Method::GET, Some(id)) => ok(async {
-            let got = push::get(&shared, &tenant, &task_id, Some(id)).await?;
-            json_of(&got, out)
-        }
-        .await),
-        (Method::DELETE, Some(id)) => ok(async {
-            push::delete(&shared, &tenant, &task_id, Some(id)).await?;
-            Ok("{}".to_string())
-        }
-        .await),
+        (Method::POST, None) => ok_json(
+            async {
+                let bytes = body_bytes(&shared, &parts, body).await?;
+                let body: Value = serde_json::from_str(json_text(&bytes)?.get())
+                    .map_err(|e| A2aError::invalid(e.to_string()))?;
+                let config = config_in(&task_id, pushed_config(body))?;
+                let created = push::create(&shared, &tenant, Some(task_id), config).await?;
+                json_of(&created, out)
+            }
+            .await,
+        ),
+        (Method::GET, None) => ok_json(
+            async {
+                let list = push::list(&shared, &tenant, push::ConfigRef::task(task_id)).await?;
+                json_of(&list, |v| match v {
+                    Value::Object(mut m) => {
+                        let configs = match m.remove("configs") {
+                            Some(Value::Array(c)) => c.into_iter().map(out).collect(),
+                            _ => Vec::new(),
+                        };
+                        serde_json::json!({ "configs": configs })
+                    }
+                    other => other,
+                })
+            }
+            .await,
+        ),
+        (Method::GET, Some(id)) => ok_json(
+            async {
+                let got = push::get(&shared, &tenant, &task_id, Some(id)).await?;
+                json_of(&got, out)
+            }
+            .await,
+        ),
+        (Method::DELETE, Some(id)) => ok_json(
+            async {
+                push::delete(&shared, &tenant, &task_id, Some(id)).await?;
+                Ok("{}".to_string())
+            }
+            .await,
+        ),
         (method, _) => error(&A2aError::MethodNotFound(format!(
             "{method} {} is not an A2A v0.3 route",
             parts.uri.path()
@@ -233,5 +219,5 @@ fn pushed_config(body: Value) -> Value {
 /// `GET /v1/card`: the extended card, as v0.3 reads one.
 async fn card(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
-    ok(admit(&shared, &parts).and_then(|_| super::rpc::extended_card(&shared)))
+    ok_json(admit(&shared, &parts).and_then(|_| super::rpc::extended_card(&shared)))
 }

@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{config_in, json_of, push_config_out, send_params, v1_hint, Form};
+use ctxlog::a2a::v03::{self, Wire};
+
+use super::{config_in, json_of, push_config_out, send_params, v1_hint};
 use crate::core::{self, params, GetParams, IdParams};
 use crate::error::A2aError;
 use crate::keys::Key;
@@ -62,7 +64,7 @@ pub(crate) fn streams(method: &str) -> bool {
 
 /// How a stream's events are written: v0.3's JSON-RPC form.
 pub(crate) const TRANSLATE: Translate =
-    |payload, last| super::payload(Form::JsonRpc, payload, last);
+    |payload, last| super::payload(Wire::JsonRpc, payload, last);
 
 /// A streaming v0.3 method's stream.
 pub(crate) async fn follow(
@@ -73,9 +75,9 @@ pub(crate) async fn follow(
     raw: Option<Box<RawValue>>,
 ) -> Result<Follow, A2aError> {
     if method == "message/stream" {
-        let text = raw.as_ref().map_or("{}", |p| p.get());
+        let text = core::params_text(&raw);
         let key = Key::of(headers, "SendStreamingMessage", text.as_bytes())?;
-        core::send_streaming(shared, tenant, send_params(Form::JsonRpc, text)?, key).await
+        core::send_streaming(shared, tenant, send_params(Wire::JsonRpc, text)?, key).await
     } else {
         let last = sse::last_event_id(headers)?;
         core::subscribe(shared, tenant, params::<IdParams>(raw)?, last).await
@@ -90,35 +92,34 @@ pub(crate) async fn call(
     method: &str,
     raw: Option<Box<RawValue>>,
 ) -> Result<String, A2aError> {
-    let form = Form::JsonRpc;
     match method {
         "message/send" => {
-            let text = raw.as_ref().map_or("{}", |p| p.get());
+            let text = core::params_text(&raw);
             let key = Key::of(headers, "SendMessage", text.as_bytes())?;
             let outcome =
-                core::send(shared, tenant, send_params(Form::JsonRpc, text)?, key).await?;
-            json_of(&outcome, |v| form.event(v, false))
+                core::send(shared, tenant, send_params(Wire::JsonRpc, text)?, key).await?;
+            json_of(&outcome, |v| v03::event_to_v03(v, false, Wire::JsonRpc))
         }
         "tasks/get" => {
             let task = core::get_task(shared, tenant, params::<GetParams>(raw)?).await?;
-            json_of(&task, |v| form.task(v))
+            json_of(&task, |v| v03::task_to_v03(v, Wire::JsonRpc))
         }
         "tasks/cancel" => {
             let task = core::cancel_task(shared, tenant, params::<IdParams>(raw)?).await?;
-            json_of(&task, |v| form.task(v))
+            json_of(&task, |v| v03::task_to_v03(v, Wire::JsonRpc))
         }
         "tasks/pushNotificationConfig/set" => {
             push::enabled(shared)?;
             let p: SetConfig03 = params(raw)?;
             let config = config_in(&p.task_id, p.push_notification_config)?;
             let out = push::create(shared, tenant, Some(p.task_id), config).await?;
-            json_of(&out, |v| push_config_out(form, v))
+            json_of(&out, |v| push_config_out(Wire::JsonRpc, v))
         }
         "tasks/pushNotificationConfig/get" => {
             push::enabled(shared)?;
             let p: ConfigRef03 = params(raw)?;
             let out = push::get(shared, tenant, &p.id, p.push_notification_config_id).await?;
-            json_of(&out, |v| push_config_out(form, v))
+            json_of(&out, |v| push_config_out(Wire::JsonRpc, v))
         }
         "tasks/pushNotificationConfig/list" => {
             push::enabled(shared)?;
@@ -129,7 +130,7 @@ pub(crate) async fn call(
                     Some(Value::Array(configs)) => Value::Array(
                         configs
                             .into_iter()
-                            .map(|c| push_config_out(form, c))
+                            .map(|c| push_config_out(Wire::JsonRpc, c))
                             .collect(),
                     ),
                     _ => Value::Array(Vec::new()),

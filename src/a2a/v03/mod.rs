@@ -5,7 +5,7 @@
 //! v0.3 message to v1.0 ([`message_to_v1`]; the store keeps the bytes as
 //! received and reads them back through this translation), and what it
 //! answers from v1.0 to v0.3 ([`task_to_v03`], [`event_to_v03`] and the
-//! rest). The two forms differ in names only where v0.3 has its own:
+//! rest, in either of v0.3's [`Wire`] forms). The two forms differ in names only where v0.3 has its own:
 //!
 //! | v0.3 | v1.0 |
 //! | --- | --- |
@@ -208,8 +208,11 @@ pub fn state_to_v03(state: &str) -> &'static str {
 /// Which of v0.3's two JSON forms: JSON-RPC's schema, or the protobuf
 /// JSON its HTTP+JSON binding carries ([`proto`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wire {
+pub enum Wire {
+    /// JSON-RPC's: `kind` on every object, `"role": "user"`, `"state":
+    /// "working"`.
     JsonRpc,
+    /// HTTP+JSON's: the JSON of v0.3's protobuf messages.
     Proto,
 }
 
@@ -299,31 +302,12 @@ pub(crate) fn part_to_v03(part: Value, wire: Wire) -> Value {
     Value::Object(out)
 }
 
-/// A v1.0 `Message` (in the spec's form, as [`Stored::into_wire`] gives it)
-/// in v0.3's JSON-RPC form.
+/// A v1.0 `Message` (in the spec's form, as [`Stored::into_wire`] gives
+/// it) in v0.3's `wire` form: JSON-RPC's role names, parts and `kind`; or
+/// the protobuf JSON's `content` (which has no `referenceTaskIds`).
 ///
 /// [`Stored::into_wire`]: crate::a2a::Stored::into_wire
-pub fn message_to_v03(value: Value) -> Value {
-    message_in(value, Wire::JsonRpc)
-}
-
-/// A v1.0 `Task` (in the spec's form) in v0.3's JSON-RPC form.
-pub fn task_to_v03(value: Value) -> Value {
-    task_in(value, Wire::JsonRpc)
-}
-
-/// A v1.0 `StreamResponse` (or a `SendMessage` result, `{"task"|"message":
-/// …}`) in v0.3's JSON-RPC form: the object it holds, with its `kind`. A
-/// status update carries `final`: whether the stream ends after it
-/// (`last`).
-pub fn event_to_v03(value: Value, last: bool) -> Value {
-    event_in(value, last, Wire::JsonRpc)
-}
-
-/// A v1.0 message in `wire`'s form: JSON-RPC's role names, parts and
-/// `kind`; or the protobuf JSON's `content` (which has no
-/// `referenceTaskIds`).
-pub(crate) fn message_in(value: Value, wire: Wire) -> Value {
+pub fn message_to_v03(value: Value, wire: Wire) -> Value {
     let Value::Object(mut m) = value else {
         return value;
     };
@@ -366,7 +350,7 @@ fn status_in(status: &mut Value, wire: Wire) {
         s.insert("state".into(), Value::from(state));
     }
     if let Some(message) = s.remove("message") {
-        s.insert("message".into(), message_in(message, wire));
+        s.insert("message".into(), message_to_v03(message, wire));
     }
 }
 
@@ -380,8 +364,9 @@ fn artifact_in(artifact: &mut Value, wire: Wire) {
     }
 }
 
-/// A v1.0 `Task` in `wire`'s form (JSON-RPC's with its `kind`).
-pub(crate) fn task_in(value: Value, wire: Wire) -> Value {
+/// A v1.0 `Task` (in the spec's form) in v0.3's `wire` form
+/// (JSON-RPC's with its `kind`).
+pub fn task_to_v03(value: Value, wire: Wire) -> Value {
     let Value::Object(mut t) = value else {
         return value;
     };
@@ -391,7 +376,7 @@ pub(crate) fn task_in(value: Value, wire: Wire) -> Value {
     if let Some(Value::Array(history)) = t.get_mut("history") {
         for message in history.iter_mut() {
             let taken = std::mem::take(message);
-            *message = message_in(taken, wire);
+            *message = message_to_v03(taken, wire);
         }
     }
     if let Some(Value::Array(artifacts)) = t.get_mut("artifacts") {
@@ -403,10 +388,11 @@ pub(crate) fn task_in(value: Value, wire: Wire) -> Value {
     Value::Object(t)
 }
 
-/// A v1.0 `StreamResponse` in `wire`'s form: JSON-RPC's is the object it
-/// holds with its `kind`; the protobuf JSON keeps the member that holds
-/// it. A status update carries `final` (`last`).
-pub(crate) fn event_in(value: Value, last: bool, wire: Wire) -> Value {
+/// A v1.0 `StreamResponse` (or a `SendMessage` result, `{"task"|"message":
+/// …}`) in v0.3's `wire` form: JSON-RPC's is the object it holds with its
+/// `kind`; the protobuf JSON keeps the member that holds it. A status
+/// update carries `final`: whether the stream ends after it (`last`).
+pub fn event_to_v03(value: Value, last: bool, wire: Wire) -> Value {
     let Value::Object(e) = value else {
         return value;
     };
@@ -414,8 +400,8 @@ pub(crate) fn event_in(value: Value, last: bool, wire: Wire) -> Value {
         return Value::Object(Map::new());
     };
     let (kind, inner) = match (member.as_str(), inner) {
-        ("task", task) => ("task", task_in(task, wire)),
-        ("message", message) => ("message", message_in(message, wire)),
+        ("task", task) => ("task", task_to_v03(task, wire)),
+        ("message", message) => ("message", message_to_v03(message, wire)),
         ("statusUpdate", Value::Object(mut u)) => {
             if let Some(status) = u.get_mut("status") {
                 status_in(status, wire);
@@ -474,7 +460,7 @@ mod tests {
                 "referenceTaskIds": ["t0"],
             })
         );
-        assert_eq!(message_to_v03(v1), v03);
+        assert_eq!(message_to_v03(v1, Wire::JsonRpc), v03);
     }
 
     #[test]
@@ -520,7 +506,7 @@ mod tests {
             "status": {"state": "TASK_STATE_INPUT_REQUIRED",
                 "message": {"messageId": "a", "role": "ROLE_AGENT", "parts": [{"text": "?"}]}}}});
         assert_eq!(
-            event_to_v03(status, true),
+            event_to_v03(status, true, Wire::JsonRpc),
             json!({"kind": "status-update", "taskId": "t", "contextId": "c", "final": true,
                 "status": {"state": "input-required", "message": {"kind": "message",
                     "messageId": "a", "role": "agent", "parts": [{"kind": "text", "text": "?"}]}}})
@@ -528,7 +514,7 @@ mod tests {
         let artifact = json!({"artifactUpdate": {"taskId": "t", "contextId": "c",
             "artifact": {"artifactId": "a", "parts": [{"data": [1]}]}, "lastChunk": true}});
         assert_eq!(
-            event_to_v03(artifact, false),
+            event_to_v03(artifact, false, Wire::JsonRpc),
             json!({"kind": "artifact-update", "taskId": "t", "contextId": "c", "lastChunk": true,
                 "artifact": {"artifactId": "a", "parts": [{"kind": "data", "data": {"value": [1]},
                     "metadata": {"data_part_compat": true}}]}})
@@ -536,7 +522,7 @@ mod tests {
         let task = json!({"task": {"id": "t", "contextId": "c",
             "status": {"state": "TASK_STATE_UNSPECIFIED"}, "history": []}});
         assert_eq!(
-            event_to_v03(task, false),
+            event_to_v03(task, false, Wire::JsonRpc),
             json!({"kind": "task", "id": "t", "contextId": "c", "status": {"state": "unknown"},
                 "history": []})
         );

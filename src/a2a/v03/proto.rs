@@ -1,5 +1,7 @@
 //! A2A v0.3's HTTP+JSON form: the JSON of v0.3's protobuf messages, which
-//! its REST binding carries (and which differs from its JSON-RPC form):
+//! its REST binding carries (and which differs from its JSON-RPC form);
+//! what goes out in it is [`super::task_to_v03`] and the rest with
+//! [`Wire::Proto`]:
 //!
 //! | v0.3 HTTP+JSON | v1.0 |
 //! | --- | --- |
@@ -60,25 +62,9 @@ fn part_to_v1(part: Value) -> Result<Value, Problem> {
     Ok(Value::Object(p))
 }
 
-/// A v1.0 `Message` (in the spec's form) in v0.3's HTTP+JSON form.
-pub fn message_to_v03(value: Value) -> Value {
-    super::message_in(value, Wire::Proto)
-}
-
-/// A v1.0 `Task` (in the spec's form) in v0.3's HTTP+JSON form.
-pub fn task_to_v03(value: Value) -> Value {
-    super::task_in(value, Wire::Proto)
-}
-
-/// A v1.0 `StreamResponse` (or `SendMessageResponse`) in v0.3's HTTP+JSON
-/// form; a status update carries `final` (`last`: the stream ends after
-/// it).
-pub fn event_to_v03(value: Value, last: bool) -> Value {
-    super::event_in(value, last, Wire::Proto)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::{event_to_v03, message_to_v03};
     use super::*;
     use serde_json::json;
 
@@ -108,7 +94,7 @@ mod tests {
                 ],
             })
         );
-        assert_eq!(message_to_v03(v1), v03);
+        assert_eq!(message_to_v03(v1, Wire::Proto), v03);
     }
 
     #[test]
@@ -136,7 +122,7 @@ mod tests {
             "status": {"state": "TASK_STATE_CANCELED", "message": {"messageId": "a",
                 "role": "ROLE_AGENT", "parts": [{"text": "x"}], "referenceTaskIds": ["r"]}}}});
         assert_eq!(
-            event_to_v03(status, true),
+            event_to_v03(status, true, Wire::Proto),
             json!({"statusUpdate": {"taskId": "t", "contextId": "c", "final": true,
                 "status": {"state": "TASK_STATE_CANCELLED", "message": {"messageId": "a",
                     "role": "ROLE_AGENT", "content": [{"text": "x"}]}}}})
@@ -144,7 +130,7 @@ mod tests {
         let task = json!({"task": {"id": "t", "status": {"state": "TASK_STATE_WORKING"},
             "artifacts": [{"artifactId": "a", "parts": [{"raw": "aGk=", "filename": "f"}]}]}});
         assert_eq!(
-            event_to_v03(task, false),
+            event_to_v03(task, false, Wire::Proto),
             json!({"task": {"id": "t", "status": {"state": "TASK_STATE_WORKING"},
                 "artifacts": [{"artifactId": "a", "parts": [{"file": {"fileWithBytes": "aGk=",
                     "name": "f"}}]}]}})

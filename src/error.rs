@@ -120,6 +120,15 @@ pub enum Error {
         /// The messageId.
         message_id: String,
     },
+    /// Replication or a restore could not use its object store, or found
+    /// there what it must not use (another store's objects, a damaged or
+    /// missing object).
+    Replica {
+        /// What was being done.
+        op: &'static str,
+        /// Why it failed, and what to do.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -143,6 +152,7 @@ impl Error {
             Error::TaskNotCancelable { .. } => "TaskNotCancelable",
             Error::IdempotencyConflict { .. } => "IdempotencyConflict",
             Error::ContextBusy { .. } => "ContextBusy",
+            Error::Replica { .. } => "Replica",
         }
     }
 
@@ -151,6 +161,14 @@ impl Error {
             op,
             path: path.into(),
             source,
+        }
+    }
+
+    #[cfg_attr(not(feature = "replicate"), allow(dead_code))]
+    pub(crate) fn replica(op: &'static str, reason: impl Into<String>) -> Self {
+        Error::Replica {
+            op,
+            reason: reason.into(),
         }
     }
 
@@ -257,6 +275,7 @@ impl fmt::Display for Error {
                 "messageId {message_id:?} was already received with different content; \
                  resend the original message or use a new messageId"
             ),
+            Error::Replica { op, reason } => write!(f, "could not {op}: {reason}"),
         }
     }
 }

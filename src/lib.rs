@@ -85,6 +85,8 @@ mod namespace;
 mod options;
 mod random;
 pub mod render;
+#[cfg(feature = "replicate")]
+pub mod replicate;
 mod store;
 pub mod time;
 
@@ -95,6 +97,8 @@ pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
 pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
+#[cfg(feature = "replicate")]
+pub use replicate::{Replicate, ReplicationStatus};
 pub use store::{
     Appended, CompactReport, ContextInfo, ContextPage, EventRecord, Item, ItemKind, ListTasksQuery,
     MessageBuf, MessageIds, PushConfig, Receipt, Stats, Store, StoredMessage, StoredMessageRef,

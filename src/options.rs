@@ -116,6 +116,11 @@ pub struct Options {
     /// [`Maintenance::default`], on a background thread; `None`: never
     /// (only `compact` rewrites the log).
     pub maintenance: Option<Maintenance>,
+    /// Where the store replicates its log, continuously, on a background
+    /// thread (feature `replicate`; see [`crate::replicate`]). Default:
+    /// `None`. A read-only open never replicates.
+    #[cfg(feature = "replicate")]
+    pub replicate: Option<crate::replicate::Replicate>,
     /// Set only by [`Store::open_read_only`](crate::Store::open_read_only):
     /// recovery then changes nothing on disk.
     pub(crate) read_only: bool,
@@ -240,6 +245,8 @@ impl Default for Options {
             create: true,
             maintenance: Some(Maintenance::default()),
             fs: std::sync::Arc::new(crate::fs::OsFs),
+            #[cfg(feature = "replicate")]
+            replicate: None,
             read_only: false,
         }
     }
@@ -322,6 +329,20 @@ impl Options {
     /// Sets the recovery mode.
     pub fn recovery(mut self, recovery: RecoveryMode) -> Self {
         self.recovery = recovery;
+        self
+    }
+
+    /// Replicates to `url` with the default settings (see
+    /// [`Replicate::to`](crate::replicate::Replicate::to)).
+    #[cfg(feature = "replicate")]
+    pub fn replicate_to(self, url: &str) -> Self {
+        self.replicate(crate::replicate::Replicate::to(url))
+    }
+
+    /// Sets where and how the store replicates (see [`Options::replicate`]).
+    #[cfg(feature = "replicate")]
+    pub fn replicate(mut self, replicate: crate::replicate::Replicate) -> Self {
+        self.replicate = Some(replicate);
         self
     }
 }

@@ -75,7 +75,7 @@ impl Manifest {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&self.store.unwrap_or_default().0);
@@ -92,7 +92,7 @@ impl Manifest {
         b
     }
 
-    fn decode(bytes: &[u8]) -> Option<Self> {
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
         let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
         if crc32fast::hash(body).to_le_bytes() != crc {
             return None;

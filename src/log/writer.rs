@@ -275,6 +275,19 @@ impl Log {
             .unwrap_or((active.id, active.len))
     }
 
+    /// The active segment and how far its bytes are on disk: every byte of
+    /// it before the offset is synced (at least its header, which its
+    /// creation synced). Segments before it are sealed, so synced whole.
+    #[cfg_attr(not(feature = "replicate"), allow(dead_code))]
+    pub fn durable_point(&self) -> (u64, u64) {
+        let active = self.active.lock();
+        let synced = self.synced.load(Ordering::Acquire);
+        let offset = synced
+            .saturating_sub(active.base)
+            .clamp(active.header_len.min(active.len), active.len);
+        (active.id, offset)
+    }
+
     /// Writes one framed record to the active segment; returns where it went,
     /// the file, and the log position just past it.
     fn write(&self, payload: &[u8]) -> Result<(RecordLoc, Arc<dyn SegmentFile>, u64)> {

@@ -25,6 +25,8 @@ mod maintain;
 mod messages;
 pub(crate) mod portable;
 mod push;
+#[cfg(feature = "replicate")]
+pub(crate) mod replica;
 mod tasks;
 mod turns;
 mod wait;
@@ -61,6 +63,9 @@ pub struct Store {
     shared: Arc<Shared>,
     /// The background maintenance thread, if one runs.
     maintainer: Option<maintain::Maintainer>,
+    /// The replication thread, if the store replicates.
+    #[cfg(feature = "replicate")]
+    replicator: Option<crate::replicate::Replicator>,
     /// `close` ran: nothing left for `drop` to do.
     closed: bool,
 }
@@ -447,9 +452,18 @@ impl Store {
             _lock: lock,
         });
         let maintainer = maintain::Maintainer::start(&shared);
+        #[cfg(feature = "replicate")]
+        let replicator = match shared.options.replicate.clone() {
+            Some(config) if !shared.options.read_only => {
+                Some(crate::replicate::Replicator::start(&shared, config)?)
+            }
+            _ => None,
+        };
         Ok(Self {
             shared,
             maintainer,
+            #[cfg(feature = "replicate")]
+            replicator,
             closed: false,
         })
     }
@@ -1081,11 +1095,50 @@ impl Store {
         if self.options.read_only {
             return Ok(());
         }
-        self.writer.finish()?;
-        if !self.checkpoint_stale() {
-            return Ok(());
+        let finished = self.writer.finish().and_then(|()| {
+            if self.checkpoint_stale() {
+                self.write_checkpoint()
+            } else {
+                Ok(())
+            }
+        });
+        self.stop_replication();
+        finished
+    }
+
+    /// Ships what the log holds and stops the replication thread, if one
+    /// runs (after the log's last bytes are synced).
+    fn stop_replication(&mut self) {
+        #[cfg(feature = "replicate")]
+        if let Some(replicator) = self.replicator.take() {
+            replicator.stop();
         }
-        self.write_checkpoint()
+    }
+
+    /// How far the store's replica trails it (`None`: the store does not
+    /// replicate). See [`Options::replicate`](crate::Options::replicate).
+    #[cfg(feature = "replicate")]
+    pub fn replication(&self) -> Option<crate::replicate::ReplicationStatus> {
+        self.replicator.as_ref().map(|r| r.status())
+    }
+
+    /// Ships everything synced so far and publishes a restore point now,
+    /// waiting up to `timeout` (the thread otherwise does so every
+    /// [`Replicate::interval`](crate::replicate::Replicate::interval)).
+    /// Fails if the store does not replicate, the round fails (its error
+    /// says why; the thread retries), or it does not end in time.
+    #[cfg(feature = "replicate")]
+    pub fn ship_replica(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<crate::replicate::ReplicationStatus> {
+        match &self.replicator {
+            Some(replicator) => replicator.ship_now(timeout),
+            None => Err(Error::InvalidParams {
+                field: "replicate",
+                reason: "the store was opened without Options::replicate".into(),
+            }),
+        }
     }
 
     /// Whether a checkpoint written now would say more than the one on disk
@@ -1366,12 +1419,10 @@ impl Drop for Store {
             return;
         }
         // Best effort: `close` is the way to learn whether this worked.
-        if self.writer.finish().is_err() {
-            return;
-        }
-        if self.checkpoint_stale() {
+        if self.writer.finish().is_ok() && self.checkpoint_stale() {
             let _ = self.write_checkpoint();
         }
+        self.stop_replication();
     }
 }
 

@@ -1,0 +1,209 @@
+//! Continuous replication of a store to object storage, and restores from
+//! it (feature `replicate`; DESIGN.md §13).
+//!
+//! A store opened with [`Options::replicate_to`](crate::Options::replicate_to)
+//! ships its log, on a background thread, to an object store: each sealed
+//! segment once, whole; the active segment's new synced bytes as pieces;
+//! the manifest of each generation; and, after each change, a *restore
+//! point* naming the segments and lengths that make up the log at that
+//! moment. [`restore`] builds a store from the newest restore point, or
+//! from the newest one at or before a time.
+//!
+//! ```
+//! use ctxlog::{Options, Replicate, Store};
+//! let (dir, bucket) = (tempfile::tempdir()?, tempfile::tempdir()?);
+//! let options = Options::default().replicate(Replicate::to(bucket.path().to_str().unwrap()));
+//! let store = Store::open(dir.path(), options)?;
+//! store.append_message("acme", "case-42", b"hello")?;
+//! store.close()?; // ships what is left before it returns
+//!
+//! let restored = dir.path().join("restored");
+//! ctxlog::replicate::restore(&Replicate::to(bucket.path().to_str().unwrap()), &restored, None)?;
+//! let store = Store::open(&restored, Options::default())?;
+//! assert_eq!(store.last_messages("acme", "case-42", 1)?[0].raw, b"hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+use crate::error::{Error, Result};
+
+mod objects;
+mod restore;
+mod ship;
+
+/// The `object_store` crate this build replicates with, for making an
+/// object store to pass to [`Replicate::to_store`] (its `InMemory`, say).
+pub use object_store;
+pub use restore::{restore, restore_points, RestorePoint, RestoreReport};
+pub(crate) use ship::Replicator;
+
+/// Where and how a store replicates (see [`Options::replicate`](crate::Options::replicate)).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Replicate {
+    target: Target,
+    /// How often the shipper looks for new bytes to ship and publishes a
+    /// restore point: the bound on how far the replica trails the store
+    /// while the object store keeps up. Default: 1 s.
+    pub interval: Duration,
+    /// How long restore points are kept for a restore to a point in time
+    /// (the newest is always kept), and how long objects the log no
+    /// longer uses (segments merged away) stay for them. Default: 24 h.
+    pub retain: Duration,
+    /// How long a close (or drop) waits for the last shipment. Default:
+    /// 10 s; past it the close returns and says so in the log.
+    pub close_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    Url(String),
+    Store(Arc<dyn ObjectStore>, String),
+}
+
+impl Replicate {
+    /// Replicate to `url`: a local directory (a path, or `file:///path`),
+    /// or with the `replicate-s3` feature `s3://bucket/prefix` (the
+    /// credentials, region and endpoint from the usual `AWS_*` variables,
+    /// as `object_store`'s `AmazonS3Builder::from_env` reads them).
+    pub fn to(url: &str) -> Self {
+        Self::with(Target::Url(url.to_string()))
+    }
+
+    /// Replicate to an object store made by the caller (an `InMemory` one in
+    /// tests, or one configured beyond what a URL says), under `prefix`
+    /// (`""`: at its root).
+    pub fn to_store(store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
+        Self::with(Target::Store(store, prefix.to_string()))
+    }
+
+    fn with(target: Target) -> Self {
+        Self {
+            target,
+            interval: Duration::from_secs(1),
+            retain: Duration::from_secs(24 * 3600),
+            close_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Sets [`interval`](Self::interval) (at least 1 ms).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets [`retain`](Self::retain).
+    pub fn retain(mut self, retain: Duration) -> Self {
+        self.retain = retain;
+        self
+    }
+
+    /// Sets [`close_timeout`](Self::close_timeout).
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.close_timeout = timeout;
+        self
+    }
+
+    /// Where it replicates, for messages (the URL, or the object store's
+    /// own description and the prefix).
+    pub fn describe(&self) -> String {
+        match &self.target {
+            Target::Url(url) => url.clone(),
+            Target::Store(store, prefix) => format!("{store}/{prefix}"),
+        }
+    }
+
+    /// The object store and the prefix under which the replica lies.
+    pub(crate) fn open(&self) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+        match &self.target {
+            Target::Store(store, prefix) => Ok((store.clone(), prefix_path(prefix)?)),
+            Target::Url(url) => open_url(url),
+        }
+    }
+}
+
+fn prefix_path(prefix: &str) -> Result<ObjectPath> {
+    ObjectPath::parse(prefix.trim_matches('/')).map_err(|e| Error::InvalidParams {
+        field: "replicate_to",
+        reason: format!("the prefix {prefix:?} is not a valid object path: {e}"),
+    })
+}
+
+fn open_url(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    if let Some(rest) = url.strip_prefix("s3://") {
+        return open_s3(url, rest);
+    }
+    if url.contains("://") && !url.starts_with("file://") {
+        return Err(Error::InvalidParams {
+            field: "replicate_to",
+            reason: format!(
+                "{url:?} names no object store this build knows; give a directory (a path or \
+                 file:///path){}",
+                if cfg!(feature = "replicate-s3") {
+                    " or s3://bucket/prefix"
+                } else {
+                    ", or build with the replicate-s3 feature for s3://"
+                }
+            ),
+        });
+    }
+    let path = std::path::Path::new(url.strip_prefix("file://").unwrap_or(url));
+    std::fs::create_dir_all(path)
+        .map_err(|e| Error::io("make the replica's directory", path, e))?;
+    let store = object_store::local::LocalFileSystem::new_with_prefix(path)
+        .map_err(|e| Error::replica("open the replica's directory", e.to_string()))?;
+    Ok((Arc::new(store), ObjectPath::default()))
+}
+
+#[cfg(feature = "replicate-s3")]
+fn open_s3(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let store = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| Error::InvalidParams {
+            field: "replicate_to",
+            reason: format!("{url:?}: {e}"),
+        })?;
+    Ok((Arc::new(store), prefix_path(prefix)?))
+}
+
+#[cfg(not(feature = "replicate-s3"))]
+fn open_s3(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    Err(Error::InvalidParams {
+        field: "replicate_to",
+        reason: format!(
+            "{url:?}: this build has no S3 support; build with the replicate-s3 feature"
+        ),
+    })
+}
+
+/// How far the replica trails the store ([`Store::replication`](crate::Store::replication)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicationStatus {
+    /// Where the replica is (see [`Replicate::describe`]).
+    pub target: String,
+    /// Bytes on disk that no restore point covers yet, as of the shipper's
+    /// last look (at most one interval old).
+    pub lag_bytes: u64,
+    /// How long the oldest of those bytes have waited, in ms, counted from
+    /// when the shipper first saw them (0: none wait).
+    pub lag_ms: u64,
+    /// The newest restore point published (0: none yet).
+    pub restore_point: u64,
+    /// When it was published, in ms since the Unix epoch.
+    pub restore_point_ms: u64,
+    /// Bytes uploaded since the store was opened.
+    pub shipped_bytes: u64,
+    /// Rounds that failed since the store was opened (each is retried,
+    /// after a backoff).
+    pub failures: u64,
+    /// Why the last round failed, if it did (cleared by one that succeeds).
+    pub last_error: Option<String>,
+}

@@ -1,0 +1,164 @@
+//! What replication reads of a running store: the log as it stands, taken
+//! in one consistent view (DESIGN.md §13).
+
+use crate::error::{Error, Result};
+use crate::log::frame::{decode_header, StoreId};
+use crate::log::segments::{segment_path, Sealed, SegmentData};
+
+use super::Shared;
+
+/// The live log at one moment: the manifest in force and every segment it
+/// replays, each as far as it is on disk.
+pub(crate) struct LogView {
+    /// The manifest's generation and bytes (`None`: the store was never
+    /// compacted, so it has none).
+    pub manifest: Option<(u64, Vec<u8>)>,
+    /// The segments in replay order.
+    pub segments: Vec<SegmentView>,
+}
+
+/// One segment of a [`LogView`].
+pub(crate) struct SegmentView {
+    /// Its id.
+    pub id: u64,
+    /// How many of its bytes are part of the view: the whole of a sealed
+    /// segment, the synced part of the active one.
+    pub len: u64,
+    /// Whether it is sealed: its bytes never change again.
+    pub sealed: bool,
+    data: SegmentData,
+}
+
+impl SegmentView {
+    /// Bytes `from..to` of the segment (within its view).
+    pub fn read(&self, from: u64, to: u64) -> Result<Vec<u8>> {
+        let short = || Error::corrupt(self.id, from, "a segment is shorter than the log says");
+        let (from_at, to_at) = (
+            usize::try_from(from).map_err(|_| short())?,
+            usize::try_from(to.min(self.len)).map_err(|_| short())?,
+        );
+        match &self.data {
+            SegmentData::Sealed(sealed) => sealed
+                .bytes()?
+                .get(from_at..to_at)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(short),
+            SegmentData::Active(mirror) => mirror
+                .read()
+                .get(from_at..to_at)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(short),
+        }
+    }
+}
+
+impl Shared {
+    /// The log as it stands: the segments of the manifest in force, read
+    /// under its lock so that no merge switches the log meanwhile, and the
+    /// active segment up to where it is synced. A segment newer than the
+    /// synced point (a rotation after it was read) is left to the next view.
+    pub(crate) fn log_view(&self) -> Result<LogView> {
+        let (active, durable) = self.writer.durable_point();
+        let store = self.writer.store();
+        let manifest = self.manifest.lock();
+        let mut segments = Vec::new();
+        for (i, &id) in manifest.compacted.iter().enumerate() {
+            let data = self.segment_data(id)?;
+            let len = match &data {
+                SegmentData::Sealed(s) => s.len(),
+                SegmentData::Active(_) => return Err(not_sealed(id)),
+            };
+            if manifest.lens.get(i).is_some_and(|&l| l != len) {
+                return Err(Error::corrupt(
+                    id,
+                    len,
+                    "a compacted segment's length is not the manifest's",
+                ));
+            }
+            segments.push(SegmentView {
+                id,
+                len,
+                sealed: true,
+                data,
+            });
+        }
+        let mut tail: Vec<u64> = self
+            .segments
+            .ids()
+            .into_iter()
+            .filter(|&id| {
+                id >= manifest.tail_from && id <= active && !manifest.compacted.contains(&id)
+            })
+            .collect();
+        tail.sort_unstable();
+        for id in tail {
+            let data = self.segment_data(id)?;
+            let (len, sealed) = match &data {
+                SegmentData::Sealed(s) => {
+                    let bytes = s.bytes()?;
+                    // A merge's output not yet switched in carries the
+                    // compacted flag: not part of the log (yet).
+                    if decode_header(bytes).is_ok_and(|h| h.compacted()) {
+                        continue;
+                    }
+                    (s.len(), true)
+                }
+                SegmentData::Active(mirror) if id == active => {
+                    (durable.min(mirror.read().len() as u64), false)
+                }
+                SegmentData::Active(_) => return Err(not_sealed(id)),
+            };
+            segments.push(SegmentView {
+                id,
+                len,
+                sealed,
+                data,
+            });
+        }
+        let manifest = (manifest.generation > 0 || !manifest.compacted.is_empty()).then(|| {
+            let mut m = manifest.clone();
+            m.store = Some(store);
+            m.lens = segments
+                .iter()
+                .take(m.compacted.len())
+                .map(|s| s.len)
+                .collect();
+            (m.generation, m.encode())
+        });
+        Ok(LogView { manifest, segments })
+    }
+
+    /// The store's identity.
+    pub(crate) fn writer_store(&self) -> StoreId {
+        self.writer.store()
+    }
+
+    /// Whether a failed write stopped the log.
+    pub(crate) fn writer_poisoned(&self) -> bool {
+        self.writer.is_poisoned()
+    }
+
+    /// Segment `id` as readers see it, or mapped from its file (a merge
+    /// that failed after its switch may not have handed it to readers).
+    fn segment_data(&self, id: u64) -> Result<SegmentData> {
+        if let Some(data) = self.segments.get(id) {
+            return Ok(data);
+        }
+        let fs = self.options.fs.clone();
+        let path = segment_path(self.writer.dir(), id);
+        let len = fs
+            .list(self.writer.dir())
+            .map_err(|e| Error::io("list the store's directory", self.writer.dir(), e))?
+            .into_iter()
+            .find(|(name, _)| path.file_name().is_some_and(|n| n == name.as_str()))
+            .map(|(_, len)| len)
+            .ok_or_else(|| Error::corrupt(id, 0, "a segment of the log is missing"))?;
+        Ok(SegmentData::Sealed(std::sync::Arc::new(Sealed::unmapped(
+            fs, path, len,
+        ))))
+    }
+}
+
+fn not_sealed(id: u64) -> Error {
+    Error::corrupt(id, 0, "a segment before the active one is not sealed")
+}

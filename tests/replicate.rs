@@ -307,3 +307,49 @@ fn past_the_retention_window_only_the_newest_point_and_what_it_names_are_kept() 
     restore(&to(), &restored, None).unwrap();
     assert_eq!(contents(&restored).len(), 330);
 }
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_command_line_lists_restore_points_and_restores() {
+    let (dir, bucket, out) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let url = format!("file://{}", bucket.path().display());
+    let store = Store::open(dir.path(), options(Replicate::to(&url))).unwrap();
+    write(&store, 0, 50);
+    store.close().unwrap();
+    let ctxlog = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ctxlog"))
+            .args(args)
+            .current_dir(out.path())
+            .output()
+            .unwrap()
+    };
+    let listed = ctxlog(&["restore", &url, "--list"]);
+    assert!(listed.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["restorePoint"], 1);
+    let restored = ctxlog(&["restore", &url, "restored"]);
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&restored.stdout).unwrap();
+    assert_eq!(report["records"], 50);
+    assert_eq!(contents(&out.path().join("restored")).len(), 50);
+    // Not over a store.
+    let again = ctxlog(&["restore", &url, "restored"]);
+    assert_eq!(again.status.code(), Some(1));
+    let stderr = String::from_utf8(again.stderr).unwrap();
+    assert!(
+        stderr.starts_with("error: InvalidParams: invalid dir:") && stderr.contains("not empty"),
+        "{stderr}"
+    );
+}

@@ -305,6 +305,25 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Build a store in DIR from a replica, as of its newest restore point or of --at.
+    #[cfg(feature = "replicate")]
+    #[command(
+        after_help = "Examples:\n  ctxlog restore /mnt/backup/agent restored          the newest restore point\n  ctxlog restore s3://bucket/agent restored --at 2026-12-01T09:30:00Z\n  ctxlog restore /mnt/backup/agent --list            the restore points kept\n\nDIR must be new or empty; the store is verified before it is put there."
+    )]
+    Restore {
+        /// The replica: a directory (a path or file:///path), or s3://bucket/prefix.
+        url: String,
+        /// Where to build the store (new or empty).
+        #[arg(value_name = "DIR", required_unless_present = "list")]
+        into: Option<PathBuf>,
+        /// The newest restore point published at or before this time (ISO
+        /// 8601 UTC; a date alone means its midnight).
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        at: Option<u64>,
+        /// List the restore points instead (JSON lines: number, time).
+        #[arg(long, conflicts_with_all = ["into", "at"])]
+        list: bool,
+    },
     /// A shell completion script.
     #[command(
         after_help = "Example:\n  ctxlog completions bash > ~/.local/share/bash-completion/completions/ctxlog"

@@ -10,7 +10,11 @@ use serde_json::{json, Value};
 
 use crate::args::Global;
 use crate::failure::{io_error, usage, with_causes, Failure, Outcome};
+#[cfg(feature = "replicate")]
+use crate::print_text;
 use crate::{open_write, options, print_json, progress, stdin_bytes};
+#[cfg(feature = "replicate")]
+use ctxlog::time::iso8601_ms;
 
 /// Where export lines go: a file, or stdout; and where the summary goes
 /// (stdout when the lines went to a file, stderr otherwise).
@@ -165,6 +169,32 @@ pub(crate) fn salvage(g: &Global, output: Option<&Path>) -> Outcome {
     let mut summary = export_contexts(&store, &chosen, &mut out, false)?;
     summary["open"] = json!(report);
     out.finish(&summary)
+}
+
+/// `ctxlog restore`: a store from a replica, or its restore points.
+#[cfg(feature = "replicate")]
+pub(crate) fn restore(url: &str, into: Option<&Path>, at: Option<u64>, list: bool) -> Outcome {
+    use ctxlog::replicate::Replicate;
+    let from = Replicate::to(url);
+    let Some(dir) = into.filter(|_| !list) else {
+        let mut lines = String::new();
+        for point in ctxlog::replicate::restore_points(&from)? {
+            lines.push_str(&format!(
+                "{}\n",
+                json!({"restorePoint": point.number, "time": iso8601_ms(point.time_ms)})
+            ));
+        }
+        return print_text(&lines);
+    };
+    let report = ctxlog::replicate::restore(&from, dir, at)?;
+    print_json(&json!({
+        "dir": dir.display().to_string(),
+        "restorePoint": report.point.number,
+        "time": iso8601_ms(report.point.time_ms),
+        "segments": report.segments,
+        "bytes": report.bytes,
+        "records": report.records,
+    }))
 }
 
 pub(crate) fn import(g: &Global, file: Option<&Path>, resume: bool) -> Outcome {

@@ -213,6 +213,13 @@ fn command(command: Command, g: &Global, tenant_given: bool) -> Outcome {
         }
         Command::Import { file, resume } => import(g, file.as_deref(), resume),
         Command::Salvage { output } => salvage(g, output.as_deref()),
+        #[cfg(feature = "replicate")]
+        Command::Restore {
+            url,
+            into,
+            at,
+            list,
+        } => backup::restore(&url, into.as_deref(), at, list),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ctxlog", &mut std::io::stdout());
             Ok(())
@@ -554,7 +561,7 @@ pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> Outcome {
 
 /// Writes to stdout. A reader that stopped reading (`| head`) ends the
 /// command quietly, as a pipe's writer ends, rather than with a panic.
-fn print_text(text: &str) -> Outcome {
+pub(crate) fn print_text(text: &str) -> Outcome {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Closed),

@@ -31,6 +31,10 @@ pub enum Idempotency {
 /// The server's options.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Where the store replicates its log (`--replicate-to`), if anywhere:
+    /// see `ctxlog::replicate`. `/healthz` shows how far the replica
+    /// trails.
+    pub replicate: Option<ctxlog::Replicate>,
     /// The URL clients reach the server at, as the agent card gives it
     /// (JSON-RPC at `{public_url}/`, HTTP+JSON at `{public_url}`).
     pub public_url: String,
@@ -139,6 +143,7 @@ impl Config {
     /// The defaults, for a server reached at `public_url`.
     pub fn new(public_url: impl Into<String>) -> Self {
         Config {
+            replicate: None,
             public_url: public_url.into(),
             single_active_turn: false,
             on_restart: OnRestart::Fail,

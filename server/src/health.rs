@@ -129,6 +129,19 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         "tasksFollowed": shared.hub.len(),
         "connections": shared.connections.load(std::sync::atomic::Ordering::Relaxed),
     });
+    if let Some(replica) = shared.store.get().and_then(|s| s.replication()) {
+        body["replication"] = serde_json::json!({
+            "target": replica.target,
+            "lagBytes": replica.lag_bytes,
+            "lagMs": replica.lag_ms,
+            "restorePoint": replica.restore_point,
+            "restorePointTime": ctxlog::time::iso8601_ms(replica.restore_point_ms),
+            "shippedBytes": replica.shipped_bytes,
+            "rounds": replica.rounds,
+            "failures": replica.failures,
+            "lastError": replica.last_error,
+        });
+    }
     if shared.config.push.enabled {
         body["push"] = shared.pushes.report();
         body["push"]["tasksWatched"] = shared.hub.wakes().into();

@@ -241,9 +241,13 @@ pub fn check_webhook_ca(path: &Path) -> Result<usize, String> {
     webhook::check_ca_file(path)
 }
 
-/// The store options the configuration needs (the turn policy), on top of
-/// `options`.
+/// The store options the configuration needs (the turn policy, the
+/// replica), on top of `options`.
 pub fn store_options(options: Options, config: &Config) -> Options {
+    let options = match &config.replicate {
+        Some(replicate) => options.replicate(replicate.clone()),
+        None => options,
+    };
     if config.single_active_turn {
         options.turns(TurnPolicy::SingleActive { lease: None })
     } else {

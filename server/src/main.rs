@@ -124,6 +124,20 @@ struct Args {
     /// VersionNotSupported.
     #[arg(long, default_value = "1.0,0.3", value_parser = ctxlog_server::auth::Protocols::parse)]
     protocols: ctxlog_server::auth::Protocols,
+    /// Replicate the store's log to this object store, continuously: a
+    /// directory (a path or file:///path) or s3://bucket/prefix (AWS_*
+    /// variables give the credentials, region and endpoint). `ctxlog
+    /// restore` builds a store from it; /healthz shows the lag.
+    #[arg(long, env = "CTXLOG_REPLICATE_TO", value_name = "URL")]
+    replicate_to: Option<String>,
+    /// How often the replica is brought up to date, in milliseconds: the
+    /// most it trails the store while the object store keeps up.
+    #[arg(long, default_value_t = 1000)]
+    replicate_interval_ms: u64,
+    /// How long the replica keeps restore points for a restore to a point
+    /// in time, in hours.
+    #[arg(long, default_value_t = 24)]
+    replicate_retain_hours: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -213,6 +227,11 @@ fn serve(args: Args) -> Result<(), String> {
     };
     config.idempotency_key_window = Duration::from_secs(args.idempotency_key_hours.max(1) * 3600);
     config.protocols = args.protocols;
+    config.replicate = args.replicate_to.as_deref().map(|url| {
+        ctxlog::Replicate::to(url)
+            .interval(Duration::from_millis(args.replicate_interval_ms.max(1)))
+            .retain(Duration::from_secs(args.replicate_retain_hours * 3600))
+    });
     config.push = Webhooks {
         enabled: args.push,
         allow_private: args.allow_private_webhooks,

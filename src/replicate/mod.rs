@@ -201,6 +201,10 @@ pub struct ReplicationStatus {
     pub restore_point_ms: u64,
     /// Bytes uploaded since the store was opened.
     pub shipped_bytes: u64,
+    /// Rounds that succeeded since the store was opened: once this count
+    /// has grown by two after a write was acknowledged, a round that began
+    /// after it ended, so a restore point covers it.
+    pub rounds: u64,
     /// Rounds that failed since the store was opened (each is retried,
     /// after a backoff).
     pub failures: u64,

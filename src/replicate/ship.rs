@@ -186,6 +186,7 @@ fn run(
         match result {
             Ok(()) => {
                 status.last_error = None;
+                status.rounds += 1;
                 failed = 0;
                 wait = config.interval;
             }

@@ -1,0 +1,128 @@
+//! The server replicating its store (`--replicate-to`): killed (SIGKILL)
+//! under load, its replica restores to a store that verifies clean, holds
+//! every message acknowledged before a replication round that began after
+//! it, and serves them from a new server.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{health, user, Client};
+use serde_json::{json, Value};
+
+#[path = "common/process.rs"]
+mod process;
+
+use process::Process;
+
+fn start(dir: &std::path::Path, bucket: &std::path::Path) -> Process {
+    let args = [
+        "--dir".as_ref(),
+        dir.as_os_str(),
+        "--replicate-to".as_ref(),
+        bucket.as_os_str(),
+        "--replicate-interval-ms".as_ref(),
+        "20".as_ref(),
+    ];
+    Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info")
+}
+
+/// The replication part of `/healthz`.
+async fn replication(url: &str) -> Value {
+    let (status, body) = health(url).await;
+    assert_eq!(status, 200, "{body}");
+    body["replication"].clone()
+}
+
+/// Waits (bounded) until a replication round that began after this call
+/// has ended: its restore point covers everything acknowledged before.
+async fn caught_up(url: &str) -> Value {
+    let start = replication(url).await["rounds"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = replication(url).await;
+        if now["rounds"].as_u64().unwrap() >= start + 2 {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replication round ended: {now}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn send(c: &Client, id: &str) -> String {
+    let (status, body) = c
+        .rpc(
+            "SendMessage",
+            json!({ "message": user(id, &format!("text of {id}")) }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["result"]["task"]["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_servers_replica_restores_everything_a_round_covered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, bucket) = (tmp.path().join("store"), tmp.path().join("bucket"));
+    let server = start(&dir, &bucket);
+    let c = Client::new(&server.url, None);
+    let mut covered = Vec::new();
+    for i in 0..40 {
+        covered.push((format!("m{i}"), send(&c, &format!("m{i}")).await));
+    }
+    let status = caught_up(&server.url).await;
+    assert_eq!(status["lagBytes"], 0, "{status}");
+    assert!(status["restorePoint"].as_u64().unwrap() >= 1, "{status}");
+    assert!(status["lastError"].is_null(), "{status}");
+    assert_eq!(status["target"], bucket.to_str().unwrap());
+
+    // More writes, in flight while the server is killed.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let c = Client::new(&server.url, None);
+            tokio::spawn(async move {
+                for i in 0..1000 {
+                    let body = json!({ "message": user(&format!("w{w}-{i}"), "more") });
+                    if c.rpc("SendMessage", body).await.0 != 200 {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Until a few more rounds ended under load.
+    caught_up(&server.url).await;
+    server.kill();
+    for w in writers {
+        let _ = w.await;
+    }
+
+    let restored = tmp.path().join("restored");
+    let report = {
+        let (bucket, restored) = (bucket.clone(), restored.clone());
+        tokio::task::spawn_blocking(move || {
+            ctxlog::replicate::restore(
+                &ctxlog::Replicate::to(bucket.to_str().unwrap()),
+                &restored,
+                None,
+            )
+        })
+        .await
+        .unwrap()
+        .unwrap()
+    };
+    assert!(report.records > 80, "{report:?}");
+    let server = start(&restored, &tmp.path().join("bucket2"));
+    let c = Client::new(&server.url, None);
+    for (message, task) in &covered {
+        let (_, got) = c.rpc("GetTask", json!({ "id": task })).await;
+        assert_eq!(
+            got["result"]["history"][0]["parts"][0]["text"],
+            format!("text of {message}"),
+            "{got}"
+        );
+    }
+}

@@ -1,7 +1,12 @@
 //! Replication to object storage and restores from it: a restored store
 //! holds, byte for byte, the log its restore point names; damaged or
 //! missing objects are refused; another store's replica is never written
-//! over.
+//! over; retention keeps what a restore needs.
+//!
+//! Each scenario runs on a local directory or an in-memory object store,
+//! and (ignored unless asked for, with `--ignored`) on an S3 endpoint:
+//! `.ci/run` starts moto's server on 127.0.0.1 and sets `CTXLOG_TEST_S3`
+//! and the `AWS_*` variables. Asked for without them, they fail.
 #![cfg(feature = "replicate")]
 
 use std::path::Path;
@@ -9,10 +14,151 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxlog::replicate::object_store::memory::InMemory;
+use ctxlog::replicate::object_store::path::Path as ObjectPath;
+use ctxlog::replicate::object_store::{ObjectStore, PutPayload};
 use ctxlog::replicate::{restore, restore_points};
 use ctxlog::{Error, Options, Replicate, Store};
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Where a test's replica lies.
+enum Place {
+    Dir(tempfile::TempDir),
+    Memory(Arc<InMemory>),
+    #[cfg_attr(not(feature = "replicate-s3"), allow(dead_code))]
+    S3(String),
+}
+
+impl Place {
+    fn dir() -> Self {
+        Place::Dir(tempfile::tempdir().unwrap())
+    }
+
+    fn memory() -> Self {
+        Place::Memory(Arc::new(InMemory::new()))
+    }
+
+    /// A fresh prefix of the bucket `CTXLOG_TEST_S3` names.
+    #[cfg(feature = "replicate-s3")]
+    fn s3() -> Self {
+        let bucket = std::env::var("CTXLOG_TEST_S3").expect(
+            "CTXLOG_TEST_S3 names the bucket of an S3 endpoint (with AWS_ENDPOINT_URL and the \
+             other AWS_* variables); .ci/run starts one",
+        );
+        let unique = format!("{}-{:x}", std::process::id(), rand_u64());
+        Place::S3(format!("s3://{bucket}/{unique}"))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Place::Dir(dir) => dir.path().to_str().unwrap().to_string(),
+            Place::Memory(_) => unreachable!("an in-memory store has no URL"),
+            Place::S3(url) => url.clone(),
+        }
+    }
+
+    fn replicate(&self) -> Replicate {
+        match self {
+            Place::Memory(store) => Replicate::to_store(store.clone(), "stores/one"),
+            _ => Replicate::to(&self.url()),
+        }
+    }
+
+    /// The object store and the replica's prefix in it, to look at or
+    /// damage objects.
+    fn objects(&self) -> (Arc<dyn ObjectStore>, ObjectPath) {
+        match self {
+            Place::Dir(dir) => (
+                Arc::new(
+                    ctxlog::replicate::object_store::local::LocalFileSystem::new_with_prefix(
+                        dir.path(),
+                    )
+                    .unwrap(),
+                ),
+                ObjectPath::default(),
+            ),
+            Place::Memory(store) => (store.clone(), ObjectPath::from("stores/one")),
+            Place::S3(url) => s3_objects(url),
+        }
+    }
+
+    /// The names of the objects under `sub`, sorted.
+    fn listed(&self, sub: &str) -> Vec<String> {
+        let (store, root) = self.objects();
+        let mut names: Vec<String> = block_on(async {
+            use futures::TryStreamExt;
+            store
+                .list(Some(&root.child(sub)))
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+        })
+        .into_iter()
+        .map(|m| m.location.filename().unwrap().to_string())
+        .collect();
+        names.sort();
+        names
+    }
+
+    fn get(&self, sub: &str, name: &str) -> Vec<u8> {
+        let (store, root) = self.objects();
+        let path = root.child(sub).child(name);
+        block_on(async {
+            store
+                .get(&path)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap()
+                .to_vec()
+        })
+    }
+
+    fn put(&self, sub: &str, name: &str, bytes: Vec<u8>) {
+        let (store, root) = self.objects();
+        let path = root.child(sub).child(name);
+        block_on(async { store.put(&path, PutPayload::from(bytes)).await.unwrap() });
+    }
+
+    fn delete(&self, sub: &str, name: &str) {
+        let (store, root) = self.objects();
+        let path = root.child(sub).child(name);
+        block_on(async { store.delete(&path).await.unwrap() });
+    }
+}
+
+#[cfg(feature = "replicate-s3")]
+fn s3_objects(url: &str) -> (Arc<dyn ObjectStore>, ObjectPath) {
+    let rest = url.strip_prefix("s3://").unwrap();
+    let (bucket, prefix) = rest.split_once('/').unwrap();
+    let store = ctxlog::replicate::object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .unwrap();
+    (Arc::new(store), ObjectPath::from(prefix))
+}
+
+#[cfg(not(feature = "replicate-s3"))]
+fn s3_objects(_url: &str) -> (Arc<dyn ObjectStore>, ObjectPath) {
+    unreachable!("S3 places need the replicate-s3 feature")
+}
+
+#[cfg(feature = "replicate-s3")]
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos() as u64);
+    h.finish()
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
 
 /// Small segments, so a few hundred records span several, and no
 /// background maintenance (the tests compact when they mean to).
@@ -35,7 +181,7 @@ fn write(store: &Store, from: usize, to: usize) {
     }
 }
 
-/// The store's segment files and manifest, by name.
+/// The store's segment files, manifest and identity, by name.
 fn log_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
@@ -68,14 +214,16 @@ fn contents(dir: &Path) -> Vec<ctxlog::Item> {
     items
 }
 
-#[test]
-fn a_closed_store_restores_byte_for_byte_from_a_directory() {
-    let (dir, bucket, out) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let to = || Replicate::to(bucket.path().to_str().unwrap()).interval(Duration::from_millis(5));
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn closed_store_restores_byte_for_byte(place: Place) {
+    let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let to = || place.replicate().interval(Duration::from_millis(5));
     let store = Store::open(dir.path(), options(to())).unwrap();
     write(&store, 0, 400);
     store.compact().unwrap();
@@ -92,12 +240,8 @@ fn a_closed_store_restores_byte_for_byte_from_a_directory() {
     assert_eq!(items, contents(dir.path()));
 }
 
-#[test]
-fn a_running_store_ships_its_synced_bytes_and_a_restore_point_in_time_holds_only_what_came_before()
-{
-    let bucket: Arc<InMemory> = Arc::new(InMemory::new());
-    let to =
-        || Replicate::to_store(bucket.clone(), "stores/one").interval(Duration::from_secs(3600));
+fn restore_points_in_time(place: Place) {
+    let to = || place.replicate().interval(Duration::from_secs(3600));
     let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let store = Store::open(dir.path(), options(to())).unwrap();
     write(&store, 0, 100);
@@ -108,12 +252,6 @@ fn a_running_store_ships_its_synced_bytes_and_a_restore_point_in_time_holds_only
         "{first:?}"
     );
     // The next restore point is published strictly later.
-    let now_ms = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-    };
     while now_ms() <= first.restore_point_ms {
         std::thread::yield_now();
     }
@@ -134,8 +272,7 @@ fn a_running_store_ships_its_synced_bytes_and_a_restore_point_in_time_holds_only
     let earlier = out.path().join("earlier");
     let report = restore(&to(), &earlier, Some(first.restore_point_ms)).unwrap();
     assert_eq!(report.point.number, first.restore_point);
-    let items = contents(&earlier);
-    assert_eq!(items.len(), 100);
+    assert_eq!(contents(&earlier).len(), 100);
     let points = restore_points(&to()).unwrap();
     assert_eq!(points.last().unwrap().number, second.restore_point);
     // Before the first point there is nothing to restore.
@@ -144,29 +281,19 @@ fn a_running_store_ships_its_synced_bytes_and_a_restore_point_in_time_holds_only
     store.close().unwrap();
 }
 
-#[test]
-fn damaged_cut_or_missing_objects_are_refused_and_leave_nothing_behind() {
-    let (dir, bucket, out) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let url = bucket.path().to_str().unwrap().to_string();
-    let store = Store::open(dir.path(), options(Replicate::to(&url))).unwrap();
+fn damaged_objects_are_refused(place: Place) {
+    let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = Store::open(dir.path(), options(place.replicate())).unwrap();
     write(&store, 0, 300);
     store.close().unwrap();
-    let segments = bucket.path().join("segments");
-    let mut names: Vec<_> = std::fs::read_dir(&segments)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    names.sort();
+    let names = place.listed("segments");
+    assert!(names.len() > 2, "{names:?}");
     let victim = names[1].clone();
-    let good = std::fs::read(&victim).unwrap();
+    let good = place.get("segments", &victim);
 
     let attempt = |name: &str| {
         let target = out.path().join(name);
-        let err = restore(&Replicate::to(&url), &target, None).unwrap_err();
+        let err = restore(&place.replicate(), &target, None).unwrap_err();
         assert!(matches!(err, Error::Replica { .. }), "{err}");
         assert!(!target.exists(), "a failed restore leaves no store");
         let leftovers: Vec<_> = std::fs::read_dir(out.path()).unwrap().collect();
@@ -175,32 +302,30 @@ fn damaged_cut_or_missing_objects_are_refused_and_leave_nothing_behind() {
     };
     let mut flipped = good.clone();
     flipped[200] ^= 1;
-    std::fs::write(&victim, &flipped).unwrap();
+    place.put("segments", &victim, flipped);
     assert!(attempt("flipped").contains("checksum"));
-    std::fs::write(&victim, &good[..good.len() - 10]).unwrap();
+    place.put("segments", &victim, good[..good.len() - 10].to_vec());
     assert!(attempt("cut").contains("lacks bytes"));
-    std::fs::remove_file(&victim).unwrap();
+    place.delete("segments", &victim);
     assert!(attempt("missing").contains("lacks bytes"));
-    std::fs::write(&victim, &good).unwrap();
-    restore(&Replicate::to(&url), out.path().join("whole"), None).unwrap();
+    // A damaged restore point is refused too.
+    let point = place.listed("points").pop().unwrap();
+    let sound = place.get("points", &point);
+    let mut bad = sound.clone();
+    bad[30] ^= 1;
+    place.put("points", &point, bad);
+    assert!(attempt("point").contains("damaged"));
+    place.put("points", &point, sound);
+    place.put("segments", &victim, good);
+    restore(&place.replicate(), out.path().join("whole"), None).unwrap();
 }
 
-#[test]
-fn a_second_store_never_writes_over_another_stores_replica() {
-    let bucket: Arc<InMemory> = Arc::new(InMemory::new());
+fn another_stores_replica_is_kept(place: Place) {
     let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first = Store::open(
-        one.path(),
-        options(Replicate::to_store(bucket.clone(), "p")),
-    )
-    .unwrap();
+    let first = Store::open(one.path(), options(place.replicate())).unwrap();
     write(&first, 0, 10);
     first.close().unwrap();
-    let second = Store::open(
-        two.path(),
-        options(Replicate::to_store(bucket.clone(), "p")),
-    )
-    .unwrap();
+    let second = Store::open(two.path(), options(place.replicate())).unwrap();
     write(&second, 0, 20);
     let err = second.ship_replica(WAIT).unwrap_err();
     assert!(err.to_string().contains("another store's replica"), "{err}");
@@ -208,14 +333,12 @@ fn a_second_store_never_writes_over_another_stores_replica() {
     second.close().unwrap();
     let out = tempfile::tempdir().unwrap();
     let restored = out.path().join("r");
-    restore(&Replicate::to_store(bucket.clone(), "p"), &restored, None).unwrap();
+    restore(&place.replicate(), &restored, None).unwrap();
     assert_eq!(contents(&restored).len(), 10);
 }
 
-#[test]
-fn a_reopened_store_goes_on_from_its_replicas_last_point() {
-    let bucket: Arc<InMemory> = Arc::new(InMemory::new());
-    let to = || Replicate::to_store(bucket.clone(), "").interval(Duration::from_secs(3600));
+fn a_reopened_store_goes_on(place: Place) {
+    let to = || place.replicate().interval(Duration::from_secs(3600));
     let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     for round in 0..3 {
         let store = Store::open(dir.path(), options(to())).unwrap();
@@ -238,28 +361,11 @@ fn a_reopened_store_goes_on_from_its_replicas_last_point() {
     assert_eq!(contents(&restored).len(), 300);
 }
 
-#[test]
-fn a_store_without_replication_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), Options::default()).unwrap();
-    assert!(store.replication().is_none());
-    let err = store.ship_replica(WAIT).unwrap_err();
-    assert!(
-        err.to_string().contains("without Options::replicate"),
-        "{err}"
-    );
-}
-
-#[test]
-fn past_the_retention_window_only_the_newest_point_and_what_it_names_are_kept() {
-    let (dir, bucket, out) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let url = bucket.path().to_str().unwrap().to_string();
+fn retention_keeps_what_the_newest_point_names(place: Place) {
+    let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let to = || {
-        Replicate::to(&url)
+        place
+            .replicate()
             .interval(Duration::from_secs(3600))
             .retain(Duration::ZERO)
     };
@@ -282,16 +388,6 @@ fn past_the_retention_window_only_the_newest_point_and_what_it_names_are_kept() 
     let points = restore_points(&to()).unwrap();
     assert_eq!(points.len(), 1, "{points:?}");
     assert!(points[0].number > before[0]);
-    let listed = |sub: &str| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(bucket.path().join(sub))
-            .map(|d| {
-                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
-    };
     store.close().unwrap();
     // Every segment left in the bucket is one of the log's now.
     let live: Vec<String> = log_files(dir.path())
@@ -299,24 +395,69 @@ fn past_the_retention_window_only_the_newest_point_and_what_it_names_are_kept() 
         .map(|(name, _)| name)
         .filter(|n| n.ends_with(".seg"))
         .collect();
-    for name in listed("segments") {
+    for name in place.listed("segments") {
         assert!(live.contains(&name), "{name} is not in {live:?}");
     }
-    assert!(listed("retired").is_empty(), "{:?}", listed("retired"));
+    assert!(
+        place.listed("retired").is_empty(),
+        "{:?}",
+        place.listed("retired")
+    );
     let restored = out.path().join("r");
     restore(&to(), &restored, None).unwrap();
     assert_eq!(contents(&restored).len(), 330);
 }
 
-#[cfg(feature = "cli")]
 #[test]
-fn the_command_line_lists_restore_points_and_restores() {
-    let (dir, bucket, out) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
+fn a_closed_store_restores_byte_for_byte_from_a_directory() {
+    closed_store_restores_byte_for_byte(Place::dir());
+}
+
+#[test]
+fn a_running_store_ships_its_synced_bytes_and_a_restore_point_in_time_holds_only_what_came_before()
+{
+    restore_points_in_time(Place::memory());
+}
+
+#[test]
+fn damaged_cut_or_missing_objects_are_refused_and_leave_nothing_behind() {
+    damaged_objects_are_refused(Place::dir());
+}
+
+#[test]
+fn a_second_store_never_writes_over_another_stores_replica() {
+    another_stores_replica_is_kept(Place::memory());
+}
+
+#[test]
+fn a_reopened_store_goes_on_from_its_replicas_last_point() {
+    a_reopened_store_goes_on(Place::memory());
+}
+
+#[test]
+fn past_the_retention_window_only_the_newest_point_and_what_it_names_are_kept() {
+    retention_keeps_what_the_newest_point_names(Place::dir());
+}
+
+#[test]
+fn a_store_without_replication_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(store.replication().is_none());
+    let err = store.ship_replica(WAIT).unwrap_err();
+    assert!(
+        err.to_string().contains("without Options::replicate"),
+        "{err}"
     );
-    let url = format!("file://{}", bucket.path().display());
+}
+
+#[cfg(feature = "cli")]
+fn command_line_restores(place: Place) {
+    let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = match &place {
+        Place::Dir(d) => format!("file://{}", d.path().display()),
+        _ => place.url(),
+    };
     let store = Store::open(dir.path(), options(Replicate::to(&url))).unwrap();
     write(&store, 0, 50);
     store.close().unwrap();
@@ -328,7 +469,11 @@ fn the_command_line_lists_restore_points_and_restores() {
             .unwrap()
     };
     let listed = ctxlog(&["restore", &url, "--list"]);
-    assert!(listed.status.success());
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     let lines: Vec<serde_json::Value> = String::from_utf8(listed.stdout)
         .unwrap()
         .lines()
@@ -352,4 +497,59 @@ fn the_command_line_lists_restore_points_and_restores() {
         stderr.starts_with("error: InvalidParams: invalid dir:") && stderr.contains("not empty"),
         "{stderr}"
     );
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_command_line_lists_restore_points_and_restores() {
+    command_line_restores(Place::dir());
+}
+
+/// The same scenarios against an S3 endpoint (moto's server in CI).
+#[cfg(feature = "replicate-s3")]
+mod s3 {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn closed_store_restores_byte_for_byte_from_s3() {
+        closed_store_restores_byte_for_byte(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn restore_points_in_time_from_s3() {
+        restore_points_in_time(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn damaged_objects_in_s3_are_refused() {
+        damaged_objects_are_refused(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn another_stores_replica_in_s3_is_kept() {
+        another_stores_replica_is_kept(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn a_reopened_store_goes_on_in_s3() {
+        a_reopened_store_goes_on(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn retention_in_s3() {
+        retention_keeps_what_the_newest_point_names(Place::s3());
+    }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn the_command_line_restores_from_s3() {
+        command_line_restores(Place::s3());
+    }
 }

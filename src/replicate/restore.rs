@@ -291,7 +291,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .map_err(|e| Error::io("start a runtime", "tokio", e))
 }

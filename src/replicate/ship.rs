@@ -66,7 +66,7 @@ impl Replicator {
             }),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
+            .enable_all()
             .build()
             .map_err(|e| Error::io("start the replication runtime", config.describe(), e))?;
         let describe = config.describe();
@@ -75,6 +75,7 @@ impl Replicator {
             .spawn({
                 let (store, control) = (store.clone(), control.clone());
                 move || {
+                    let _ended = Ended(&control);
                     let shipper = Shipper::new(target, root, store.writer_store());
                     run(&runtime, shipper, &store, &config, &control);
                 }
@@ -128,6 +129,22 @@ impl Replicator {
         self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Marks the thread ended however it ends (a panic in a dependency
+/// included), so that no caller of `ship_now` waits for a round that will
+/// never come.
+struct Ended<'a>(&'a Control);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.rounds.lock().stop = true;
+        self.0.done.notify_all();
+        if std::thread::panicking() {
+            self.0.status.lock().last_error =
+                Some("the replication thread stopped after a panic; reopen the store".into());
         }
     }
 }

@@ -278,14 +278,23 @@ impl Log {
     /// The active segment and how far its bytes are on disk: every byte of
     /// it before the offset is synced (at least its header, which its
     /// creation synced). Segments before it are sealed, so synced whole.
+    /// Last, the synced log position (see [`Log::synced_position`]).
     #[cfg_attr(not(feature = "replicate"), allow(dead_code))]
-    pub fn durable_point(&self) -> (u64, u64) {
+    pub fn durable_point(&self) -> (u64, u64, u64) {
         let active = self.active.lock();
         let synced = self.synced.load(Ordering::Acquire);
         let offset = synced
             .saturating_sub(active.base)
             .clamp(active.header_len.min(active.len), active.len);
-        (active.id, offset)
+        (active.id, offset, synced)
+    }
+
+    /// Every byte before this log position is on disk: a count of bytes
+    /// that only grows while the store is open (over all segments, from the
+    /// active segment's length at open).
+    #[cfg_attr(not(feature = "replicate"), allow(dead_code))]
+    pub fn synced_position(&self) -> u64 {
+        self.synced.load(Ordering::Acquire)
     }
 
     /// Writes one framed record to the active segment; returns where it went,

@@ -189,11 +189,12 @@ fn open_s3(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)>
 pub struct ReplicationStatus {
     /// Where the replica is (see [`Replicate::describe`]).
     pub target: String,
-    /// Bytes on disk that no restore point covers yet, as of the shipper's
-    /// last look (at most one interval old).
+    /// Bytes synced to disk that no restore point covers yet (those
+    /// synced since the newest point's view was taken).
     pub lag_bytes: u64,
-    /// How long the oldest of those bytes have waited, in ms, counted from
-    /// when the shipper first saw them (0: none wait).
+    /// If there are any, how long ago the newest point's view was taken,
+    /// in ms: the oldest of those bytes is younger (0: none wait). The
+    /// replica holds the store as it was this long ago.
     pub lag_ms: u64,
     /// The newest restore point published (0: none yet).
     pub restore_point: u64,

@@ -40,6 +40,9 @@ struct Control {
     /// Signalled as each round ends.
     done: Condvar,
     status: Mutex<ReplicationStatus>,
+    /// What the newest restore point covers: the synced log position of
+    /// its view, and when the view was taken (ms since the Unix epoch).
+    covered: Mutex<(u64, u64)>,
 }
 
 /// The thread's rounds, counted.
@@ -64,6 +67,7 @@ impl Replicator {
                 target: config.describe(),
                 ..ReplicationStatus::default()
             }),
+            covered: Mutex::new((0, now_ms())),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -87,15 +91,25 @@ impl Replicator {
         })
     }
 
-    /// How far the replica trails.
-    pub fn status(&self) -> ReplicationStatus {
-        self.shared.status.lock().clone()
+    /// How far the replica trails a store whose synced log position is
+    /// `synced`: the bytes synced since the newest restore point's view,
+    /// and, if there are any, how long ago that view was taken (the oldest
+    /// of them is younger).
+    pub fn status(&self, synced: u64) -> ReplicationStatus {
+        let mut status = self.shared.status.lock().clone();
+        let (position, taken_ms) = *self.shared.covered.lock();
+        status.lag_bytes = synced.saturating_sub(position);
+        status.lag_ms = match status.lag_bytes {
+            0 => 0,
+            _ => now_ms().saturating_sub(taken_ms),
+        };
+        status
     }
 
     /// Runs a round now (one that starts after this call) and waits up to
     /// `timeout` for it to end: then every byte synced before the call is
     /// in a restore point, unless the round failed.
-    pub fn ship_now(&self, timeout: Duration) -> Result<ReplicationStatus> {
+    pub fn ship_now(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let mut rounds = self.shared.rounds.lock();
         let want = rounds.started + 1;
@@ -116,10 +130,9 @@ impl Replicator {
             }
         }
         drop(rounds);
-        let status = self.status();
-        match &status.last_error {
+        match &self.shared.status.lock().last_error {
             Some(e) => Err(Error::replica("ship the log now", e.clone())),
-            None => Ok(status),
+            None => Ok(()),
         }
     }
 
@@ -260,8 +273,6 @@ struct Shipper {
     fresh: BTreeSet<u64>,
     /// Segments now whole whose pieces can go once a point names them.
     sealed_pieces: BTreeSet<u64>,
-    /// When the shipper first saw bytes no restore point covers.
-    dirty_since: Option<Instant>,
     collected: Option<Instant>,
 }
 
@@ -278,7 +289,6 @@ impl Shipper {
             last: None,
             fresh: BTreeSet::new(),
             sealed_pieces: BTreeSet::new(),
-            dirty_since: None,
             collected: None,
         }
     }
@@ -383,22 +393,6 @@ impl Shipper {
         if !self.started {
             self.start(&view).await?;
         }
-        let lag = self.lag(&view);
-        {
-            let mut status = control.status.lock();
-            status.lag_bytes = lag;
-            status.lag_ms = self
-                .dirty_since
-                .get_or_insert_with(Instant::now)
-                .elapsed()
-                .as_millis()
-                .try_into()
-                .unwrap_or(u64::MAX);
-            if lag == 0 && self.unchanged(&view) {
-                self.dirty_since = None;
-                status.lag_ms = 0;
-            }
-        }
         let mut entries = Vec::with_capacity(view.segments.len());
         for segment in &view.segments {
             let entry = if segment.sealed {
@@ -420,6 +414,7 @@ impl Shipper {
             None => 0,
         };
         self.publish(generation, entries, control).await?;
+        *control.covered.lock() = (view.position, view.taken_ms);
         if self
             .collected
             .is_none_or(|at| at.elapsed() >= COLLECT_EVERY.min(config.retain))
@@ -428,34 +423,6 @@ impl Shipper {
             self.collected = Some(Instant::now());
         }
         Ok(())
-    }
-
-    /// Bytes of the view no restore point covers.
-    fn lag(&self, view: &LogView) -> u64 {
-        let published: HashMap<u64, u64> = self
-            .last
-            .iter()
-            .flat_map(|p| p.segments.iter().map(|e| (e.id, e.len)))
-            .collect();
-        view.segments
-            .iter()
-            .map(|s| {
-                s.len
-                    .saturating_sub(published.get(&s.id).copied().unwrap_or(0))
-            })
-            .sum()
-    }
-
-    /// Whether the newest restore point names exactly the view's log.
-    fn unchanged(&self, view: &LogView) -> bool {
-        self.last.as_ref().is_some_and(|p| {
-            p.generation == view.manifest.as_ref().map_or(0, |m| m.0)
-                && p.segments.len() == view.segments.len()
-                && p.segments
-                    .iter()
-                    .zip(&view.segments)
-                    .all(|(e, s)| e.id == s.id && e.len == s.len)
-        })
     }
 
     async fn ship_whole(
@@ -545,9 +512,6 @@ impl Shipper {
             .as_ref()
             .is_some_and(|p| p.generation == generation && p.segments == entries)
         {
-            self.dirty_since = None;
-            let mut status = control.status.lock();
-            (status.lag_bytes, status.lag_ms) = (0, 0);
             return Ok(());
         }
         let (number, time_ms) = match &self.last {
@@ -572,12 +536,10 @@ impl Shipper {
             .collect();
         self.last = Some(point);
         self.fresh.clear();
-        self.dirty_since = None;
         {
             let mut status = control.status.lock();
             status.restore_point = number;
             status.restore_point_ms = time_ms;
-            (status.lag_bytes, status.lag_ms) = (0, 0);
         }
         for id in before.difference(&live) {
             self.put(&objects::retired(&self.root, *id, time_ms), Vec::new())

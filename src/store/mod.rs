@@ -1119,7 +1119,9 @@ impl Store {
     /// replicate). See [`Options::replicate`](crate::Options::replicate).
     #[cfg(feature = "replicate")]
     pub fn replication(&self) -> Option<crate::replicate::ReplicationStatus> {
-        self.replicator.as_ref().map(|r| r.status())
+        self.replicator
+            .as_ref()
+            .map(|r| r.status(self.synced_position()))
     }
 
     /// Ships everything synced so far and publishes a restore point now,
@@ -1133,7 +1135,10 @@ impl Store {
         timeout: std::time::Duration,
     ) -> Result<crate::replicate::ReplicationStatus> {
         match &self.replicator {
-            Some(replicator) => replicator.ship_now(timeout),
+            Some(replicator) => {
+                replicator.ship_now(timeout)?;
+                Ok(replicator.status(self.synced_position()))
+            }
             None => Err(Error::InvalidParams {
                 field: "replicate",
                 reason: "the store was opened without Options::replicate".into(),

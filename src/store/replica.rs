@@ -10,6 +10,10 @@ use super::Shared;
 /// The live log at one moment: the manifest in force and every segment it
 /// replays, each as far as it is on disk.
 pub(crate) struct LogView {
+    /// The synced log position it covers ([`Log::synced_position`](crate::log::writer::Log::synced_position)).
+    pub position: u64,
+    /// When it was taken, in ms since the Unix epoch.
+    pub taken_ms: u64,
     /// The manifest's generation and bytes (`None`: the store was never
     /// compacted, so it has none).
     pub manifest: Option<(u64, Vec<u8>)>,
@@ -58,7 +62,8 @@ impl Shared {
     /// active segment up to where it is synced. A segment newer than the
     /// synced point (a rotation after it was read) is left to the next view.
     pub(crate) fn log_view(&self) -> Result<LogView> {
-        let (active, durable) = self.writer.durable_point();
+        let taken_ms = super::now_ms();
+        let (active, durable, position) = self.writer.durable_point();
         let store = self.writer.store();
         let manifest = self.manifest.lock();
         let mut segments = Vec::new();
@@ -125,12 +130,22 @@ impl Shared {
                 .collect();
             (m.generation, m.encode())
         });
-        Ok(LogView { manifest, segments })
+        Ok(LogView {
+            position,
+            taken_ms,
+            manifest,
+            segments,
+        })
     }
 
     /// The store's identity.
     pub(crate) fn writer_store(&self) -> StoreId {
         self.writer.store()
+    }
+
+    /// Every byte before this log position is synced.
+    pub(crate) fn synced_position(&self) -> u64 {
+        self.writer.synced_position()
     }
 
     /// Whether a failed write stopped the log.

@@ -12,6 +12,9 @@
 //!   mode).
 //! - The replication lag during W1c: the status's `lag_ms` sampled every
 //!   5 ms (p50, p99), with a 100 ms interval.
+//! - Synchronous replication (to a local directory): one writer's append
+//!   p50/p99 against the same without replication, and W1c's throughput
+//!   against asynchronous replication.
 //! - Restore of a store of `CTXLOG_BENCH_RESTORE_MIB` MiB (default 1024;
 //!   256 quick) from a local directory, against copying the replica's
 //!   objects (and syncing them) into a directory: the ratio (target: at
@@ -208,10 +211,65 @@ fn restore_speed() {
     );
 }
 
+/// Append latencies (µs) of one writer (`Sync`), with synchronous
+/// replication to a local directory or without replication.
+fn latencies(n: usize, synchronous: bool) -> Vec<f64> {
+    let (dir, bucket) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut options = Options::default().durability(Durability::Sync);
+    if synchronous {
+        options =
+            options.replicate(Replicate::to(bucket.path().to_str().unwrap()).synchronous(true));
+    }
+    let store = Store::open(dir.path(), options).unwrap();
+    let body = vec![b'x'; 1024];
+    let mut took = Vec::with_capacity(n);
+    for i in 0..n {
+        let start = Instant::now();
+        store
+            .append_message("bench", &format!("c{}", i % 50), &body)
+            .unwrap();
+        took.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    took
+}
+
+fn synchronous(per_thread: usize) {
+    let (mut local, mut replicated) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        local.append(&mut latencies(per_thread, false));
+        replicated.append(&mut latencies(per_thread, true));
+    }
+    let (l50, l99) = (percentile(&mut local, 0.5), percentile(&mut local, 0.99));
+    let (r50, r99) = (
+        percentile(&mut replicated, 0.5),
+        percentile(&mut replicated, 0.99),
+    );
+    println!(
+        "synchronous replication, 1 writer: p50 {r50:.0} µs, p99 {r99:.0} µs; without replication p50 {l50:.0} µs, p99 {l99:.0} µs: {:.2}x, {:.2}x",
+        r50 / l50,
+        r99 / l99
+    );
+    let (mut asynchronous, mut sync) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let bucket = tempfile::tempdir().unwrap();
+        let to = Replicate::to(bucket.path().to_str().unwrap());
+        asynchronous.push(run(16, per_thread, Some(to.clone())).0);
+        let bucket = tempfile::tempdir().unwrap();
+        let to = Replicate::to(bucket.path().to_str().unwrap()).synchronous(true);
+        sync.push(run(16, per_thread, Some(to)).0);
+    }
+    let (a, s) = (median(asynchronous), median(sync));
+    println!(
+        "W1c 16 threads: {s:.0} appends/s with synchronous replication, {a:.0} asynchronous: {:.2}x",
+        s / a
+    );
+}
+
 fn main() {
     let per = if quick() { 500 } else { 3000 };
     throughput("W1a (1 writer, Sync)", 1, per);
     throughput("W1c (16 threads, GroupCommit)", 16, per);
+    synchronous(per);
     s3_lag(per);
     restore_speed();
 }

@@ -553,3 +553,63 @@ mod s3 {
         command_line_restores(Place::s3());
     }
 }
+
+#[test]
+fn a_synchronous_write_returns_only_once_a_restore_point_covers_it() {
+    let bucket: Arc<InMemory> = Arc::new(InMemory::new());
+    // The interval is an hour: only the writes' own requests make rounds.
+    let to = || {
+        Replicate::to_store(bucket.clone(), "s")
+            .interval(Duration::from_secs(3600))
+            .synchronous(true)
+    };
+    let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = Arc::new(
+        Store::open(
+            dir.path(),
+            options(to()).durability(ctxlog::Durability::GroupCommit),
+        )
+        .unwrap(),
+    );
+    for i in 0..20 {
+        store
+            .append_message("acme", &format!("case-{}", i % 7), b"alone")
+            .unwrap();
+        // Each returned write is in a restore point already.
+        assert_eq!(store.replication().unwrap().lag_bytes, 0);
+    }
+    let before = store.replication().unwrap().rounds;
+    let writers: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    store
+                        .append_message("acme", &format!("case-{}", (t + i) % 7), b"together")
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let status = store.replication().unwrap();
+    assert_eq!(status.lag_bytes, 0, "{status:?}");
+    // Writers waiting together shared rounds.
+    assert!(status.rounds - before < 320, "{status:?}");
+    // Restored while the store still runs (no close ships anything more).
+    let restored = out.path().join("r");
+    restore(&to(), &restored, None).unwrap();
+    assert_eq!(contents(&restored).len(), 340);
+    drop(store);
+
+    // Buffered writes are never synced by themselves: refused.
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::open(
+        dir.path(),
+        options(to()).durability(ctxlog::Durability::Buffered),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("Durability::Buffered"), "{err}");
+}

@@ -138,6 +138,11 @@ struct Args {
     /// in time, in hours.
     #[arg(long, default_value_t = 24)]
     replicate_retain_hours: u64,
+    /// Answer a request only once its writes are in the replica (a restore
+    /// point covers them), not only on this disk. Requests that arrive
+    /// together share one upload.
+    #[arg(long, requires = "replicate_to")]
+    replicate_sync: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -231,6 +236,7 @@ fn serve(args: Args) -> Result<(), String> {
         ctxlog::Replicate::to(url)
             .interval(Duration::from_millis(args.replicate_interval_ms.max(1)))
             .retain(Duration::from_secs(args.replicate_retain_hours * 3600))
+            .synchronous(args.replicate_sync)
     });
     config.push = Webhooks {
         enabled: args.push,

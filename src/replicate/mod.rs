@@ -40,7 +40,7 @@ mod ship;
 /// object store to pass to [`Replicate::to_store`] (its `InMemory`, say).
 pub use object_store;
 pub use restore::{restore, restore_points, RestorePoint, RestoreReport};
-pub(crate) use ship::Replicator;
+pub(crate) use ship::{Gate, Replicator};
 
 /// Where and how a store replicates (see [`Options::replicate`](crate::Options::replicate)).
 #[derive(Clone, Debug)]
@@ -58,6 +58,17 @@ pub struct Replicate {
     /// How long a close (or drop) waits for the last shipment. Default:
     /// 10 s; past it the close returns and says so in the log.
     pub close_timeout: Duration,
+    /// Synchronous replication: every write returns only once a restore
+    /// point covers it (appenders waiting together share one round, so one
+    /// piece and one restore point). Default: `false` (asynchronous: the
+    /// replica trails by up to about one interval). Needs
+    /// `Durability::Sync` or `GroupCommit` (only synced bytes are shipped).
+    pub synchronous: bool,
+    /// With [`synchronous`](Self::synchronous), how long a write waits for
+    /// its restore point before it fails with [`Error::Replica`]: it is
+    /// then stored and durable on this disk, only not known to be in the
+    /// replica (a resend of an A2A message is recognised). Default: 10 s.
+    pub sync_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -88,7 +99,21 @@ impl Replicate {
             interval: Duration::from_secs(1),
             retain: Duration::from_secs(24 * 3600),
             close_timeout: Duration::from_secs(10),
+            synchronous: false,
+            sync_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// Sets [`synchronous`](Self::synchronous).
+    pub fn synchronous(mut self, synchronous: bool) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Sets [`sync_timeout`](Self::sync_timeout).
+    pub fn sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = timeout;
+        self
     }
 
     /// Sets [`interval`](Self::interval) (at least 1 ms).

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
@@ -210,21 +211,48 @@ async fn build(
         }
         write_file(&dir.join(MANIFEST), &bytes)?;
     }
-    let mut total = 0;
-    for entry in &point.segments {
-        let bytes = segment_bytes(target, root, entry).await?;
-        if crc32fast::hash(&bytes) != entry.crc {
-            return Err(Error::replica(
-                "restore",
-                format!(
-                    "segment {} of the replica does not match its restore point's checksum (a \
-                     damaged object); restore from an older point with --at",
-                    entry.id
-                ),
-            ));
+    // Up to FETCHES segments at once are read, checked, written and
+    // synced (the writes on the runtime's blocking threads).
+    // After a failure, the rest are skipped and those under way awaited, so
+    // that nothing writes into the directory once the caller removes it.
+    let failed = &std::sync::atomic::AtomicBool::new(false);
+    let mut restored = futures::stream::iter(&point.segments)
+        .map(|entry| async move {
+            if failed.load(std::sync::atomic::Ordering::Acquire) {
+                return Ok(0);
+            }
+            let bytes = segment_bytes(target, root, entry).await?;
+            if crc32fast::hash(&bytes) != entry.crc {
+                return Err(Error::replica(
+                    "restore",
+                    format!(
+                        "segment {} of the replica does not match its restore point's checksum \
+                         (a damaged object); restore from an older point with --at",
+                        entry.id
+                    ),
+                ));
+            }
+            let path = crate::log::segments::segment_path(dir, entry.id);
+            tokio::task::spawn_blocking(move || write_file(&path, &bytes))
+                .await
+                .map_err(|e| {
+                    Error::replica("restore", format!("a segment's write failed: {e}"))
+                })??;
+            Ok(entry.len)
+        })
+        .buffer_unordered(FETCHES);
+    let (mut total, mut first_error) = (0, None);
+    while let Some(len) = restored.next().await {
+        match len {
+            Ok(len) => total += len,
+            Err(e) => {
+                failed.store(true, std::sync::atomic::Ordering::Release);
+                first_error.get_or_insert(e);
+            }
         }
-        write_file(&crate::log::segments::segment_path(dir, entry.id), &bytes)?;
-        total += entry.len;
+    }
+    if let Some(e) = first_error {
+        return Err(e);
     }
     let dir_file = std::fs::File::open(dir).map_err(|e| Error::io("open the directory", dir, e))?;
     dir_file
@@ -232,6 +260,9 @@ async fn build(
         .map_err(|e| Error::io("sync the directory", dir, e))?;
     Ok((point.segments.len(), total))
 }
+
+/// How many segments a restore reads at once.
+const FETCHES: usize = 4;
 
 /// The first `entry.len` bytes of a segment: from its whole object if it
 /// was sealed, or else from its pieces, each starting where the one before

@@ -25,6 +25,10 @@ const COLLECT_EVERY: Duration = Duration::from_secs(60);
 /// The longest wait between two tries after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Waits until a restore point covers a synced log position (synchronous
+/// replication).
+pub(crate) type Gate = Box<dyn Fn(u64) -> Result<()> + Send + Sync>;
+
 /// The shipper's thread, stopped (after a last shipment) when the store
 /// closes.
 pub(crate) struct Replicator {
@@ -106,6 +110,12 @@ impl Replicator {
         status
     }
 
+    /// What a store with synchronous replication calls after each write.
+    pub fn gate(&self, timeout: Duration) -> Gate {
+        let control = self.shared.clone();
+        Box::new(move |end| control.wait_covered(end, timeout))
+    }
+
     /// Runs a round now (one that starts after this call) and waits up to
     /// `timeout` for it to end: then every byte synced before the call is
     /// in a restore point, unless the round failed.
@@ -146,6 +156,49 @@ impl Replicator {
     }
 }
 
+impl Control {
+    /// Returns once a restore point covers the synced log position `end`,
+    /// asking for rounds until one does (appenders that wait together share
+    /// them); fails past `timeout`, or if the thread has stopped.
+    fn wait_covered(&self, end: u64, timeout: Duration) -> Result<()> {
+        if self.covered.lock().0 >= end {
+            return Ok(());
+        }
+        let deadline = Instant::now() + timeout;
+        let mut rounds = self.rounds.lock();
+        loop {
+            if self.covered.lock().0 >= end {
+                return Ok(());
+            }
+            if rounds.stop {
+                return Err(Error::replica(
+                    "confirm a write in the replica",
+                    "replication has stopped (the store is closing, or its thread failed); the \
+                     write is stored and durable on this disk",
+                ));
+            }
+            rounds.asked = rounds.asked.max(rounds.started + 1);
+            self.wake.notify_all();
+            if self.done.wait_until(&mut rounds, deadline).timed_out() {
+                if self.covered.lock().0 >= end {
+                    return Ok(());
+                }
+                let why = self.status.lock().last_error.clone();
+                return Err(Error::replica(
+                    "confirm a write in the replica",
+                    format!(
+                        "no restore point covered it within {timeout:?}{}; the write is stored \
+                         and durable on this disk but may be missing from the replica (a \
+                         resent A2A message is recognised)",
+                        why.map(|e| format!(" (last error: {e})"))
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+}
+
 /// Marks the thread ended however it ends (a panic in a dependency
 /// included), so that no caller of `ship_now` waits for a round that will
 /// never come.
@@ -174,9 +227,13 @@ fn run(
     loop {
         let (stopping, number) = {
             let mut rounds = control.rounds.lock();
-            if !rounds.stop && rounds.asked <= rounds.started {
-                control.wake.wait_for(&mut rounds, wait);
-            }
+            // Until the interval is up, or a round is asked for; after a
+            // failure, only a stop cuts the backoff short.
+            let until = Instant::now() + wait;
+            while !rounds.stop
+                && (rounds.asked <= rounds.started || failed > 0)
+                && !control.wake.wait_until(&mut rounds, until).timed_out()
+            {}
             rounds.started += 1;
             (rounds.stop, rounds.started)
         };

@@ -72,7 +72,7 @@ impl Store {
             }
         }
         let bytes = payloads.iter().map(|p| p.len() as u64).sum();
-        self.after_publish(&slot, &locs, bytes);
+        self.after_publish(&slot, &locs, bytes)?;
         Ok(bodies
             .iter()
             .map(|body| Appended {

@@ -103,6 +103,10 @@ pub struct Shared {
     waits: wait::EventWaits,
     /// What maintenance has done, for [`Store::stats`].
     maintained: maintain::Counters,
+    /// With synchronous replication: waits until a restore point covers a
+    /// synced log position.
+    #[cfg(feature = "replicate")]
+    replica_gate: std::sync::OnceLock<crate::replicate::Gate>,
     _lock: Box<dyn Send + Sync>,
 }
 
@@ -449,13 +453,29 @@ impl Store {
             no_checkpoint: std::sync::atomic::AtomicBool::new(false),
             waits: wait::EventWaits::default(),
             maintained: maintain::Counters::default(),
+            #[cfg(feature = "replicate")]
+            replica_gate: std::sync::OnceLock::new(),
             _lock: lock,
         });
         let maintainer = maintain::Maintainer::start(&shared);
         #[cfg(feature = "replicate")]
         let replicator = match shared.options.replicate.clone() {
             Some(config) if !shared.options.read_only => {
-                Some(crate::replicate::Replicator::start(&shared, config)?)
+                if config.synchronous && shared.options.durability == crate::Durability::Buffered {
+                    return Err(Error::InvalidParams {
+                        field: "replicate",
+                        reason: "synchronous replication ships only synced bytes, which \
+                                 Durability::Buffered leaves unsynced; use Sync or GroupCommit"
+                            .into(),
+                    });
+                }
+                let replicator = crate::replicate::Replicator::start(&shared, config.clone())?;
+                if config.synchronous {
+                    let _ = shared
+                        .replica_gate
+                        .set(replicator.gate(config.sync_timeout));
+                }
+                Some(replicator)
             }
             _ => None,
         };
@@ -722,14 +742,16 @@ impl Store {
             loc,
             hints,
         );
-        self.after_publish(slot, std::slice::from_ref(&loc), payload.len() as u64);
+        self.after_publish(slot, std::slice::from_ref(&loc), payload.len() as u64)?;
         Ok(seq)
     }
 
     /// After records of `slot` at `locs` (`bytes` in all) are published in
     /// the index: the writer lets go of them, waiters on the context are
     /// told, they are counted, and a checkpoint is written if one is due.
-    fn after_publish(&self, slot: &ContextSlot, locs: &[RecordLoc], bytes: u64) {
+    /// With synchronous replication, returns once a restore point covers
+    /// them (an error past its timeout: they stay stored).
+    fn after_publish(&self, slot: &ContextSlot, locs: &[RecordLoc], bytes: u64) -> Result<()> {
         for &loc in locs {
             self.writer.published(loc);
         }
@@ -737,6 +759,11 @@ impl Store {
         self.records
             .fetch_add(locs.len() as u64, std::sync::atomic::Ordering::AcqRel);
         self.maybe_checkpoint(bytes);
+        #[cfg(feature = "replicate")]
+        if let Some(gate) = self.replica_gate.get() {
+            return gate(self.writer.synced_position());
+        }
+        Ok(())
     }
 
     fn encode(&self, key: &ContextKey, body: &RecordBody, blob: &[u8]) -> Result<Vec<u8>> {

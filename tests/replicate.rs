@@ -396,7 +396,9 @@ fn retention_keeps_what_the_newest_point_names(place: Place) {
         .filter(|n| n.ends_with(".seg"))
         .collect();
     for name in place.listed("segments") {
-        assert!(live.contains(&name), "{name} is not in {live:?}");
+        // `<id>-<epoch>.seg` in the bucket, `<id>.seg` in the store.
+        let id = format!("{}.seg", name.split('-').next().unwrap());
+        assert!(live.contains(&id), "{name} is not in {live:?}");
     }
     assert!(
         place.listed("retired").is_empty(),
@@ -406,6 +408,57 @@ fn retention_keeps_what_the_newest_point_names(place: Place) {
     let restored = out.path().join("r");
     restore(&to(), &restored, None).unwrap();
     assert_eq!(contents(&restored).len(), 330);
+}
+
+fn a_restored_copy_takes_over_and_the_old_writer_is_fenced(place: Place) {
+    let to = || place.replicate().interval(Duration::from_secs(3600));
+    let (one, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let old = Store::open(one.path(), options(to())).unwrap();
+    write(&old, 0, 50);
+    old.ship_replica(WAIT).unwrap();
+
+    // The copy restored from the replica replicates there: it claims it.
+    let copy = out.path().join("copy");
+    restore(&to(), &copy, None).unwrap();
+    let new = Store::open(&copy, options(to())).unwrap();
+    write(&new, 50, 70);
+    new.ship_replica(WAIT).unwrap();
+
+    // The old writer learns it at its next round, and stops writing.
+    write(&old, 100, 110);
+    let err = old.ship_replica(WAIT).unwrap_err();
+    assert!(err.to_string().contains("claimed the replica"), "{err}");
+    let err = old.append_message("acme", "case-1", b"late").unwrap_err();
+    assert!(matches!(err, Error::Replica { .. }), "{err}");
+    assert!(err.to_string().contains("stops writing"), "{err}");
+    drop(old);
+    // Reopened, its log is not the replica's: it never writes there again.
+    let old = Store::open(one.path(), options(to())).unwrap();
+    let err = old.ship_replica(WAIT).unwrap_err();
+    assert!(
+        err.to_string().contains("another writer has written it"),
+        "{err}"
+    );
+    assert!(old.append_message("acme", "case-1", b"late").is_err());
+    drop(old);
+
+    // The replica holds the new writer's log: the first 50, then its 20.
+    new.close().unwrap();
+    let restored = out.path().join("after");
+    restore(&to(), &restored, None).unwrap();
+    assert_eq!(log_files(&copy), log_files(&restored));
+    let items = contents(&restored);
+    assert_eq!(items.len(), 70);
+}
+
+#[test]
+fn a_restored_copy_takes_over_a_directory_replica() {
+    a_restored_copy_takes_over_and_the_old_writer_is_fenced(Place::dir());
+}
+
+#[test]
+fn a_restored_copy_takes_over_an_in_memory_replica() {
+    a_restored_copy_takes_over_and_the_old_writer_is_fenced(Place::memory());
 }
 
 #[test]
@@ -544,6 +597,12 @@ mod s3 {
     #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
     fn retention_in_s3() {
         retention_keeps_what_the_newest_point_names(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn a_restored_copy_takes_over_an_s3_replica() {
+        a_restored_copy_takes_over_and_the_old_writer_is_fenced(Place::s3());
     }
 
     #[cfg(feature = "cli")]

@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 mod objects;
 mod restore;
 mod ship;
+mod shipper;
 
 /// The `object_store` crate this build replicates with, for making an
 /// object store to pass to [`Replicate::to_store`] (its `InMemory`, say).

@@ -11,24 +11,37 @@ pub(crate) fn identity(root: &Path) -> Path {
     root.child("IDENTITY")
 }
 
-/// Segment `id`, whole (uploaded once it is sealed).
-pub(crate) fn segment(root: &Path, id: u64) -> Path {
-    root.child("segments").child(format!("{id:016x}.seg"))
+/// Segment `id` as writer `epoch` uploaded it, whole (once it was sealed).
+pub(crate) fn segment(root: &Path, id: u64, epoch: u64) -> Path {
+    root.child("segments")
+        .child(format!("{id:016x}-{epoch:016x}.seg"))
 }
 
-/// Where the pieces of segment `id` lie.
-pub(crate) fn pieces(root: &Path, id: u64) -> Path {
-    root.child("pieces").child(format!("{id:016x}"))
+/// Where the pieces of segment `id` that writer `epoch` shipped lie.
+pub(crate) fn pieces(root: &Path, id: u64, epoch: u64) -> Path {
+    root.child("pieces")
+        .child(format!("{id:016x}-{epoch:016x}"))
 }
 
-/// The piece of segment `id` that starts at byte `from`.
-pub(crate) fn piece(root: &Path, id: u64, from: u64) -> Path {
-    pieces(root, id).child(format!("{from:016x}"))
+/// The piece of segment `id` that writer `epoch` shipped from byte `from`.
+pub(crate) fn piece(root: &Path, id: u64, epoch: u64, from: u64) -> Path {
+    pieces(root, id, epoch).child(format!("{from:016x}"))
 }
 
-/// The manifest of generation `generation`.
-pub(crate) fn manifest(root: &Path, generation: u64) -> Path {
-    root.child("manifests").child(format!("{generation:016x}"))
+/// The manifest of generation `generation`, as writer `epoch` uploaded it.
+pub(crate) fn manifest(root: &Path, generation: u64, epoch: u64) -> Path {
+    root.child("manifests")
+        .child(format!("{generation:016x}-{epoch:016x}"))
+}
+
+/// Where the writers' claims lie.
+pub(crate) fn writers(root: &Path) -> Path {
+    root.child("writers")
+}
+
+/// Writer `epoch`'s claim (created only if absent: one writer per epoch).
+pub(crate) fn writer(root: &Path, epoch: u64) -> Path {
+    writers(root).child(format!("{epoch:016x}"))
 }
 
 /// Where restore points lie.
@@ -46,33 +59,31 @@ pub(crate) fn retired_dir(root: &Path) -> Path {
     root.child("retired")
 }
 
-/// The mark that segment `id` left the log at `time_ms`.
-pub(crate) fn retired(root: &Path, id: u64, time_ms: u64) -> Path {
-    retired_dir(root).child(format!("{id:016x}-{time_ms:016x}"))
+/// The mark that segment `id` of writer `epoch` left the log at `time_ms`.
+pub(crate) fn retired(root: &Path, id: u64, epoch: u64, time_ms: u64) -> Path {
+    retired_dir(root).child(format!("{id:016x}-{epoch:016x}-{time_ms:016x}"))
 }
 
-/// The two hex numbers of a point's or a mark's name.
-pub(crate) fn parse_pair(name: &str) -> Option<(u64, u64)> {
-    let (a, b) = name.split_once('-')?;
-    if a.len() != 16 || b.len() != 16 {
-        return None;
+/// The hex numbers of a name made of `N` of them joined by `-` (after
+/// `suffix` is taken off).
+pub(crate) fn parse_hexes<const N: usize>(name: &str, suffix: &str) -> Option<[u64; N]> {
+    let mut out = [0u64; N];
+    let mut parts = name.strip_suffix(suffix)?.split('-');
+    for slot in &mut out {
+        let part = parts.next()?;
+        if part.len() != 16 {
+            return None;
+        }
+        *slot = u64::from_str_radix(part, 16).ok()?;
     }
-    Some((
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    ))
-}
-
-/// The hex number of a piece's name.
-pub(crate) fn parse_hex(name: &str) -> Option<u64> {
-    (name.len() == 16).then(|| u64::from_str_radix(name, 16).ok())?
+    parts.next().is_none().then_some(out)
 }
 
 const MAGIC: [u8; 8] = *b"CTXLREP\0";
 const VERSION: u32 = 1;
 /// The fixed part before the entries.
-const HEAD: usize = 8 + 4 + 16 + 8 + 8 + 8 + 4;
-const ENTRY: usize = 20;
+const HEAD: usize = 8 + 4 + 16 + 8 + 8 + 8 + 8 + 8 + 4;
+const ENTRY: usize = 28;
 
 /// A restore point: the log as it stood when it was published.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,16 +91,21 @@ pub(crate) struct Point {
     pub store: StoreId,
     pub number: u64,
     pub time_ms: u64,
+    /// The writer that published it.
+    pub epoch: u64,
     /// The manifest's generation (0: the log had none).
     pub generation: u64,
+    /// The writer whose upload of that manifest it names.
+    pub manifest_epoch: u64,
     pub segments: Vec<Entry>,
 }
 
-/// One segment of a restore point: its first `len` bytes, whose CRC-32 is
-/// `crc`.
+/// One segment of a restore point: its first `len` bytes, as writer
+/// `epoch` uploaded them, whose CRC-32 is `crc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub id: u64,
+    pub epoch: u64,
     pub len: u64,
     pub crc: u32,
 }
@@ -102,10 +118,13 @@ impl Point {
         b.extend_from_slice(&self.store.0);
         b.extend_from_slice(&self.number.to_le_bytes());
         b.extend_from_slice(&self.time_ms.to_le_bytes());
+        b.extend_from_slice(&self.epoch.to_le_bytes());
         b.extend_from_slice(&self.generation.to_le_bytes());
+        b.extend_from_slice(&self.manifest_epoch.to_le_bytes());
         b.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
         for e in &self.segments {
             b.extend_from_slice(&e.id.to_le_bytes());
+            b.extend_from_slice(&e.epoch.to_le_bytes());
             b.extend_from_slice(&e.len.to_le_bytes());
             b.extend_from_slice(&e.crc.to_le_bytes());
         }
@@ -151,7 +170,7 @@ impl Point {
         let mut store = [0u8; 16];
         store.copy_from_slice(body.get(12..28).ok_or_else(|| bad("too short"))?);
         let count = body
-            .get(52..56)
+            .get(68..72)
             .and_then(|b| b.try_into().ok())
             .map(u32::from_le_bytes)
             .ok_or_else(|| bad("too short"))? as usize;
@@ -163,9 +182,10 @@ impl Point {
                 let at = HEAD + ENTRY * i;
                 Ok(Entry {
                     id: u64_at(at)?,
-                    len: u64_at(at + 8)?,
+                    epoch: u64_at(at + 8)?,
+                    len: u64_at(at + 16)?,
                     crc: body
-                        .get(at + 16..at + 20)
+                        .get(at + 24..at + 28)
                         .and_then(|b| b.try_into().ok())
                         .map(u32::from_le_bytes)
                         .ok_or_else(|| bad("too short"))?,
@@ -176,7 +196,9 @@ impl Point {
             store: StoreId(store),
             number: u64_at(28)?,
             time_ms: u64_at(36)?,
-            generation: u64_at(44)?,
+            epoch: u64_at(44)?,
+            generation: u64_at(52)?,
+            manifest_epoch: u64_at(60)?,
             segments,
         })
     }
@@ -192,15 +214,19 @@ mod tests {
             store: StoreId([7; 16]),
             number: 3,
             time_ms: 1_700_000_000_000,
+            epoch: 4,
             generation: 2,
+            manifest_epoch: 3,
             segments: vec![
                 Entry {
                     id: 9,
+                    epoch: 3,
                     len: 4096,
                     crc: 0xdead_beef,
                 },
                 Entry {
                     id: 12,
+                    epoch: 4,
                     len: 64,
                     crc: 1,
                 },
@@ -224,9 +250,20 @@ mod tests {
         let root = Path::from("r");
         let p = point(&root, 5, 77);
         assert_eq!(p.as_ref(), "r/points/0000000000000005-000000000000004d");
-        assert_eq!(parse_pair(p.filename().unwrap()), Some((5, 77)));
-        assert_eq!(parse_pair("5-77"), None);
-        assert_eq!(parse_hex(piece(&root, 1, 64).filename().unwrap()), Some(64));
-        assert_eq!(parse_hex("zz"), None);
+        assert_eq!(parse_hexes::<2>(p.filename().unwrap(), ""), Some([5, 77]));
+        assert_eq!(parse_hexes::<2>("5-77", ""), None);
+        let s = segment(&root, 9, 2);
+        assert_eq!(
+            parse_hexes::<2>(s.filename().unwrap(), ".seg"),
+            Some([9, 2])
+        );
+        let r = retired(&root, 9, 2, 3);
+        assert_eq!(parse_hexes::<3>(r.filename().unwrap(), ""), Some([9, 2, 3]));
+        assert_eq!(parse_hexes::<2>(r.filename().unwrap(), ""), None);
+        assert_eq!(
+            parse_hexes::<1>(piece(&root, 1, 2, 64).filename().unwrap(), ""),
+            Some([64])
+        );
+        assert_eq!(parse_hexes::<1>("zz", ""), None);
     }
 }

@@ -55,7 +55,7 @@ async fn points(
         .await?
         .into_iter()
         .filter_map(|m| {
-            let (number, time_ms) = objects::parse_pair(m.location.filename()?)?;
+            let [number, time_ms] = objects::parse_hexes::<2>(m.location.filename()?, "")?;
             Some((RestorePoint { number, time_ms }, m.location))
         })
         .collect();
@@ -199,7 +199,7 @@ async fn build(
     }
     write_file(&dir.join(crate::log::identity::IDENTITY), &identity)?;
     if point.generation > 0 {
-        let path = objects::manifest(root, point.generation);
+        let path = objects::manifest(root, point.generation, point.manifest_epoch);
         let bytes = get(target, &path).await?;
         let sound = Manifest::decode(&bytes)
             .is_some_and(|m| m.generation == point.generation && m.store == Some(point.store));
@@ -282,7 +282,7 @@ async fn segment_bytes(
             ),
         )
     };
-    let whole = objects::segment(root, entry.id);
+    let whole = objects::segment(root, entry.id, entry.epoch);
     match target.head(&whole).await {
         Ok(meta) if meta.size >= entry.len => {
             return target
@@ -295,11 +295,15 @@ async fn segment_bytes(
         Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(remote("read", &whole, e)),
     }
-    let mut pieces: Vec<(u64, ObjectPath)> = list(target, &objects::pieces(root, entry.id))
-        .await?
-        .into_iter()
-        .filter_map(|m| Some((objects::parse_hex(m.location.filename()?)?, m.location)))
-        .collect();
+    let mut pieces: Vec<(u64, ObjectPath)> =
+        list(target, &objects::pieces(root, entry.id, entry.epoch))
+            .await?
+            .into_iter()
+            .filter_map(|m| {
+                let [from] = objects::parse_hexes::<1>(m.location.filename()?, "")?;
+                Some((from, m.location))
+            })
+            .collect();
     pieces.sort_unstable_by_key(|p| p.0);
     let mut bytes = Vec::new();
     for (from, path) in pieces {

@@ -48,6 +48,7 @@ impl Store {
             (state.meta.is_some(), state.next_seq, next_timestamp(&state))
         };
         super::room_for(first_seq, raws.len() as u64)?;
+        self.check_fenced()?;
         let mut bodies = Vec::with_capacity(raws.len());
         let mut payloads = Vec::with_capacity(raws.len());
         for (seq, raw) in (first_seq..).zip(raws) {

@@ -107,6 +107,10 @@ pub struct Shared {
     /// synced log position.
     #[cfg(feature = "replicate")]
     replica_gate: std::sync::OnceLock<crate::replicate::Gate>,
+    /// Set once another writer has claimed the store's replica: writes are
+    /// refused from then on.
+    #[cfg(feature = "replicate")]
+    replica_fenced: std::sync::OnceLock<Arc<std::sync::atomic::AtomicBool>>,
     _lock: Box<dyn Send + Sync>,
 }
 
@@ -455,6 +459,8 @@ impl Store {
             maintained: maintain::Counters::default(),
             #[cfg(feature = "replicate")]
             replica_gate: std::sync::OnceLock::new(),
+            #[cfg(feature = "replicate")]
+            replica_fenced: std::sync::OnceLock::new(),
             _lock: lock,
         });
         let maintainer = maintain::Maintainer::start(&shared);
@@ -475,6 +481,7 @@ impl Store {
                         .replica_gate
                         .set(replicator.gate(config.sync_timeout));
                 }
+                let _ = shared.replica_fenced.set(replicator.fenced());
                 Some(replicator)
             }
             _ => None,
@@ -724,6 +731,7 @@ impl Store {
         if self.options.read_only {
             return Err(Error::ReadOnly);
         }
+        self.check_fenced()?;
         let seq = slot.state.read().next_seq;
         room_for(seq, 1)?;
         let body = RecordBody {
@@ -744,6 +752,24 @@ impl Store {
         );
         self.after_publish(slot, std::slice::from_ref(&loc), payload.len() as u64)?;
         Ok(seq)
+    }
+
+    /// Fails once another writer has claimed the store's replica.
+    pub(crate) fn check_fenced(&self) -> Result<()> {
+        #[cfg(feature = "replicate")]
+        if self
+            .replica_fenced
+            .get()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
+        {
+            return Err(Error::replica(
+                "write",
+                "another writer has claimed this store's replica (a standby was promoted, or a \
+                 restored copy replicates there); this store stops writing rather than diverge: \
+                 restore from the replica (ctxlog restore) to go on from what it holds",
+            ));
+        }
+        Ok(())
     }
 
     /// After records of `slot` at `locs` (`bytes` in all) are published in

@@ -148,6 +148,40 @@ impl Shared {
         self.writer.synced_position()
     }
 
+    /// The epoch this store last claimed the replica `target` with, from
+    /// its `REPLICA` file (DESIGN.md §13); `None` if it has none for that
+    /// replica, or the file does not check out.
+    pub(crate) fn replica_marker(&self, target: &str) -> Option<u64> {
+        let bytes = self
+            .options
+            .fs
+            .read(&self.writer.dir().join(REPLICA))
+            .ok()?;
+        let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+        if crc32fast::hash(body).to_le_bytes() != crc || body.get(..8)? != REPLICA_MAGIC {
+            return None;
+        }
+        let epoch = u64::from_le_bytes(body.get(8..16)?.try_into().ok()?);
+        (body.get(16..)? == target.as_bytes()).then_some(epoch)
+    }
+
+    /// Records, durably, that this store claimed the replica `target` with
+    /// `epoch`.
+    pub(crate) fn set_replica_marker(&self, target: &str, epoch: u64) -> Result<()> {
+        let mut bytes = REPLICA_MAGIC.to_vec();
+        bytes.extend_from_slice(&epoch.to_le_bytes());
+        bytes.extend_from_slice(target.as_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        let (fs, dir) = (self.options.fs.as_ref(), self.writer.dir());
+        let tmp = dir.join("REPLICA.tmp");
+        fs.write_file(&tmp, &bytes)
+            .map_err(|e| Error::io("write the replica marker", &tmp, e))?;
+        fs.rename(&tmp, &dir.join(REPLICA))
+            .map_err(|e| Error::io("write the replica marker", &tmp, e))?;
+        self.writer.sync_dir()
+    }
+
     /// Whether a failed write stopped the log.
     pub(crate) fn writer_poisoned(&self) -> bool {
         self.writer.is_poisoned()
@@ -173,6 +207,10 @@ impl Shared {
         ))))
     }
 }
+
+/// The file that says which epoch the store last claimed its replica with.
+const REPLICA: &str = "REPLICA";
+const REPLICA_MAGIC: [u8; 8] = *b"CTXLRPM\0";
 
 fn not_sealed(id: u64) -> Error {
     Error::corrupt(id, 0, "a segment before the active one is not sealed")

@@ -451,6 +451,76 @@ fn a_restored_copy_takes_over_and_the_old_writer_is_fenced(place: Place) {
     assert_eq!(items.len(), 70);
 }
 
+fn a_follower_keeps_a_copy_that_reads_and_then_takes_over(place: Place) {
+    let to = || place.replicate().interval(Duration::from_secs(3600));
+    let (one, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = Store::open(one.path(), options(to())).unwrap();
+    write(&writer, 0, 100);
+    writer.ship_replica(WAIT).unwrap();
+    let copy = out.path().join("copy");
+    let mut follower = ctxlog::replicate::Follower::start(&to(), &copy).unwrap();
+    let first = follower.point().unwrap();
+    assert!(!follower.catch_up().unwrap(), "nothing new yet");
+    let read = || {
+        let store = Store::open_read_only(&copy, Options::default()).unwrap();
+        let n: usize = (0..7)
+            .map(|i| {
+                store
+                    .export_context("acme", &format!("case-{i}"))
+                    .map_or(0, |items| items.len())
+            })
+            .sum();
+        n
+    };
+    assert_eq!(read(), 100);
+    // Appends, new segments, a merge: each caught up in turn.
+    write(&writer, 100, 250);
+    writer.ship_replica(WAIT).unwrap();
+    assert!(follower.catch_up().unwrap());
+    assert!(follower.point().unwrap().number > first.number);
+    assert_eq!(read(), 250);
+    writer.compact().unwrap();
+    write(&writer, 250, 300);
+    writer.ship_replica(WAIT).unwrap();
+    assert!(follower.catch_up().unwrap());
+    assert_eq!(read(), 300);
+    // The copy holds the writer's log byte for byte (whose active segment
+    // goes on in zeros while it is open).
+    let logs = |dir: &Path| {
+        log_files(dir)
+            .into_iter()
+            .filter(|(name, _)| name.ends_with(".seg") || name == "MANIFEST")
+            .collect::<Vec<_>>()
+    };
+    let (theirs, ours) = (logs(one.path()), logs(&copy));
+    let names = |files: &[(String, Vec<u8>)]| files.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&theirs), names(&ours));
+    for ((name, w), (_, c)) in theirs.iter().zip(&ours) {
+        let same = w.starts_with(c) && w[c.len()..].iter().all(|&b| b == 0);
+        assert!(same, "{name}: {} bytes here, {} there", c.len(), w.len());
+    }
+
+    // Promoted: the copy opened with replication claims the replica.
+    drop(follower);
+    let promoted = Store::open(&copy, options(to())).unwrap();
+    promoted.ship_replica(WAIT).unwrap();
+    write(&promoted, 300, 310);
+    promoted.ship_replica(WAIT).unwrap();
+    write(&writer, 400, 401);
+    assert!(writer.ship_replica(WAIT).is_err());
+    assert!(writer.append_message("acme", "case-1", b"late").is_err());
+    drop(writer);
+    promoted.close().unwrap();
+    let restored = out.path().join("after");
+    restore(&to(), &restored, None).unwrap();
+    assert_eq!(contents(&restored).len(), 310);
+}
+
+#[test]
+fn a_follower_of_a_directory_replica_reads_and_takes_over() {
+    a_follower_keeps_a_copy_that_reads_and_then_takes_over(Place::dir());
+}
+
 #[test]
 fn a_restored_copy_takes_over_a_directory_replica() {
     a_restored_copy_takes_over_and_the_old_writer_is_fenced(Place::dir());
@@ -597,6 +667,12 @@ mod s3 {
     #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
     fn retention_in_s3() {
         retention_keeps_what_the_newest_point_names(Place::s3());
+    }
+
+    #[test]
+    #[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+    fn a_follower_of_an_s3_replica_reads_and_takes_over() {
+        a_follower_keeps_a_copy_that_reads_and_then_takes_over(Place::s3());
     }
 
     #[test]

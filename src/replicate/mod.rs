@@ -32,11 +32,13 @@ use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
 
+mod follow;
 mod objects;
 mod restore;
 mod ship;
 mod shipper;
 
+pub use follow::Follower;
 /// The `object_store` crate this build replicates with, for making an
 /// object store to pass to [`Replicate::to_store`] (its `InMemory`, say).
 pub use object_store;

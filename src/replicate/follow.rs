@@ -1,0 +1,294 @@
+//! Keeping a local copy of a replica up to date, for a standby that serves
+//! reads from it (DESIGN.md §13, "Following").
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+use super::objects::{self, Entry};
+use super::restore::{restore, RestorePoint};
+use super::ship::{get, list, newest_point, remote};
+use super::Replicate;
+use crate::error::{Error, Result};
+use crate::log::manifest::MANIFEST;
+use crate::log::segments::{segment_id_of, segment_path};
+
+/// A local copy of a replica, brought up to its newest restore point by
+/// [`catch_up`](Self::catch_up): the segments' new bytes appended, new
+/// segments and manifests written, segments no longer named removed. Open
+/// it with [`Store::open_read_only`](crate::Store::open_read_only) after
+/// each catch-up that changed it; never write to it (promote instead: open
+/// it with [`Options::replicate`](crate::Options::replicate) to the same
+/// replica, which claims it).
+pub struct Follower {
+    from: Replicate,
+    target: Arc<dyn ObjectStore>,
+    root: ObjectPath,
+    dir: PathBuf,
+    runtime: tokio::runtime::Runtime,
+    /// Each local segment's length and the CRC-32 state of its bytes.
+    segments: BTreeMap<u64, (u64, crc32fast::Hasher)>,
+    /// The manifest written, by (generation, epoch).
+    manifest: Option<(u64, u64)>,
+    point: Option<RestorePoint>,
+}
+
+impl std::fmt::Debug for Follower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follower")
+            .field("from", &self.from.describe())
+            .field("dir", &self.dir)
+            .field("point", &self.point)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Follower {
+    /// Follows the replica at `from` into `dir`: restores it there first
+    /// if `dir` holds no store; otherwise reads the local segments (whose
+    /// bytes the next catch-up checks against the replica's newest point).
+    pub fn start(from: &Replicate, dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let empty = std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none());
+        let point = if empty {
+            Some(restore(from, &dir, None)?.point)
+        } else {
+            None
+        };
+        let (target, root) = from.open()?;
+        let mut segments = BTreeMap::new();
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| Error::io("read the directory", &dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("read the directory", &dir, e))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(segment_id_of) else {
+                continue;
+            };
+            let bytes =
+                std::fs::read(entry.path()).map_err(|e| Error::io("read", entry.path(), e))?;
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&bytes);
+            segments.insert(id, (bytes.len() as u64, crc));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start a runtime", "tokio", e))?;
+        Ok(Self {
+            from: from.clone(),
+            target,
+            root,
+            dir,
+            runtime,
+            segments,
+            manifest: None,
+            point,
+        })
+    }
+
+    /// The restore point the local copy holds (`None` until a catch-up
+    /// when it was not restored just now).
+    pub fn point(&self) -> Option<RestorePoint> {
+        self.point
+    }
+
+    /// Brings the local copy to the replica's newest restore point; whether
+    /// it changed. Fails, leaving the copy as it was or with whole frames
+    /// appended only, if an object is missing or damaged, or if the copy
+    /// does not hold what the point says it should (it is then no copy of
+    /// this replica: remove the directory and start again).
+    pub fn catch_up(&mut self) -> Result<bool> {
+        let (target, root) = (self.target.clone(), self.root.clone());
+        let Some(point) = self
+            .runtime
+            .block_on(newest_point(target.as_ref(), &root))?
+        else {
+            return Ok(false);
+        };
+        if self.point.is_some_and(|p| p.number == point.number) {
+            return Ok(false);
+        }
+        for entry in &point.segments {
+            let (len, crc) = self
+                .segments
+                .remove(&entry.id)
+                .unwrap_or((0, crc32fast::Hasher::new()));
+            let caught = self.catch_up_segment(entry, len, crc);
+            let (len, crc) = match caught {
+                Ok(done) => done,
+                Err((kept, e)) => {
+                    self.segments.insert(entry.id, kept);
+                    return Err(e);
+                }
+            };
+            self.segments.insert(entry.id, (len, crc));
+        }
+        if point.generation > 0 && self.manifest != Some((point.generation, point.manifest_epoch)) {
+            let path = objects::manifest(&root, point.generation, point.manifest_epoch);
+            let bytes = self.runtime.block_on(get(target.as_ref(), &path))?;
+            let tmp = self.dir.join("MANIFEST.tmp");
+            write_synced(&tmp, &bytes, false)?;
+            std::fs::rename(&tmp, self.dir.join(MANIFEST))
+                .map_err(|e| Error::io("switch to the new manifest", &tmp, e))?;
+            sync_dir(&self.dir)?;
+            self.manifest = Some((point.generation, point.manifest_epoch));
+        }
+        let named: Vec<u64> = point.segments.iter().map(|e| e.id).collect();
+        let gone: Vec<u64> = self
+            .segments
+            .keys()
+            .copied()
+            .filter(|id| !named.contains(id))
+            .collect();
+        for id in gone {
+            let path = segment_path(&self.dir, id);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove a segment the replica dropped", path, e)),
+            }
+            self.segments.remove(&id);
+        }
+        sync_dir(&self.dir)?;
+        self.point = Some(RestorePoint {
+            number: point.number,
+            time_ms: point.time_ms,
+        });
+        Ok(true)
+    }
+
+    /// Appends bytes `len..entry.len` of a segment to its local file and
+    /// checks the whole against the entry's CRC-32; on failure, gives back
+    /// what the file then holds.
+    #[allow(clippy::type_complexity)]
+    fn catch_up_segment(
+        &self,
+        entry: &Entry,
+        len: u64,
+        crc: crc32fast::Hasher,
+    ) -> std::result::Result<(u64, crc32fast::Hasher), ((u64, crc32fast::Hasher), Error)> {
+        let diverged = |why: &str| {
+            Error::replica(
+                "follow the replica",
+                format!(
+                    "the local copy in {} {why} segment {} of restore point's: it is no copy of \
+                     this replica; remove the directory and start again",
+                    self.dir.display(),
+                    entry.id
+                ),
+            )
+        };
+        if len > entry.len {
+            return Err(((len, crc), diverged("holds more of")));
+        }
+        let mut next = crc.clone();
+        if len < entry.len {
+            let fetched =
+                self.runtime
+                    .block_on(fetch(self.target.as_ref(), &self.root, entry, len));
+            let bytes = match fetched {
+                Ok(bytes) => bytes,
+                Err(e) => return Err(((len, crc), e)),
+            };
+            let path = segment_path(&self.dir, entry.id);
+            if let Err(e) = write_synced(&path, &bytes, len > 0) {
+                return Err(((len, crc), e));
+            }
+            next.update(&bytes);
+        }
+        if next.clone().finalize() != entry.crc {
+            return Err(((entry.len, next), diverged("does not hold")));
+        }
+        Ok((entry.len, next))
+    }
+}
+
+/// Bytes `from..entry.len` of a segment: from its whole object, or from
+/// the pieces that cover them.
+async fn fetch(
+    target: &dyn ObjectStore,
+    root: &ObjectPath,
+    entry: &Entry,
+    from: u64,
+) -> Result<Vec<u8>> {
+    let missing = |at: u64| {
+        Error::replica(
+            "follow the replica",
+            format!(
+                "the replica lacks bytes {at}..{} of segment {} (an object is missing or cut \
+                 short)",
+                entry.len, entry.id
+            ),
+        )
+    };
+    let whole = objects::segment(root, entry.id, entry.epoch);
+    match target.head(&whole).await {
+        Ok(meta) if meta.size >= entry.len => {
+            return target
+                .get_range(&whole, from..entry.len)
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| remote("read", &whole, e));
+        }
+        Ok(_) => return Err(missing(from)),
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(remote("read", &whole, e)),
+    }
+    let mut pieces: Vec<(u64, u64, ObjectPath)> =
+        list(target, &objects::pieces(root, entry.id, entry.epoch))
+            .await?
+            .into_iter()
+            .filter_map(|m| {
+                let [start] = objects::parse_hexes::<1>(m.location.filename()?, "")?;
+                Some((start, m.size, m.location))
+            })
+            .collect();
+    pieces.sort_unstable_by_key(|p| p.0);
+    // The pieces chain from the segment's start; those that overlap the
+    // bytes wanted are read.
+    let (mut at, mut bytes) = (0u64, Vec::new());
+    for (start, size, path) in pieces {
+        if start != at || at >= entry.len {
+            continue;
+        }
+        let end = (start + size).min(entry.len);
+        if end > from {
+            let range = from.max(start) - start..end - start;
+            let got = target
+                .get_range(&path, range)
+                .await
+                .map_err(|e| remote("read", &path, e))?;
+            bytes.extend_from_slice(&got);
+        }
+        at = start + size;
+    }
+    if at < entry.len || bytes.len() as u64 != entry.len - from {
+        return Err(missing(from + bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// Writes (or, with `append`, appends) `bytes` to `path` and syncs it.
+fn write_synced(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| Error::io("write", path, e))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("sync the directory", dir, e))
+}

@@ -341,6 +341,17 @@ pub fn from_store(e: ctxlog::Error) -> A2aError {
                 .into(),
             full: false,
         },
+        E::ReadOnly => A2aError::Unavailable {
+            message: "this server is a standby: it serves reads from a copy of the writer's \
+                      replica and writes nothing; send writes to the writer, or promote this \
+                      server (SIGUSR1) if the writer is gone"
+                .into(),
+            full: false,
+        },
+        E::Replica { reason, .. } => A2aError::Unavailable {
+            message: format!("the store's replica: {reason}"),
+            full: false,
+        },
         E::Corrupt { .. } | E::MissingRecords { .. } => {
             A2aError::Internal("stored data could not be read".into())
         }

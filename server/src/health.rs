@@ -129,6 +129,9 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         "tasksFollowed": shared.hub.len(),
         "connections": shared.connections.load(std::sync::atomic::Ordering::Relaxed),
     });
+    if let Some(standby) = shared.standby.as_ref() {
+        body["standby"] = standby.report();
+    }
     if let Some(replica) = shared.store.get().and_then(|s| s.replication()) {
         body["replication"] = serde_json::json!({
             "target": replica.target,

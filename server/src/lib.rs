@@ -51,6 +51,7 @@ mod rest;
 mod restart;
 mod rpc;
 mod sse;
+mod standby;
 mod state;
 mod storecell;
 mod turn;
@@ -121,6 +122,51 @@ impl Server {
         agent: Arc<dyn AgentExecutor>,
         tokens: Option<Tokens>,
     ) -> Self {
+        Self::build(store, config, agent, tokens, None)
+    }
+
+    /// A standby of the replica `config.replicate` names, in `dir`: the
+    /// replica is restored there if `dir` holds no store, and followed
+    /// from then on (every `Replicate::interval`); reads are served from
+    /// the copy, writes refused, until [`promote_on`](Self::promote_on)'s
+    /// signal makes it the writer (it then claims the replica, fencing the
+    /// old writer, and replicates there itself).
+    pub fn follow(
+        dir: impl AsRef<Path>,
+        config: Config,
+        agent: Arc<dyn AgentExecutor>,
+        tokens: Option<Tokens>,
+    ) -> ctxlog::Result<Self> {
+        let from = config
+            .replicate
+            .clone()
+            .ok_or(ctxlog::Error::InvalidParams {
+                field: "follow",
+                reason: "a standby needs the replica it follows (Config::replicate)".into(),
+            })?;
+        let (standby, store) = standby::Standby::start(from, dir.as_ref().to_path_buf())?;
+        Ok(Self::build(store, config, agent, tokens, Some(standby)))
+    }
+
+    /// Promotes a standby (see [`follow`](Self::follow)) once `signal`
+    /// completes; nothing for a server that is not one.
+    pub fn promote_on(&self, signal: impl Future<Output = ()> + Send + 'static) {
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            signal.await;
+            if let Some(standby) = shared.standby.as_ref() {
+                standby.promote.notify_one();
+            }
+        });
+    }
+
+    fn build(
+        store: Store,
+        config: Config,
+        agent: Arc<dyn AgentExecutor>,
+        tokens: Option<Tokens>,
+        standby: Option<standby::Standby>,
+    ) -> Self {
         let (shutdown, watching) = watch::channel(false);
         let description = agent.describe();
         let cards = card::Cards::new(&config, &description, tokens.is_some());
@@ -138,6 +184,7 @@ impl Server {
             connections: Default::default(),
             keys: Default::default(),
             input_modes: description.input_modes,
+            standby,
         });
         Server { shared, shutdown }
     }
@@ -179,12 +226,18 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let resolved = self.recover().await;
-        if resolved > 0 {
-            info!(
-                tasks = resolved,
-                "resolved turns interrupted by the last stop"
-            );
+        if self.shared.standby.is_some() {
+            // A standby writes nothing until it is promoted (which resolves
+            // the turns the old writer left then).
+            tokio::spawn(standby::run(self.shared.clone()));
+        } else {
+            let resolved = self.recover().await;
+            if resolved > 0 {
+                info!(
+                    tasks = resolved,
+                    "resolved turns interrupted by the last stop"
+                );
+            }
         }
         if let Some(files) = listener::open_files_limit() {
             let wanted = self.shared.config.max_connections as u64 + 64;

@@ -141,8 +141,15 @@ struct Args {
     /// Answer a request only once its writes are in the replica (a restore
     /// point covers them), not only on this disk. Requests that arrive
     /// together share one upload.
-    #[arg(long, requires = "replicate_to")]
+    #[arg(long)]
     replicate_sync: bool,
+    /// Run as a standby of the writer replicating to URL: restore its
+    /// replica into --dir (if it holds no store), follow it every
+    /// --replicate-interval-ms, serve reads, refuse writes; on SIGUSR1
+    /// take over (claim the replica, fencing the old writer, and
+    /// replicate to it).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["replicate_to", "push"])]
+    follow: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -232,12 +239,19 @@ fn serve(args: Args) -> Result<(), String> {
     };
     config.idempotency_key_window = Duration::from_secs(args.idempotency_key_hours.max(1) * 3600);
     config.protocols = args.protocols;
-    config.replicate = args.replicate_to.as_deref().map(|url| {
-        ctxlog::Replicate::to(url)
-            .interval(Duration::from_millis(args.replicate_interval_ms.max(1)))
-            .retain(Duration::from_secs(args.replicate_retain_hours * 3600))
-            .synchronous(args.replicate_sync)
-    });
+    if args.replicate_sync && args.replicate_to.is_none() && args.follow.is_none() {
+        return Err("--replicate-sync needs --replicate-to (or --follow)".into());
+    }
+    config.replicate = args
+        .replicate_to
+        .as_deref()
+        .or(args.follow.as_deref())
+        .map(|url| {
+            ctxlog::Replicate::to(url)
+                .interval(Duration::from_millis(args.replicate_interval_ms.max(1)))
+                .retain(Duration::from_secs(args.replicate_retain_hours * 3600))
+                .synchronous(args.replicate_sync)
+        });
     config.push = Webhooks {
         enabled: args.push,
         allow_private: args.allow_private_webhooks,
@@ -265,8 +279,18 @@ fn serve(args: Args) -> Result<(), String> {
             // The address bound (a port of 0 is the one the OS chose).
             config.public_url = format!("http://{local}");
         }
-        let server = Server::open(&args.dir, config, agent, tokens)
-            .map_err(|e| format!("{}: {e}", e.kind_name()))?;
+        let (dir, following) = (args.dir.clone(), args.follow.is_some());
+        let server = tokio::task::spawn_blocking(move || {
+            if following {
+                Server::follow(&dir, config, agent, tokens)
+            } else {
+                Server::open(&dir, config, agent, tokens)
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{}: {e}", e.kind_name()))?;
+        server.promote_on(promote_signal());
         tracing::info!(address = %local, dir = %args.dir.display(), "serving A2A");
         server
             .run(listener, shutdown_signal())
@@ -308,6 +332,19 @@ fn fixed_mmap_threshold() {
             .env(VARIABLE, "131072")
             .exec();
     }
+}
+
+/// SIGUSR1: a standby takes over. Never, where there are no such signals.
+async fn promote_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut usr1) = signal(SignalKind::user_defined1()) {
+            usr1.recv().await;
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 /// SIGINT or SIGTERM.

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) keys: Keys,
     /// The media types the agent takes (its card's `defaultInputModes`).
     pub(crate) input_modes: Vec<String>,
+    /// A standby's follower (`--follow`), if this server is one.
+    pub(crate) standby: Option<crate::standby::Standby>,
 }
 
 /// Mutexes a context's key hashes to (a fixed number, shared by contexts

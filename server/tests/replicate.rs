@@ -126,3 +126,173 @@ async fn a_killed_servers_replica_restores_everything_a_round_covered() {
         );
     }
 }
+
+/// A standby of `bucket` in `dir`.
+fn standby(dir: &std::path::Path, bucket: &std::path::Path) -> Process {
+    let args = [
+        "--dir".as_ref(),
+        dir.as_os_str(),
+        "--follow".as_ref(),
+        bucket.as_os_str(),
+        "--replicate-interval-ms".as_ref(),
+        "20".as_ref(),
+    ];
+    Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info")
+}
+
+/// Polls `/healthz` (bounded) until `done` holds of its body.
+async fn until(url: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = health(url).await;
+        if done(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {body}");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_serves_reads_and_takes_over_with_every_acknowledged_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bucket = tmp.path().join("bucket");
+    let writer_dir = tmp.path().join("writer");
+    let args = [
+        "--dir".as_ref(),
+        writer_dir.as_os_str(),
+        "--replicate-to".as_ref(),
+        bucket.as_os_str(),
+        "--replicate-interval-ms".as_ref(),
+        "20".as_ref(),
+        "--replicate-sync".as_ref(),
+    ];
+    let writer = Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info");
+    let w = Client::new(&writer.url, None);
+    let first = send(&w, "first").await;
+    let standby = standby(&tmp.path().join("standby"), &bucket);
+    let s = Client::new(&standby.url, None);
+
+    // Reads: what the writer acknowledged, once a catch-up brings it.
+    let (_, got) = s.rpc("GetTask", json!({ "id": first })).await;
+    assert_eq!(
+        got["result"]["history"][0]["parts"][0]["text"], "text of first",
+        "{got}"
+    );
+    let second = send(&w, "second").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, got) = s.rpc("GetTask", json!({ "id": second })).await;
+        if got["result"]["id"] == json!(second) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby never caught up: {got}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let (_, body) = health(&standby.url).await;
+    assert_eq!(body["standby"]["promoted"], false, "{body}");
+    assert!(
+        body["standby"]["restorePoint"].as_u64().unwrap() >= 1,
+        "{body}"
+    );
+    // Writes: refused, saying why.
+    let (_, refused) = s
+        .rpc(
+            "SendMessage",
+            json!({ "message": user("on-standby", "no") }),
+        )
+        .await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("standby"),
+        "{refused}"
+    );
+
+    // Writers under load; the writer is killed mid-way.
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..4)
+        .map(|n| {
+            let (c, acked) = (Client::new(&writer.url, None), acked.clone());
+            tokio::spawn(async move {
+                for i in 0..500 {
+                    let id = format!("w{n}-{i}");
+                    let body = json!({ "message": user(&id, &format!("text of {id}")) });
+                    let (status, got) = c.rpc("SendMessage", body).await;
+                    match got["result"]["task"]["id"].as_str() {
+                        Some(task) if status == 200 => {
+                            acked.lock().unwrap().push((id, task.to_string()))
+                        }
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    // Killed once 100 writes were acknowledged, with more in flight.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.lock().unwrap().len() < 100 {
+        assert!(Instant::now() < deadline, "the writes stalled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    writer.kill();
+    for w in writers {
+        let _ = w.await;
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 100, "{} acknowledged", acked.len());
+
+    // Promoted by SIGUSR1: it claims the replica and writes.
+    let pid = standby.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-USR1", &pid])
+        .status()
+        .unwrap()
+        .success());
+    until(&standby.url, "promoted", |b| {
+        b["standby"]["promoted"] == true
+    })
+    .await;
+    // Every message the writer acknowledged (synchronous replication) is
+    // on the new writer.
+    for (message, task) in &acked {
+        let (_, got) = s.rpc("GetTask", json!({ "id": task })).await;
+        assert_eq!(
+            got["result"]["history"][0]["parts"][0]["text"],
+            format!("text of {message}"),
+            "{got}"
+        );
+    }
+    let after = send(&s, "after the takeover").await;
+    let (_, got) = s.rpc("GetTask", json!({ "id": after })).await;
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{got}"
+    );
+
+    // The old writer, started again, is fenced: it writes nothing more.
+    let writer = Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info");
+    let w = Client::new(&writer.url, None);
+    let (_, refused) = w
+        .rpc(
+            "SendMessage",
+            json!({ "message": user("old-writer", "late") }),
+        )
+        .await;
+    assert!(refused["error"].is_object(), "{refused}");
+    let body = until(&writer.url, "fenced", |b| {
+        !b["replication"]["lastError"].is_null()
+    })
+    .await;
+    assert!(
+        body["replication"]["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("another writer"),
+        "{body}"
+    );
+}

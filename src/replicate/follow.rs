@@ -29,7 +29,6 @@ pub struct Follower {
     target: Arc<dyn ObjectStore>,
     root: ObjectPath,
     dir: PathBuf,
-    runtime: tokio::runtime::Runtime,
     /// Each local segment's length and the CRC-32 state of its bytes.
     segments: BTreeMap<u64, (u64, crc32fast::Hasher)>,
     /// The manifest written, by (generation, epoch).
@@ -75,16 +74,11 @@ impl Follower {
             crc.update(&bytes);
             segments.insert(id, (bytes.len() as u64, crc));
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start a runtime", "tokio", e))?;
         Ok(Self {
             from: from.clone(),
             target,
             root,
             dir,
-            runtime,
             segments,
             manifest: None,
             point,
@@ -101,13 +95,13 @@ impl Follower {
     /// it changed. Fails, leaving the copy as it was or with whole frames
     /// appended only, if an object is missing or damaged, or if the copy
     /// does not hold what the point says it should (it is then no copy of
-    /// this replica: remove the directory and start again).
+    /// this replica: remove the directory and start again). Runs a small
+    /// runtime of its own while it works: call it from a thread that is not
+    /// running an async runtime's tasks.
     pub fn catch_up(&mut self) -> Result<bool> {
+        let runtime = super::restore::runtime()?;
         let (target, root) = (self.target.clone(), self.root.clone());
-        let Some(point) = self
-            .runtime
-            .block_on(newest_point(target.as_ref(), &root))?
-        else {
+        let Some(point) = runtime.block_on(newest_point(target.as_ref(), &root))? else {
             return Ok(false);
         };
         if self.point.is_some_and(|p| p.number == point.number) {
@@ -118,7 +112,7 @@ impl Follower {
                 .segments
                 .remove(&entry.id)
                 .unwrap_or((0, crc32fast::Hasher::new()));
-            let caught = self.catch_up_segment(entry, len, crc);
+            let caught = self.catch_up_segment(&runtime, entry, len, crc);
             let (len, crc) = match caught {
                 Ok(done) => done,
                 Err((kept, e)) => {
@@ -130,7 +124,7 @@ impl Follower {
         }
         if point.generation > 0 && self.manifest != Some((point.generation, point.manifest_epoch)) {
             let path = objects::manifest(&root, point.generation, point.manifest_epoch);
-            let bytes = self.runtime.block_on(get(target.as_ref(), &path))?;
+            let bytes = runtime.block_on(get(target.as_ref(), &path))?;
             let tmp = self.dir.join("MANIFEST.tmp");
             write_synced(&tmp, &bytes, false)?;
             std::fs::rename(&tmp, self.dir.join(MANIFEST))
@@ -168,6 +162,7 @@ impl Follower {
     #[allow(clippy::type_complexity)]
     fn catch_up_segment(
         &self,
+        runtime: &tokio::runtime::Runtime,
         entry: &Entry,
         len: u64,
         crc: crc32fast::Hasher,
@@ -188,9 +183,7 @@ impl Follower {
         }
         let mut next = crc.clone();
         if len < entry.len {
-            let fetched =
-                self.runtime
-                    .block_on(fetch(self.target.as_ref(), &self.root, entry, len));
+            let fetched = runtime.block_on(fetch(self.target.as_ref(), &self.root, entry, len));
             let bytes = match fetched {
                 Ok(bytes) => bytes,
                 Err(e) => return Err(((len, crc), e)),

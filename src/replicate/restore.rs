@@ -331,7 +331,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::io("write", path, e))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -110,6 +110,11 @@ pub use store::{
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The Rust example of docs/replication.md, compiled as a doc-test.
+#[cfg(all(doctest, feature = "replicate-s3"))]
+#[doc = include_str!("../docs/replication.md")]
+pub struct ReplicationDocDoctests;
+
 /// The Rust examples of docs/library.md, compiled and run as doc-tests.
 #[cfg(doctest)]
 #[doc = include_str!("../docs/library.md")]

@@ -563,6 +563,42 @@ fn past_the_retention_window_only_the_newest_point_and_what_it_names_are_kept() 
 }
 
 #[test]
+fn tenants_partitioned_across_two_writers_restore_apart() {
+    let bucket: Arc<InMemory> = Arc::new(InMemory::new());
+    let node = |n: &str| Replicate::to_store(bucket.clone(), &format!("nodes/{n}"));
+    let (one, two, out) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    // Tenants routed by name: acme to node 1, zeta to node 2.
+    let first = Store::open(one.path(), options(node("1"))).unwrap();
+    let second = Store::open(two.path(), options(node("2"))).unwrap();
+    first.append_message("acme", "case-1", b"for acme").unwrap();
+    second
+        .append_message("zeta", "case-1", b"for zeta")
+        .unwrap();
+    first.close().unwrap();
+    second.close().unwrap();
+    for (n, tenant, other) in [("1", "acme", "zeta"), ("2", "zeta", "acme")] {
+        let restored = out.path().join(n);
+        restore(&node(n), &restored, None).unwrap();
+        let store = Store::open_read_only(&restored, Options::default()).unwrap();
+        let mine = store.last_messages(tenant, "case-1", 10).unwrap();
+        assert_eq!(mine[0].raw, format!("for {tenant}").as_bytes());
+        // A request for the other node's tenant finds nothing here.
+        assert!(matches!(
+            store.last_messages(other, "case-1", 10),
+            Err(Error::ContextNotFound)
+        ));
+    }
+    // Each node's replica is its own: node 2 never writes into node 1's.
+    let again = Store::open(two.path(), options(node("1"))).unwrap();
+    let err = again.ship_replica(WAIT).unwrap_err();
+    assert!(err.to_string().contains("another store's replica"), "{err}");
+}
+
+#[test]
 fn a_store_without_replication_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), Options::default()).unwrap();

@@ -35,6 +35,10 @@ pub struct Config {
     /// see `ctxlog::replicate`. `/healthz` shows how far the replica
     /// trails.
     pub replicate: Option<ctxlog::Replicate>,
+    /// A standby (`Server::follow`) promotes itself once the writer's
+    /// heartbeat in the replica is older than this (`--takeover-after`);
+    /// `None`: only when asked.
+    pub takeover_after: Option<std::time::Duration>,
     /// The URL clients reach the server at, as the agent card gives it
     /// (JSON-RPC at `{public_url}/`, HTTP+JSON at `{public_url}`).
     pub public_url: String,
@@ -144,6 +148,7 @@ impl Config {
     pub fn new(public_url: impl Into<String>) -> Self {
         Config {
             replicate: None,
+            takeover_after: None,
             public_url: public_url.into(),
             single_active_turn: false,
             on_restart: OnRestart::Fail,

@@ -150,6 +150,12 @@ struct Args {
     /// replicate to it).
     #[arg(long, value_name = "URL", conflicts_with_all = ["replicate_to", "push"])]
     follow: Option<String>,
+    /// With --follow: take over by itself once the writer's heartbeat in
+    /// the replica (written once a second) is older than this many
+    /// seconds, at least 3 (the two machines' clocks must agree to well
+    /// within it). Without it, only SIGUSR1 promotes.
+    #[arg(long, value_name = "SECONDS", requires = "follow")]
+    takeover_after: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -239,6 +245,7 @@ fn serve(args: Args) -> Result<(), String> {
     };
     config.idempotency_key_window = Duration::from_secs(args.idempotency_key_hours.max(1) * 3600);
     config.protocols = args.protocols;
+    config.takeover_after = args.takeover_after.map(|s| Duration::from_secs(s.max(3)));
     if args.replicate_sync && args.replicate_to.is_none() && args.follow.is_none() {
         return Err("--replicate-sync needs --replicate-to (or --follow)".into());
     }

@@ -80,7 +80,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(interval) => catch_up(&shared).await,
+            _ = tokio::time::sleep(interval) => {
+                catch_up(&shared).await;
+                if writer_gone(&shared).await && promote(&shared).await {
+                    return;
+                }
+            }
             _ = standby.promote.notified() => {
                 if promote(&shared).await {
                     return;
@@ -89,6 +94,36 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// Whether the writer's heartbeat is older than `--takeover-after` (never
+/// without it, or before any writer beat).
+async fn writer_gone(shared: &Arc<Shared>) -> bool {
+    let Some(lease) = shared.config.takeover_after else {
+        return false;
+    };
+    let looked = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let standby = shared.standby.as_ref()?;
+            let follower = lock(&standby.follower);
+            follower.as_ref()?.heartbeat().ok().flatten()
+        })
+        .await
+    };
+    let Ok(Some(beat)) = looked else {
+        return false;
+    };
+    let age = now_ms().saturating_sub(beat.time_ms);
+    let gone = u128::from(age) > lease.as_millis();
+    if gone {
+        warn!(
+            writer = beat.epoch,
+            silent_ms = age,
+            "the writer's heartbeat is older than --takeover-after: taking over"
+        );
+    }
+    gone
 }
 
 /// Brings the copy up to the newest restore point and, if it changed,

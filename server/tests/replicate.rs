@@ -296,3 +296,52 @@ async fn a_standby_serves_reads_and_takes_over_with_every_acknowledged_message()
         "{body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_by_itself_once_the_writers_heartbeat_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bucket = tmp.path().join("bucket");
+    let writer = start(&tmp.path().join("writer"), &bucket);
+    let w = Client::new(&writer.url, None);
+    let task = send(&w, "before").await;
+    caught_up(&writer.url).await;
+    let standby_dir = tmp.path().join("standby");
+    let args = [
+        "--dir".as_ref(),
+        standby_dir.as_os_str(),
+        "--follow".as_ref(),
+        bucket.as_os_str(),
+        "--replicate-interval-ms".as_ref(),
+        "20".as_ref(),
+        "--takeover-after".as_ref(),
+        "3".as_ref(),
+    ];
+    let standby = Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info");
+    // While the writer beats (once a second), the standby stays one: for
+    // as long as the lease, and a second more.
+    let (_, first) = health(&standby.url).await;
+    let looked = first["standby"]["checkedAt"].clone();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        let (_, body) = health(&standby.url).await;
+        assert_eq!(body["standby"]["promoted"], false, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, body) = health(&standby.url).await;
+    assert_ne!(
+        body["standby"]["checkedAt"], looked,
+        "it kept looking: {body}"
+    );
+    writer.kill();
+    until(&standby.url, "promoted by itself", |b| {
+        b["standby"]["promoted"] == true
+    })
+    .await;
+    let s = Client::new(&standby.url, None);
+    let (_, got) = s.rpc("GetTask", json!({ "id": task })).await;
+    assert_eq!(
+        got["result"]["history"][0]["parts"][0]["text"], "text of before",
+        "{got}"
+    );
+    send(&s, "after").await;
+}

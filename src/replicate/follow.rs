@@ -9,7 +9,7 @@ use std::sync::Arc;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
-use super::objects::{self, Entry};
+use super::objects::{self, Entry, Heartbeat};
 use super::restore::{restore, RestorePoint};
 use super::ship::{get, list, newest_point, remote};
 use super::Replicate;
@@ -82,6 +82,25 @@ impl Follower {
             segments,
             manifest: None,
             point,
+        })
+    }
+
+    /// What the replica's writer last said: its epoch and when it said it
+    /// was alive (`None`: no writer has, or the heartbeat is damaged). A
+    /// standby that sees it older than a lease it chose (its own clock
+    /// against the writer's: keep them in step) may promote itself.
+    pub fn heartbeat(&self) -> Result<Option<Heartbeat>> {
+        let runtime = super::restore::runtime()?;
+        let path = objects::heartbeat(&self.root);
+        runtime.block_on(async {
+            match self.target.get(&path).await {
+                Ok(found) => {
+                    let bytes = found.bytes().await.map_err(|e| remote("read", &path, e))?;
+                    Ok(Heartbeat::decode(&bytes))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(remote("read", &path, e)),
+            }
         })
     }
 

@@ -42,6 +42,7 @@ pub use follow::Follower;
 /// The `object_store` crate this build replicates with, for making an
 /// object store to pass to [`Replicate::to_store`] (its `InMemory`, say).
 pub use object_store;
+pub use objects::Heartbeat;
 pub use restore::{restore, restore_points, RestorePoint, RestoreReport};
 pub(crate) use ship::{Gate, Replicator};
 

@@ -44,6 +44,49 @@ pub(crate) fn writer(root: &Path, epoch: u64) -> Path {
     writers(root).child(format!("{epoch:016x}"))
 }
 
+/// The writer's heartbeat: which epoch last said it was alive, and when.
+pub(crate) fn heartbeat(root: &Path) -> Path {
+    root.child("heartbeat")
+}
+
+/// What the heartbeat says: magic, epoch, time (ms since the Unix epoch),
+/// CRC-32 of the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The writer's epoch.
+    pub epoch: u64,
+    /// When it last said it was alive (its clock), in ms since the Unix
+    /// epoch.
+    pub time_ms: u64,
+}
+
+const BEAT_MAGIC: [u8; 8] = *b"CTXLBEAT";
+
+impl Heartbeat {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut b = BEAT_MAGIC.to_vec();
+        b.extend_from_slice(&self.epoch.to_le_bytes());
+        b.extend_from_slice(&self.time_ms.to_le_bytes());
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let (body, crc) = bytes.split_at_checked(24)?;
+        if crc.len() != 4
+            || crc32fast::hash(body).to_le_bytes() != crc
+            || body.get(..8)? != BEAT_MAGIC
+        {
+            return None;
+        }
+        Some(Self {
+            epoch: u64::from_le_bytes(body.get(8..16)?.try_into().ok()?),
+            time_ms: u64::from_le_bytes(body.get(16..24)?.try_into().ok()?),
+        })
+    }
+}
+
 /// Where restore points lie.
 pub(crate) fn points(root: &Path) -> Path {
     root.child("points")
@@ -242,6 +285,22 @@ mod tests {
         }
         for n in 0..bytes.len() {
             assert!(Point::decode(&bytes[..n], "p").is_err(), "cut at {n}");
+        }
+    }
+
+    #[test]
+    fn a_heartbeat_round_trips_and_damage_is_refused() {
+        let beat = Heartbeat {
+            epoch: 3,
+            time_ms: 99,
+        };
+        let bytes = beat.encode();
+        assert_eq!(Heartbeat::decode(&bytes), Some(beat));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 1;
+            assert_eq!(Heartbeat::decode(&bad), None, "byte {i}");
+            assert_eq!(Heartbeat::decode(&bytes[..i]), None, "cut at {i}");
         }
     }
 

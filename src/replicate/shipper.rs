@@ -19,6 +19,10 @@ use crate::store::now_ms;
 use crate::store::replica::{LogView, SegmentView};
 use crate::store::Shared;
 
+/// How often, at most, a writer says it is alive (each round that
+/// succeeds, no more often than this).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
 /// The active segment as far as this writer has shipped it.
 struct Tail {
     id: u64,
@@ -48,6 +52,8 @@ pub(crate) struct Shipper {
     /// Segments now whole whose pieces can go once a point names them.
     sealed_pieces: BTreeSet<(u64, u64)>,
     collected: Option<Instant>,
+    /// When the heartbeat was last written.
+    beat: Option<Instant>,
     /// Why this writer may no longer write to the replica, once another
     /// has claimed it.
     pub fenced: Option<String>,
@@ -68,6 +74,7 @@ impl Shipper {
             fresh: BTreeSet::new(),
             sealed_pieces: BTreeSet::new(),
             collected: None,
+            beat: None,
             fenced: None,
         }
     }
@@ -222,6 +229,15 @@ impl Shipper {
         self.publish(generation, manifest_epoch, entries, control)
             .await?;
         *control.covered.lock() = (view.position, view.taken_ms);
+        if self.beat.is_none_or(|at| at.elapsed() >= HEARTBEAT_EVERY) {
+            let beat = objects::Heartbeat {
+                epoch: self.epoch,
+                time_ms: now_ms(),
+            };
+            self.put(&objects::heartbeat(&self.root), beat.encode())
+                .await?;
+            self.beat = Some(Instant::now());
+        }
         if self
             .collected
             .is_none_or(|at| at.elapsed() >= COLLECT_EVERY.min(config.retain))

@@ -599,6 +599,39 @@ fn tenants_partitioned_across_two_writers_restore_apart() {
 }
 
 #[test]
+fn a_batch_of_bytes_starts_a_round_before_the_interval() {
+    let bucket: Arc<InMemory> = Arc::new(InMemory::new());
+    // An hour's interval: only the batch can start a round.
+    let to = Replicate::to_store(bucket.clone(), "b")
+        .interval(Duration::from_secs(3600))
+        .batch_bytes(64 << 10);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(to)).unwrap();
+    // Under the batch: no round.
+    store
+        .append_message("acme", "case-1", &[b'x'; 1000])
+        .unwrap();
+    let page = vec![b'y'; 4096];
+    for _ in 0..40 {
+        store.append_message("acme", "case-1", &page).unwrap();
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let status = store.replication().unwrap();
+        if status.restore_point >= 1 {
+            assert!(status.rounds >= 1, "{status:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no round began: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(store);
+}
+
+#[test]
 fn a_store_without_replication_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), Options::default()).unwrap();

@@ -55,6 +55,11 @@ pub struct Replicate {
     /// restore point: the bound on how far the replica trails the store
     /// while the object store keeps up. Default: 1 s.
     pub interval: Duration,
+    /// A round also starts as soon as this many bytes were synced since
+    /// the newest restore point's view, without waiting for the interval
+    /// (so the replica trails by at most about this many bytes while the
+    /// object store keeps up). Default: 8 MiB.
+    pub batch_bytes: u64,
     /// How long restore points are kept for a restore to a point in time
     /// (the newest is always kept), and how long objects the log no
     /// longer uses (segments merged away) stay for them. Default: 24 h.
@@ -85,7 +90,9 @@ impl Replicate {
     /// Replicate to `url`: a local directory (a path, or `file:///path`),
     /// or with the `replicate-s3` feature `s3://bucket/prefix` (the
     /// credentials, region and endpoint from the usual `AWS_*` variables,
-    /// as `object_store`'s `AmazonS3Builder::from_env` reads them).
+    /// as `object_store`'s `AmazonS3Builder::from_env` reads them); with
+    /// `replicate-gcs`, `gs://bucket/prefix` (`GOOGLE_*`); with
+    /// `replicate-azure`, `az://container/prefix` (`AZURE_*`).
     pub fn to(url: &str) -> Self {
         Self::with(Target::Url(url.to_string()))
     }
@@ -101,6 +108,7 @@ impl Replicate {
         Self {
             target,
             interval: Duration::from_secs(1),
+            batch_bytes: 8 << 20,
             retain: Duration::from_secs(24 * 3600),
             close_timeout: Duration::from_secs(10),
             synchronous: false,
@@ -123,6 +131,12 @@ impl Replicate {
     /// Sets [`interval`](Self::interval) (at least 1 ms).
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets [`batch_bytes`](Self::batch_bytes) (at least 1).
+    pub fn batch_bytes(mut self, bytes: u64) -> Self {
+        self.batch_bytes = bytes.max(1);
         self
     }
 
@@ -167,6 +181,12 @@ fn open_url(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     if let Some(rest) = url.strip_prefix("s3://") {
         return open_s3(url, rest);
     }
+    if let Some(rest) = url.strip_prefix("gs://") {
+        return open_gcs(url, rest);
+    }
+    if let Some(rest) = url.strip_prefix("az://") {
+        return open_azure(url, rest);
+    }
     if url.contains("://") && !url.starts_with("file://") {
         return Err(Error::InvalidParams {
             field: "replicate_to",
@@ -174,7 +194,7 @@ fn open_url(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
                 "{url:?} names no object store this build knows; give a directory (a path or \
                  file:///path){}",
                 if cfg!(feature = "replicate-s3") {
-                    " or s3://bucket/prefix"
+                    " or s3://bucket/prefix (gs:// and az:// with their features)"
                 } else {
                     ", or build with the replicate-s3 feature for s3://"
                 }
@@ -208,6 +228,52 @@ fn open_s3(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)>
         field: "replicate_to",
         reason: format!(
             "{url:?}: this build has no S3 support; build with the replicate-s3 feature"
+        ),
+    })
+}
+
+#[cfg(feature = "replicate-gcs")]
+fn open_gcs(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| Error::InvalidParams {
+            field: "replicate_to",
+            reason: format!("{url:?}: {e}"),
+        })?;
+    Ok((Arc::new(store), prefix_path(prefix)?))
+}
+
+#[cfg(not(feature = "replicate-gcs"))]
+fn open_gcs(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    Err(Error::InvalidParams {
+        field: "replicate_to",
+        reason: format!("{url:?}: this build has no Google Cloud Storage support; build with the replicate-gcs feature"),
+    })
+}
+
+/// `az://container/prefix`, the account and its key from the usual
+/// `AZURE_*` variables.
+#[cfg(feature = "replicate-azure")]
+fn open_azure(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let store = object_store::azure::MicrosoftAzureBuilder::from_env()
+        .with_container_name(container)
+        .build()
+        .map_err(|e| Error::InvalidParams {
+            field: "replicate_to",
+            reason: format!("{url:?}: {e}"),
+        })?;
+    Ok((Arc::new(store), prefix_path(prefix)?))
+}
+
+#[cfg(not(feature = "replicate-azure"))]
+fn open_azure(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    Err(Error::InvalidParams {
+        field: "replicate_to",
+        reason: format!(
+            "{url:?}: this build has no Azure support; build with the replicate-azure feature"
         ),
     })
 }

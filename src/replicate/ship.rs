@@ -45,7 +45,12 @@ pub(crate) struct Control {
     pub status: Mutex<ReplicationStatus>,
     /// What the newest restore point covers: the synced log position of
     /// its view, and when the view was taken (ms since the Unix epoch).
-    pub covered: Mutex<(u64, u64)>,
+    covered: Mutex<(u64, u64)>,
+    /// The position of `covered`, read without its lock by every write
+    /// (to see whether a batch of bytes waits).
+    covered_position: std::sync::atomic::AtomicU64,
+    /// A write has asked for a round since the last one began.
+    nudged: AtomicBool,
     /// Another writer has claimed the replica: the store refuses writes.
     fenced: Arc<AtomicBool>,
 }
@@ -73,6 +78,8 @@ impl Replicator {
                 ..ReplicationStatus::default()
             }),
             covered: Mutex::new((0, now_ms())),
+            covered_position: std::sync::atomic::AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
             fenced: Arc::new(AtomicBool::new(false)),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -120,10 +127,25 @@ impl Replicator {
         self.shared.fenced.clone()
     }
 
-    /// What a store with synchronous replication calls after each write.
-    pub fn gate(&self, timeout: Duration) -> Gate {
+    /// What a store calls after each write: with synchronous replication,
+    /// waits until a restore point covers it; otherwise asks for a round
+    /// at once when `batch` bytes wait (none waits for it).
+    pub fn gate(&self, config: &Replicate) -> Gate {
         let control = self.shared.clone();
-        Box::new(move |end| control.wait_covered(end, timeout))
+        let (timeout, batch) = (config.sync_timeout, config.batch_bytes);
+        if config.synchronous {
+            return Box::new(move |end| control.wait_covered(end, timeout));
+        }
+        Box::new(move |end| {
+            let covered = control.covered_position.load(Ordering::Acquire);
+            if end.saturating_sub(covered) >= batch && !control.nudged.swap(true, Ordering::AcqRel)
+            {
+                let mut rounds = control.rounds.lock();
+                rounds.asked = rounds.asked.max(rounds.started + 1);
+                control.wake.notify_all();
+            }
+            Ok(())
+        })
     }
 
     /// Runs a round now (one that starts after this call) and waits up to
@@ -167,6 +189,13 @@ impl Replicator {
 }
 
 impl Control {
+    /// A restore point now covers the synced log position `position` of a
+    /// view taken at `taken_ms`.
+    pub fn cover(&self, position: u64, taken_ms: u64) {
+        *self.covered.lock() = (position, taken_ms);
+        self.covered_position.store(position, Ordering::Release);
+    }
+
     /// Returns once a restore point covers the synced log position `end`,
     /// asking for rounds until one does (appenders that wait together share
     /// them); fails past `timeout`, or if the thread has stopped.
@@ -245,6 +274,7 @@ fn run(
                 && !control.wake.wait_until(&mut rounds, until).timed_out()
             {}
             rounds.started += 1;
+            control.nudged.store(false, Ordering::Release);
             (rounds.stop, rounds.started)
         };
         let end_round = || {

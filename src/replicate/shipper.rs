@@ -228,7 +228,7 @@ impl Shipper {
         };
         self.publish(generation, manifest_epoch, entries, control)
             .await?;
-        *control.covered.lock() = (view.position, view.taken_ms);
+        control.cover(view.position, view.taken_ms);
         if self.beat.is_none_or(|at| at.elapsed() >= HEARTBEAT_EVERY) {
             let beat = objects::Heartbeat {
                 epoch: self.epoch,

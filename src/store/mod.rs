@@ -103,8 +103,9 @@ pub struct Shared {
     waits: wait::EventWaits,
     /// What maintenance has done, for [`Store::stats`].
     maintained: maintain::Counters,
-    /// With synchronous replication: waits until a restore point covers a
-    /// synced log position.
+    /// With replication, called after each write with the synced log
+    /// position: waits until a restore point covers it (synchronous), or
+    /// asks for a round once a batch of bytes waits.
     #[cfg(feature = "replicate")]
     replica_gate: std::sync::OnceLock<crate::replicate::Gate>,
     /// Set once another writer has claimed the store's replica: writes are
@@ -476,11 +477,7 @@ impl Store {
                     });
                 }
                 let replicator = crate::replicate::Replicator::start(&shared, config.clone())?;
-                if config.synchronous {
-                    let _ = shared
-                        .replica_gate
-                        .set(replicator.gate(config.sync_timeout));
-                }
+                let _ = shared.replica_gate.set(replicator.gate(&config));
                 let _ = shared.replica_fenced.set(replicator.fenced());
                 Some(replicator)
             }

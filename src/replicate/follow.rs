@@ -11,7 +11,7 @@ use object_store::ObjectStore;
 
 use super::objects::{self, Entry, Heartbeat};
 use super::restore::{restore, RestorePoint};
-use super::ship::{get, list, newest_point, remote};
+use super::ship::{get, newest_point, remote, segment_range};
 use super::Replicate;
 use crate::error::{Error, Result};
 use crate::log::manifest::MANIFEST;
@@ -202,7 +202,13 @@ impl Follower {
         }
         let mut next = crc.clone();
         if len < entry.len {
-            let fetched = runtime.block_on(fetch(self.target.as_ref(), &self.root, entry, len));
+            let fetched = runtime.block_on(segment_range(
+                self.target.as_ref(),
+                &self.root,
+                entry,
+                len,
+                ("follow the replica", ""),
+            ));
             let bytes = match fetched {
                 Ok(bytes) => bytes,
                 Err(e) => return Err(((len, crc), e)),
@@ -218,71 +224,6 @@ impl Follower {
         }
         Ok((entry.len, next))
     }
-}
-
-/// Bytes `from..entry.len` of a segment: from its whole object, or from
-/// the pieces that cover them.
-async fn fetch(
-    target: &dyn ObjectStore,
-    root: &ObjectPath,
-    entry: &Entry,
-    from: u64,
-) -> Result<Vec<u8>> {
-    let missing = |at: u64| {
-        Error::replica(
-            "follow the replica",
-            format!(
-                "the replica lacks bytes {at}..{} of segment {} (an object is missing or cut \
-                 short)",
-                entry.len, entry.id
-            ),
-        )
-    };
-    let whole = objects::segment(root, entry.id, entry.epoch);
-    match target.head(&whole).await {
-        Ok(meta) if meta.size >= entry.len => {
-            return target
-                .get_range(&whole, from..entry.len)
-                .await
-                .map(|b| b.to_vec())
-                .map_err(|e| remote("read", &whole, e));
-        }
-        Ok(_) => return Err(missing(from)),
-        Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(remote("read", &whole, e)),
-    }
-    let mut pieces: Vec<(u64, u64, ObjectPath)> =
-        list(target, &objects::pieces(root, entry.id, entry.epoch))
-            .await?
-            .into_iter()
-            .filter_map(|m| {
-                let [start] = objects::parse_hexes::<1>(m.location.filename()?, "")?;
-                Some((start, m.size, m.location))
-            })
-            .collect();
-    pieces.sort_unstable_by_key(|p| p.0);
-    // The pieces chain from the segment's start; those that overlap the
-    // bytes wanted are read.
-    let (mut at, mut bytes) = (0u64, Vec::new());
-    for (start, size, path) in pieces {
-        if start != at || at >= entry.len {
-            continue;
-        }
-        let end = (start + size).min(entry.len);
-        if end > from {
-            let range = from.max(start) - start..end - start;
-            let got = target
-                .get_range(&path, range)
-                .await
-                .map_err(|e| remote("read", &path, e))?;
-            bytes.extend_from_slice(&got);
-        }
-        at = start + size;
-    }
-    if at < entry.len || bytes.len() as u64 != entry.len - from {
-        return Err(missing(from + bytes.len() as u64));
-    }
-    Ok(bytes)
 }
 
 /// Writes (or, with `append`, appends) `bytes` to `path` and syncs it.

@@ -209,73 +209,96 @@ fn open_url(url: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     Ok((Arc::new(store), ObjectPath::default()))
 }
 
-#[cfg(feature = "replicate-s3")]
-fn open_s3(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    let store = object_store::aws::AmazonS3Builder::from_env()
-        .with_bucket_name(bucket)
-        .build()
-        .map_err(|e| Error::InvalidParams {
-            field: "replicate_to",
-            reason: format!("{url:?}: {e}"),
-        })?;
+/// The object store a builder made, under `prefix`.
+#[cfg_attr(
+    not(any(
+        feature = "replicate-s3",
+        feature = "replicate-gcs",
+        feature = "replicate-azure"
+    )),
+    allow(dead_code)
+)]
+fn cloud<S: ObjectStore>(
+    url: &str,
+    prefix: &str,
+    built: object_store::Result<S>,
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let store = built.map_err(|e| Error::InvalidParams {
+        field: "replicate_to",
+        reason: format!("{url:?}: {e}"),
+    })?;
     Ok((Arc::new(store), prefix_path(prefix)?))
 }
 
-#[cfg(not(feature = "replicate-s3"))]
-fn open_s3(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-    Err(Error::InvalidParams {
+/// A URL whose scheme needs a feature this build lacks.
+#[cfg_attr(
+    all(
+        feature = "replicate-s3",
+        feature = "replicate-gcs",
+        feature = "replicate-azure"
+    ),
+    allow(dead_code)
+)]
+fn missing(url: &str, service: &str, feature: &str) -> Error {
+    Error::InvalidParams {
         field: "replicate_to",
         reason: format!(
-            "{url:?}: this build has no S3 support; build with the replicate-s3 feature"
+            "{url:?}: this build has no {service} support; build with the {feature} feature"
         ),
-    })
+    }
 }
 
-#[cfg(feature = "replicate-gcs")]
+fn open_s3(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    #[cfg(feature = "replicate-s3")]
+    return cloud(
+        url,
+        prefix,
+        object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build(),
+    );
+    #[cfg(not(feature = "replicate-s3"))]
+    {
+        let _ = (bucket, prefix);
+        Err(missing(url, "S3", "replicate-s3"))
+    }
+}
+
 fn open_gcs(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-        .with_bucket_name(bucket)
-        .build()
-        .map_err(|e| Error::InvalidParams {
-            field: "replicate_to",
-            reason: format!("{url:?}: {e}"),
-        })?;
-    Ok((Arc::new(store), prefix_path(prefix)?))
-}
-
-#[cfg(not(feature = "replicate-gcs"))]
-fn open_gcs(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-    Err(Error::InvalidParams {
-        field: "replicate_to",
-        reason: format!("{url:?}: this build has no Google Cloud Storage support; build with the replicate-gcs feature"),
-    })
+    #[cfg(feature = "replicate-gcs")]
+    return cloud(
+        url,
+        prefix,
+        object_store::gcp::GoogleCloudStorageBuilder::from_env()
+            .with_bucket_name(bucket)
+            .build(),
+    );
+    #[cfg(not(feature = "replicate-gcs"))]
+    {
+        let _ = (bucket, prefix);
+        Err(missing(url, "Google Cloud Storage", "replicate-gcs"))
+    }
 }
 
 /// `az://container/prefix`, the account and its key from the usual
 /// `AZURE_*` variables.
-#[cfg(feature = "replicate-azure")]
 fn open_azure(url: &str, rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    let store = object_store::azure::MicrosoftAzureBuilder::from_env()
-        .with_container_name(container)
-        .build()
-        .map_err(|e| Error::InvalidParams {
-            field: "replicate_to",
-            reason: format!("{url:?}: {e}"),
-        })?;
-    Ok((Arc::new(store), prefix_path(prefix)?))
-}
-
-#[cfg(not(feature = "replicate-azure"))]
-fn open_azure(url: &str, _rest: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-    Err(Error::InvalidParams {
-        field: "replicate_to",
-        reason: format!(
-            "{url:?}: this build has no Azure support; build with the replicate-azure feature"
-        ),
-    })
+    #[cfg(feature = "replicate-azure")]
+    return cloud(
+        url,
+        prefix,
+        object_store::azure::MicrosoftAzureBuilder::from_env()
+            .with_container_name(container)
+            .build(),
+    );
+    #[cfg(not(feature = "replicate-azure"))]
+    {
+        let _ = (container, prefix);
+        Err(missing(url, "Azure", "replicate-azure"))
+    }
 }
 
 /// How far the replica trails the store ([`Store::replication`](crate::Store::replication)).

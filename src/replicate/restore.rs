@@ -7,8 +7,8 @@ use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
-use super::objects::{self, Entry, Point};
-use super::ship::{get, list, remote};
+use super::objects::{self, Point};
+use super::ship::{get, list, segment_range};
 use super::Replicate;
 use crate::error::{Error, Result};
 use crate::log::manifest::{Manifest, MANIFEST};
@@ -221,7 +221,14 @@ async fn build(
             if failed.load(std::sync::atomic::Ordering::Acquire) {
                 return Ok(0);
             }
-            let bytes = segment_bytes(target, root, entry).await?;
+            let bytes = segment_range(
+                target,
+                root,
+                entry,
+                0,
+                ("restore", "; restore from an older point with --at"),
+            )
+            .await?;
             if crc32fast::hash(&bytes) != entry.crc {
                 return Err(Error::replica(
                     "restore",
@@ -263,66 +270,6 @@ async fn build(
 
 /// How many segments a restore reads at once.
 const FETCHES: usize = 4;
-
-/// The first `entry.len` bytes of a segment: from its whole object if it
-/// was sealed, or else from its pieces, each starting where the one before
-/// ended.
-async fn segment_bytes(
-    target: &dyn ObjectStore,
-    root: &ObjectPath,
-    entry: &Entry,
-) -> Result<Vec<u8>> {
-    let missing = |at: u64| {
-        Error::replica(
-            "restore",
-            format!(
-                "the replica lacks bytes {at}..{} of segment {} (an object is missing or cut \
-                 short); restore from an older point with --at",
-                entry.len, entry.id
-            ),
-        )
-    };
-    let whole = objects::segment(root, entry.id, entry.epoch);
-    match target.head(&whole).await {
-        Ok(meta) if meta.size >= entry.len => {
-            return target
-                .get_range(&whole, 0..entry.len)
-                .await
-                .map(|b| b.to_vec())
-                .map_err(|e| remote("read", &whole, e));
-        }
-        Ok(_) => return Err(missing(0)),
-        Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(remote("read", &whole, e)),
-    }
-    let mut pieces: Vec<(u64, ObjectPath)> =
-        list(target, &objects::pieces(root, entry.id, entry.epoch))
-            .await?
-            .into_iter()
-            .filter_map(|m| {
-                let [from] = objects::parse_hexes::<1>(m.location.filename()?, "")?;
-                Some((from, m.location))
-            })
-            .collect();
-    pieces.sort_unstable_by_key(|p| p.0);
-    let mut bytes = Vec::new();
-    for (from, path) in pieces {
-        let at = bytes.len() as u64;
-        if at >= entry.len {
-            break;
-        }
-        if from != at {
-            continue;
-        }
-        let piece = get(target, &path).await?;
-        let take = usize::try_from((entry.len - at).min(piece.len() as u64)).unwrap_or(0);
-        bytes.extend_from_slice(piece.get(..take).unwrap_or_default());
-    }
-    if (bytes.len() as u64) < entry.len {
-        return Err(missing(bytes.len() as u64));
-    }
-    Ok(bytes)
-}
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = std::fs::File::create_new(path).map_err(|e| Error::io("create", path, e))?;

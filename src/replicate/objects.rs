@@ -288,6 +288,17 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever bytes an object holds, reading it never panics.
+        #[test]
+        fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = Point::decode(&bytes, "p");
+            let _ = Heartbeat::decode(&bytes);
+            let name = String::from_utf8_lossy(&bytes);
+            let _ = parse_hexes::<3>(&name, ".seg");
+        }
+    }
+
     #[test]
     fn a_heartbeat_round_trips_and_damage_is_refused() {
         let beat = Heartbeat {

@@ -500,6 +500,17 @@ fn a_follower_keeps_a_copy_that_reads_and_then_takes_over(place: Place) {
         assert!(same, "{name}: {} bytes here, {} there", c.len(), w.len());
     }
 
+    // A checkpoint written into the copy changes none of its log, and the
+    // next read-only open replays nothing.
+    let before = logs(&copy);
+    follower.checkpoint().unwrap();
+    assert_eq!(before, logs(&copy));
+    let store = Store::open_read_only(&copy, Options::default()).unwrap();
+    assert_eq!(store.open_report().replayed, 0);
+    assert!(store.open_report().from_checkpoint);
+    drop(store);
+    assert!(!follower.catch_up().unwrap());
+
     // Promoted: the copy opened with replication claims the replica.
     drop(follower);
     let promoted = Store::open(&copy, options(to())).unwrap();

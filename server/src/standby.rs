@@ -15,6 +15,10 @@ use crate::error::now_ms;
 use crate::state::Shared;
 use crate::util::lock;
 
+/// Records a read-only open of the copy may replay after its checkpoint
+/// before a new checkpoint is written.
+const REPLAY_BEFORE_CHECKPOINT: u64 = 100_000;
+
 /// What a standby keeps beside the store.
 pub(crate) struct Standby {
     pub(crate) from: ctxlog::Replicate,
@@ -146,8 +150,17 @@ async fn catch_up(shared: &Arc<Shared>) {
                 if !follower.catch_up().map_err(|e| e.to_string())? {
                     return Ok(None);
                 }
-                let store = Store::open_read_only(&standby.dir, Options::default())
+                let mut store = Store::open_read_only(&standby.dir, Options::default())
                     .map_err(|e| e.to_string())?;
+                // Read-only opens write no checkpoint: once they replay
+                // much, one is written (the copy opened to write and
+                // closed), and the next open reads only what follows it.
+                if store.open_report().replayed > REPLAY_BEFORE_CHECKPOINT {
+                    drop(store);
+                    follower.checkpoint().map_err(|e| e.to_string())?;
+                    store = Store::open_read_only(&standby.dir, Options::default())
+                        .map_err(|e| e.to_string())?;
+                }
                 Ok(Some((follower.point(), store)))
             },
         )

@@ -104,6 +104,18 @@ impl Follower {
         })
     }
 
+    /// Writes the copy's index checkpoint, so that a read-only open of it
+    /// reads only the log after this point (a read-only open never writes
+    /// one): the copy is opened to write, without replication or
+    /// maintenance, and closed, which changes none of its log's bytes.
+    /// Call it when read-only opens replay much (their
+    /// [`OpenReport::replayed`](crate::OpenReport::replayed) says how
+    /// much), never while anything writes to the copy.
+    pub fn checkpoint(&self) -> Result<()> {
+        let options = crate::Options::default().create(false).maintenance(None);
+        crate::Store::open(&self.dir, options)?.close()
+    }
+
     /// The restore point the local copy holds (`None` until a catch-up
     /// when it was not restored just now).
     pub fn point(&self) -> Option<RestorePoint> {

@@ -170,3 +170,17 @@ impl Config {
         }
     }
 }
+
+/// The store options the configuration needs (the turn policy, the
+/// replica), on top of `options`.
+pub fn store_options(options: ctxlog::Options, config: &Config) -> ctxlog::Options {
+    let options = match &config.replicate {
+        Some(replicate) => options.replicate(replicate.clone()),
+        None => options,
+    };
+    if config.single_active_turn {
+        options.turns(ctxlog::TurnPolicy::SingleActive { lease: None })
+    } else {
+        options
+    }
+}

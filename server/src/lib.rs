@@ -32,11 +32,13 @@ pub mod agents;
 pub mod auth;
 mod card;
 pub mod config;
+pub use config::store_options;
 mod core;
 #[doc(hidden)]
 pub mod crashpoint;
 mod delivery;
 pub mod error;
+mod following;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
@@ -70,7 +72,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use ctxlog::{Durability, Options, Store, TurnPolicy};
+use ctxlog::{Durability, Options, Store};
 use serde_json::value::RawValue;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -229,7 +231,7 @@ impl Server {
         if self.shared.standby.is_some() {
             // A standby writes nothing until it is promoted (which resolves
             // the turns the old writer left then).
-            tokio::spawn(standby::run(self.shared.clone()));
+            tokio::spawn(following::run(self.shared.clone()));
         } else {
             let resolved = self.recover().await;
             if resolved > 0 {
@@ -292,20 +294,6 @@ impl Server {
 /// (how many); the error names the file and what is wrong.
 pub fn check_webhook_ca(path: &Path) -> Result<usize, String> {
     webhook::check_ca_file(path)
-}
-
-/// The store options the configuration needs (the turn policy, the
-/// replica), on top of `options`.
-pub fn store_options(options: Options, config: &Config) -> Options {
-    let options = match &config.replicate {
-        Some(replicate) => options.replicate(replicate.clone()),
-        None => options,
-    };
-    if config.single_active_turn {
-        options.turns(TurnPolicy::SingleActive { lease: None })
-    } else {
-        options
-    }
 }
 
 /// Closes the store once nothing else holds it.

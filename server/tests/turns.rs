@@ -111,7 +111,11 @@ async fn at_the_bound_on_turns_a_resend_is_answered_and_a_new_message_refused() 
     let (_, done) = c
         .rpc("SendMessage", json!({ "message": user("m1", "hold") }))
         .await;
-    assert_eq!(state(&done["result"]["task"]), "TASK_STATE_COMPLETED");
+    assert_eq!(
+        state(&done["result"]["task"]),
+        "TASK_STATE_COMPLETED",
+        "{done}"
+    );
     gated.open();
     let (_, later) = c
         .rpc("SendMessage", json!({ "message": user("m2", "more") }))

@@ -10,12 +10,16 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 use super::objects::{self, Entry, Heartbeat};
-use super::restore::{restore, RestorePoint};
+use super::restore::{restore_into, RestorePoint};
 use super::ship::{get, newest_point, remote, segment_range};
 use super::Replicate;
 use crate::error::{Error, Result};
-use crate::log::manifest::MANIFEST;
-use crate::log::segments::{segment_id_of, segment_path};
+use crate::fs::OsFs;
+use crate::log::manifest::Manifest;
+use crate::log::segments::{segment_id_of, segment_path, sync_dir};
+
+/// A local segment's length and the CRC-32 of its bytes.
+type Held = (u64, u32);
 
 /// A local copy of a replica, brought up to its newest restore point by
 /// [`catch_up`](Self::catch_up): the segments' new bytes appended, new
@@ -29,8 +33,8 @@ pub struct Follower {
     target: Arc<dyn ObjectStore>,
     root: ObjectPath,
     dir: PathBuf,
-    /// Each local segment's length and the CRC-32 state of its bytes.
-    segments: BTreeMap<u64, (u64, crc32fast::Hasher)>,
+    /// Each local segment's length and the CRC-32 of its bytes.
+    segments: BTreeMap<u64, Held>,
     /// The manifest written, by (generation, epoch).
     manifest: Option<(u64, u64)>,
     point: Option<RestorePoint>,
@@ -53,27 +57,30 @@ impl Follower {
     pub fn start(from: &Replicate, dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         let empty = std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none());
+        let mut segments = BTreeMap::new();
         let point = if empty {
-            Some(restore(from, &dir, None)?.point)
+            // What was restored is what the point names: nothing to read back.
+            let (report, restored) = restore_into(from, &dir, None)?;
+            for e in &restored.segments {
+                segments.insert(e.id, (e.len, e.crc));
+            }
+            Some(report.point)
         } else {
+            let entries =
+                std::fs::read_dir(&dir).map_err(|e| Error::io("read the directory", &dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io("read the directory", &dir, e))?;
+                let name = entry.file_name();
+                let Some(id) = name.to_str().and_then(segment_id_of) else {
+                    continue;
+                };
+                let bytes =
+                    std::fs::read(entry.path()).map_err(|e| Error::io("read", entry.path(), e))?;
+                segments.insert(id, (bytes.len() as u64, crc32fast::hash(&bytes)));
+            }
             None
         };
         let (target, root) = from.open()?;
-        let mut segments = BTreeMap::new();
-        let entries =
-            std::fs::read_dir(&dir).map_err(|e| Error::io("read the directory", &dir, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io("read the directory", &dir, e))?;
-            let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(segment_id_of) else {
-                continue;
-            };
-            let bytes =
-                std::fs::read(entry.path()).map_err(|e| Error::io("read", entry.path(), e))?;
-            let mut crc = crc32fast::Hasher::new();
-            crc.update(&bytes);
-            segments.insert(id, (bytes.len() as u64, crc));
-        }
         Ok(Self {
             from: from.clone(),
             target,
@@ -139,28 +146,23 @@ impl Follower {
             return Ok(false);
         }
         for entry in &point.segments {
-            let (len, crc) = self
-                .segments
-                .remove(&entry.id)
-                .unwrap_or((0, crc32fast::Hasher::new()));
-            let caught = self.catch_up_segment(&runtime, entry, len, crc);
-            let (len, crc) = match caught {
-                Ok(done) => done,
-                Err((kept, e)) => {
-                    self.segments.insert(entry.id, kept);
-                    return Err(e);
-                }
-            };
-            self.segments.insert(entry.id, (len, crc));
+            let held = self.segments.get(&entry.id).copied().unwrap_or((0, 0));
+            let caught = self.catch_up_segment(&runtime, entry, held);
+            let (Ok(held) | Err((held, _))) = &caught;
+            self.segments.insert(entry.id, *held);
+            caught.map_err(|(_, e)| e)?;
         }
         if point.generation > 0 && self.manifest != Some((point.generation, point.manifest_epoch)) {
             let path = objects::manifest(&root, point.generation, point.manifest_epoch);
             let bytes = runtime.block_on(get(target.as_ref(), &path))?;
-            let tmp = self.dir.join("MANIFEST.tmp");
-            write_synced(&tmp, &bytes, false)?;
-            std::fs::rename(&tmp, self.dir.join(MANIFEST))
-                .map_err(|e| Error::io("switch to the new manifest", &tmp, e))?;
-            sync_dir(&self.dir)?;
+            Manifest::decode(&bytes)
+                .ok_or_else(|| {
+                    Error::replica(
+                        "follow the replica",
+                        format!("{path} is not a sound manifest"),
+                    )
+                })?
+                .write(&OsFs, &self.dir)?;
             self.manifest = Some((point.generation, point.manifest_epoch));
         }
         let named: Vec<u64> = point.segments.iter().map(|e| e.id).collect();
@@ -179,7 +181,7 @@ impl Follower {
             }
             self.segments.remove(&id);
         }
-        sync_dir(&self.dir)?;
+        sync_dir(&OsFs, &self.dir)?;
         self.point = Some(RestorePoint {
             number: point.number,
             time_ms: point.time_ms,
@@ -190,14 +192,12 @@ impl Follower {
     /// Appends bytes `len..entry.len` of a segment to its local file and
     /// checks the whole against the entry's CRC-32; on failure, gives back
     /// what the file then holds.
-    #[allow(clippy::type_complexity)]
     fn catch_up_segment(
         &self,
         runtime: &tokio::runtime::Runtime,
         entry: &Entry,
-        len: u64,
-        crc: crc32fast::Hasher,
-    ) -> std::result::Result<(u64, crc32fast::Hasher), ((u64, crc32fast::Hasher), Error)> {
+        (len, crc): Held,
+    ) -> std::result::Result<Held, (Held, Error)> {
         let diverged = |why: &str| {
             Error::replica(
                 "follow the replica",
@@ -212,7 +212,7 @@ impl Follower {
         if len > entry.len {
             return Err(((len, crc), diverged("holds more of")));
         }
-        let mut next = crc.clone();
+        let mut next = crc32fast::Hasher::new_with_initial(crc);
         if len < entry.len {
             let fetched = runtime.block_on(segment_range(
                 self.target.as_ref(),
@@ -231,7 +231,8 @@ impl Follower {
             }
             next.update(&bytes);
         }
-        if next.clone().finalize() != entry.crc {
+        let next = next.finalize();
+        if next != entry.crc {
             return Err(((entry.len, next), diverged("does not hold")));
         }
         Ok((entry.len, next))
@@ -250,10 +251,4 @@ fn write_synced(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
     file.write_all(bytes)
         .and_then(|()| file.sync_data())
         .map_err(|e| Error::io("write", path, e))
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io("sync the directory", dir, e))
 }

@@ -44,7 +44,7 @@ pub use follow::Follower;
 pub use object_store;
 pub use objects::Heartbeat;
 pub use restore::{restore, restore_points, RestorePoint, RestoreReport};
-pub(crate) use ship::{Gate, Replicator};
+pub(crate) use ship::{Link, Replicator};
 
 /// Where and how a store replicates (see [`Options::replicate`](crate::Options::replicate)).
 #[derive(Clone, Debug)]

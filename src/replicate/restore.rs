@@ -1,6 +1,5 @@
 //! Building a store from its replica (DESIGN.md §13, "Restoring").
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
@@ -11,7 +10,9 @@ use super::objects::{self, Point};
 use super::ship::{get, list, segment_range};
 use super::Replicate;
 use crate::error::{Error, Result};
-use crate::log::manifest::{Manifest, MANIFEST};
+use crate::fs::{Fs, OsFs};
+use crate::log::manifest::Manifest;
+use crate::log::segments::sync_dir;
 use crate::{Options, Store};
 
 /// A restore point of a replica: the log as it stood at a moment.
@@ -72,7 +73,15 @@ async fn points(
 /// leaves nothing that opens). Runs its own small runtime: call it from a
 /// thread that is not running an async runtime's tasks.
 pub fn restore(from: &Replicate, dir: impl AsRef<Path>, at: Option<u64>) -> Result<RestoreReport> {
-    let dir = dir.as_ref();
+    restore_into(from, dir.as_ref(), at).map(|(report, _)| report)
+}
+
+/// [`restore`], giving the restore point it restored too.
+pub(super) fn restore_into(
+    from: &Replicate,
+    dir: &Path,
+    at: Option<u64>,
+) -> Result<(RestoreReport, Point)> {
     if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
         return Err(Error::InvalidParams {
             field: "dir",
@@ -155,7 +164,7 @@ pub fn restore(from: &Replicate, dir: impl AsRef<Path>, at: Option<u64>) -> Resu
     if report.is_err() {
         let _ = std::fs::remove_dir_all(&building);
     }
-    report
+    report.map(|report| (report, point))
 }
 
 /// A new directory beside `dir` to build the store in.
@@ -201,15 +210,15 @@ async fn build(
     if point.generation > 0 {
         let path = objects::manifest(root, point.generation, point.manifest_epoch);
         let bytes = get(target, &path).await?;
-        let sound = Manifest::decode(&bytes)
-            .is_some_and(|m| m.generation == point.generation && m.store == Some(point.store));
-        if !sound {
-            return Err(Error::replica(
-                "restore",
-                format!("{path} is damaged or not the manifest the restore point names"),
-            ));
-        }
-        write_file(&dir.join(MANIFEST), &bytes)?;
+        let manifest = Manifest::decode(&bytes)
+            .filter(|m| m.generation == point.generation && m.store == Some(point.store))
+            .ok_or_else(|| {
+                Error::replica(
+                    "restore",
+                    format!("{path} is damaged or not the manifest the restore point names"),
+                )
+            })?;
+        manifest.write(&OsFs, dir)?;
     }
     // Up to FETCHES segments at once are read, checked, written and
     // synced (the writes on the runtime's blocking threads).
@@ -261,20 +270,16 @@ async fn build(
     if let Some(e) = first_error {
         return Err(e);
     }
-    let dir_file = std::fs::File::open(dir).map_err(|e| Error::io("open the directory", dir, e))?;
-    dir_file
-        .sync_all()
-        .map_err(|e| Error::io("sync the directory", dir, e))?;
+    sync_dir(&OsFs, dir)?;
     Ok((point.segments.len(), total))
 }
 
 /// How many segments a restore reads at once.
 const FETCHES: usize = 4;
 
+/// Writes a file of the store being built, synced.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut file = std::fs::File::create_new(path).map_err(|e| Error::io("create", path, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
+    OsFs.write_file(path, bytes)
         .map_err(|e| Error::io("write", path, e))
 }
 

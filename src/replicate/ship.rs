@@ -1,7 +1,7 @@
 //! The shipper: a background thread that copies the log to the object
 //! store and publishes restore points (DESIGN.md §13, "Shipping").
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,9 +24,39 @@ pub(crate) const COLLECT_EVERY: Duration = Duration::from_secs(60);
 /// The longest wait between two tries after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Waits until a restore point covers a synced log position (synchronous
-/// replication).
-pub(crate) type Gate = Box<dyn Fn(u64) -> Result<()> + Send + Sync>;
+/// What a store's writes ask of its replication (see [`Replicator::link`]).
+pub(crate) struct Link {
+    control: Arc<Control>,
+    synchronous: bool,
+    timeout: Duration,
+    batch: u64,
+}
+
+impl Link {
+    /// Whether another writer has claimed the replica.
+    pub fn fenced(&self) -> bool {
+        self.control.fenced.load(Ordering::Acquire)
+    }
+
+    /// After a write that left the log synced up to `end`: with
+    /// synchronous replication, waits until a restore point covers it;
+    /// otherwise asks for a round at once when a batch of bytes waits
+    /// (none waits for it).
+    pub fn after_write(&self, end: u64) -> Result<()> {
+        let control = &self.control;
+        if self.synchronous {
+            return control.wait_covered(end, self.timeout);
+        }
+        let covered = control.covered_position.load(Ordering::Acquire);
+        if end.saturating_sub(covered) >= self.batch && !control.nudged.swap(true, Ordering::AcqRel)
+        {
+            let mut rounds = control.rounds.lock();
+            rounds.asked = rounds.asked.max(rounds.started + 1);
+            control.wake.notify_all();
+        }
+        Ok(())
+    }
+}
 
 /// The shipper's thread, stopped (after a last shipment) when the store
 /// closes.
@@ -44,15 +74,14 @@ pub(crate) struct Control {
     done: Condvar,
     pub status: Mutex<ReplicationStatus>,
     /// What the newest restore point covers: the synced log position of
-    /// its view, and when the view was taken (ms since the Unix epoch).
-    covered: Mutex<(u64, u64)>,
-    /// The position of `covered`, read without its lock by every write
-    /// (to see whether a batch of bytes waits).
-    covered_position: std::sync::atomic::AtomicU64,
+    /// its view (read by every write), and when the view was taken (ms
+    /// since the Unix epoch).
+    covered_position: AtomicU64,
+    covered_ms: AtomicU64,
     /// A write has asked for a round since the last one began.
     nudged: AtomicBool,
     /// Another writer has claimed the replica: the store refuses writes.
-    fenced: Arc<AtomicBool>,
+    fenced: AtomicBool,
 }
 
 /// The thread's rounds, counted.
@@ -77,10 +106,10 @@ impl Replicator {
                 target: config.describe(),
                 ..ReplicationStatus::default()
             }),
-            covered: Mutex::new((0, now_ms())),
-            covered_position: std::sync::atomic::AtomicU64::new(0),
+            covered_position: AtomicU64::new(0),
+            covered_ms: AtomicU64::new(now_ms()),
             nudged: AtomicBool::new(false),
-            fenced: Arc::new(AtomicBool::new(false)),
+            fenced: AtomicBool::new(false),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -112,40 +141,23 @@ impl Replicator {
     /// of them is younger).
     pub fn status(&self, synced: u64) -> ReplicationStatus {
         let mut status = self.shared.status.lock().clone();
-        let (position, taken_ms) = *self.shared.covered.lock();
+        let position = self.shared.covered_position.load(Ordering::Acquire);
         status.lag_bytes = synced.saturating_sub(position);
         status.lag_ms = match status.lag_bytes {
             0 => 0,
-            _ => now_ms().saturating_sub(taken_ms),
+            _ => now_ms().saturating_sub(self.shared.covered_ms.load(Ordering::Acquire)),
         };
         status
     }
 
-    /// Set once another writer has claimed the replica: the store then
-    /// refuses writes.
-    pub fn fenced(&self) -> Arc<AtomicBool> {
-        self.shared.fenced.clone()
-    }
-
-    /// What a store calls after each write: with synchronous replication,
-    /// waits until a restore point covers it; otherwise asks for a round
-    /// at once when `batch` bytes wait (none waits for it).
-    pub fn gate(&self, config: &Replicate) -> Gate {
-        let control = self.shared.clone();
-        let (timeout, batch) = (config.sync_timeout, config.batch_bytes);
-        if config.synchronous {
-            return Box::new(move |end| control.wait_covered(end, timeout));
+    /// What the store's writes ask of replication as `config` says.
+    pub fn link(&self, config: &Replicate) -> Link {
+        Link {
+            control: self.shared.clone(),
+            synchronous: config.synchronous,
+            timeout: config.sync_timeout,
+            batch: config.batch_bytes,
         }
-        Box::new(move |end| {
-            let covered = control.covered_position.load(Ordering::Acquire);
-            if end.saturating_sub(covered) >= batch && !control.nudged.swap(true, Ordering::AcqRel)
-            {
-                let mut rounds = control.rounds.lock();
-                rounds.asked = rounds.asked.max(rounds.started + 1);
-                control.wake.notify_all();
-            }
-            Ok(())
-        })
     }
 
     /// Runs a round now (one that starts after this call) and waits up to
@@ -192,21 +204,25 @@ impl Control {
     /// A restore point now covers the synced log position `position` of a
     /// view taken at `taken_ms`.
     pub fn cover(&self, position: u64, taken_ms: u64) {
-        *self.covered.lock() = (position, taken_ms);
+        self.covered_ms.store(taken_ms, Ordering::Release);
         self.covered_position.store(position, Ordering::Release);
+    }
+
+    fn covers(&self, end: u64) -> bool {
+        self.covered_position.load(Ordering::Acquire) >= end
     }
 
     /// Returns once a restore point covers the synced log position `end`,
     /// asking for rounds until one does (appenders that wait together share
     /// them); fails past `timeout`, or if the thread has stopped.
     fn wait_covered(&self, end: u64, timeout: Duration) -> Result<()> {
-        if self.covered.lock().0 >= end {
+        if self.covers(end) {
             return Ok(());
         }
         let deadline = Instant::now() + timeout;
         let mut rounds = self.rounds.lock();
         loop {
-            if self.covered.lock().0 >= end {
+            if self.covers(end) {
                 return Ok(());
             }
             if rounds.stop {
@@ -219,7 +235,7 @@ impl Control {
             rounds.asked = rounds.asked.max(rounds.started + 1);
             self.wake.notify_all();
             if self.done.wait_until(&mut rounds, deadline).timed_out() {
-                if self.covered.lock().0 >= end {
+                if self.covers(end) {
                     return Ok(());
                 }
                 let why = self.status.lock().last_error.clone();

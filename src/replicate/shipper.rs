@@ -38,9 +38,9 @@ pub(crate) struct Shipper {
     describe: String,
     /// This writer's epoch (0: not claimed yet).
     epoch: u64,
-    /// Segments whole in the replica, by (id, epoch), with the CRC-32 of
-    /// their bytes.
-    whole: HashMap<(u64, u64), u32>,
+    /// Segments whole in the replica, by id: the epoch whose upload a point
+    /// names, and the CRC-32 of their bytes.
+    whole: HashMap<u64, (u64, u32)>,
     /// Manifests in the replica, by (generation, epoch).
     manifests: BTreeSet<(u64, u64)>,
     tail: Option<Tail>,
@@ -169,7 +169,7 @@ impl Shipper {
         if let Some(point) = &newest {
             for e in &point.segments {
                 if whole.contains(&(e.id, e.epoch)) {
-                    self.whole.insert((e.id, e.epoch), e.crc);
+                    self.whole.insert(e.id, (e.epoch, e.crc));
                 }
             }
             if point.generation > 0 {
@@ -252,7 +252,7 @@ impl Shipper {
         let id = segment.id;
         // Any writer's upload of it will do: a claim checked that this
         // log holds what earlier writers shipped.
-        if let Some((&(_, epoch), &crc)) = self.whole.iter().find(|((i, _), _)| *i == id) {
+        if let Some(&(epoch, crc)) = self.whole.get(&id) {
             return Ok(Entry {
                 id,
                 epoch,
@@ -271,7 +271,7 @@ impl Shipper {
             self.tail = None;
             self.sealed_pieces.insert((id, self.epoch));
         }
-        self.whole.insert((id, self.epoch), crc);
+        self.whole.insert(id, (self.epoch, crc));
         Ok(Entry {
             id,
             epoch: self.epoch,
@@ -391,7 +391,9 @@ impl Shipper {
                 Vec::new(),
             )
             .await?;
-            self.whole.remove(&(id, epoch));
+            if self.whole.get(&id).is_some_and(|&(e, _)| e == epoch) {
+                self.whole.remove(&id);
+            }
         }
         while let Some((id, epoch)) = self.sealed_pieces.pop_first() {
             if let Err(e) = self

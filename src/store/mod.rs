@@ -103,15 +103,12 @@ pub struct Shared {
     waits: wait::EventWaits,
     /// What maintenance has done, for [`Store::stats`].
     maintained: maintain::Counters,
-    /// With replication, called after each write with the synced log
-    /// position: waits until a restore point covers it (synchronous), or
-    /// asks for a round once a batch of bytes waits.
+    /// With replication, what each write asks of it: whether another
+    /// writer has claimed the replica (writes are then refused), and, after
+    /// the write, to wait for a restore point (synchronous) or ask for a
+    /// round once a batch of bytes waits.
     #[cfg(feature = "replicate")]
-    replica_gate: std::sync::OnceLock<crate::replicate::Gate>,
-    /// Set once another writer has claimed the store's replica: writes are
-    /// refused from then on.
-    #[cfg(feature = "replicate")]
-    replica_fenced: std::sync::OnceLock<Arc<std::sync::atomic::AtomicBool>>,
+    replica: std::sync::OnceLock<crate::replicate::Link>,
     _lock: Box<dyn Send + Sync>,
 }
 
@@ -459,9 +456,7 @@ impl Store {
             waits: wait::EventWaits::default(),
             maintained: maintain::Counters::default(),
             #[cfg(feature = "replicate")]
-            replica_gate: std::sync::OnceLock::new(),
-            #[cfg(feature = "replicate")]
-            replica_fenced: std::sync::OnceLock::new(),
+            replica: std::sync::OnceLock::new(),
             _lock: lock,
         });
         let maintainer = maintain::Maintainer::start(&shared);
@@ -477,8 +472,7 @@ impl Store {
                     });
                 }
                 let replicator = crate::replicate::Replicator::start(&shared, config.clone())?;
-                let _ = shared.replica_gate.set(replicator.gate(&config));
-                let _ = shared.replica_fenced.set(replicator.fenced());
+                let _ = shared.replica.set(replicator.link(&config));
                 Some(replicator)
             }
             _ => None,
@@ -754,11 +748,7 @@ impl Store {
     /// Fails once another writer has claimed the store's replica.
     pub(crate) fn check_fenced(&self) -> Result<()> {
         #[cfg(feature = "replicate")]
-        if self
-            .replica_fenced
-            .get()
-            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
-        {
+        if self.replica.get().is_some_and(|r| r.fenced()) {
             return Err(Error::replica(
                 "write",
                 "another writer has claimed this store's replica (a standby was promoted, or a \
@@ -783,8 +773,8 @@ impl Store {
             .fetch_add(locs.len() as u64, std::sync::atomic::Ordering::AcqRel);
         self.maybe_checkpoint(bytes);
         #[cfg(feature = "replicate")]
-        if let Some(gate) = self.replica_gate.get() {
-            return gate(self.writer.synced_position());
+        if let Some(replica) = self.replica.get() {
+            return replica.after_write(self.writer.synced_position());
         }
         Ok(())
     }

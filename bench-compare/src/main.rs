@@ -988,6 +988,70 @@ fn settle(store: &Store, limit: Duration) -> Duration {
     start.elapsed()
 }
 
+/// W1a (one writer, durable per append) on a store with a backlog of sealed
+/// segments to merge, with maintenance running and, on a copy, off; prints
+/// the line and returns the p99 with maintenance over the p99 without.
+fn w1a_beside_a_merge(scale: Scale, root: &Path) -> f64 {
+    let p = |v: &[Duration], q: f64| pct(v, q).as_secs_f64() * 1e6;
+    // W1a with a backlog to merge: the same store twice, one with
+    // maintenance off, one with it on. The store without maintenance is
+    // appended to for half its appends before the other and half after,
+    // so that its p99 brackets the maintained run's time and a drift of
+    // the disk's speed over the minutes of the run weighs on both alike.
+    let backlog = |name: &str| {
+        let dir = root.join(name);
+        let store = Store::open(
+            &dir,
+            Options::default()
+                .durability(Durability::Buffered)
+                .maintenance(None),
+        )
+        .unwrap();
+        fill(&CtxLogBatch(store), scale.contexts, scale.per_context);
+        dir
+    };
+    let (off_dir, on_dir) = (backlog("m-w1a-off"), backlog("m-w1a-on"));
+    let n = if scale.contexts > 1000 { 20_000 } else { 2_000 };
+    // Appends `appends` (the `i`s of a run of n) and keeps their latencies.
+    let w1a = |store: &Store, appends: std::ops::Range<u64>, lat: &mut Vec<Duration>| {
+        for i in appends {
+            let ctx = i % scale.contexts;
+            let b = body(ctx, 1000 + i);
+            let t = Instant::now();
+            store
+                .append_message("bench", &format!("ctx-{ctx}"), &b)
+                .unwrap();
+            lat.push(t.elapsed());
+        }
+    };
+    let (mut off, mut on) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let off_store = Store::open(&off_dir, Options::default().maintenance(None)).unwrap();
+    let half = n as u64 / 2;
+    w1a(&off_store, 0..half, &mut off);
+    let on_store = Store::open(&on_dir, Options::default()).unwrap();
+    w1a(&on_store, 0..n as u64, &mut on);
+    let st = on_store.stats();
+    let (merges, merged) = (st.merges, st.merged_bytes);
+    drop(on_store);
+    w1a(&off_store, half..n as u64, &mut off);
+    drop(off_store);
+    off.sort();
+    on.sort();
+    println!(
+        "- W1a ({n} durable appends) on a store with {} MiB of sealed segments to merge: p50 {:.1} us, p99 {:.1} us with maintenance running ({merges} merges, {} MiB written meanwhile) against p50 {:.1} us, p99 {:.1} us with it off: p99 {:.2}x (target <= 1.5x)",
+        (scale.contexts * scale.per_context * BODY as u64) >> 20,
+        p(&on, 0.5),
+        p(&on, 0.99),
+        merged >> 20,
+        p(&off, 0.5),
+        p(&off, 0.99),
+        p(&on, 0.99) / p(&off, 0.99)
+    );
+    std::fs::remove_dir_all(&off_dir).unwrap();
+    std::fs::remove_dir_all(&on_dir).unwrap();
+    p(&on, 0.99) / p(&off, 0.99)
+}
+
 /// The store's self-maintenance (issue: a log that keeps its own layout),
 /// ctxlog against redb in one run:
 /// - W2 on the store as W1 writes it (round robin, bulk commits) with
@@ -1140,62 +1204,7 @@ fn w_maintenance(scale: Scale, root: &Path) {
         st.disk_bytes as f64 / live
     );
 
-    // W1a with a backlog to merge: the same store twice, one with
-    // maintenance off, one with it on. The store without maintenance is
-    // appended to for half its appends before the other and half after,
-    // so that its p99 brackets the maintained run's time and a drift of
-    // the disk's speed over the minutes of the run weighs on both alike.
-    let backlog = |name: &str| {
-        let dir = root.join(name);
-        let store = Store::open(
-            &dir,
-            Options::default()
-                .durability(Durability::Buffered)
-                .maintenance(None),
-        )
-        .unwrap();
-        fill(&CtxLogBatch(store), scale.contexts, scale.per_context);
-        dir
-    };
-    let (off_dir, on_dir) = (backlog("m-w1a-off"), backlog("m-w1a-on"));
-    let n = if scale.contexts > 1000 { 20_000 } else { 2_000 };
-    // Appends `appends` (the `i`s of a run of n) and keeps their latencies.
-    let w1a = |store: &Store, appends: std::ops::Range<u64>, lat: &mut Vec<Duration>| {
-        for i in appends {
-            let ctx = i % scale.contexts;
-            let b = body(ctx, 1000 + i);
-            let t = Instant::now();
-            store
-                .append_message("bench", &format!("ctx-{ctx}"), &b)
-                .unwrap();
-            lat.push(t.elapsed());
-        }
-    };
-    let (mut off, mut on) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let off_store = Store::open(&off_dir, Options::default().maintenance(None)).unwrap();
-    let half = n as u64 / 2;
-    w1a(&off_store, 0..half, &mut off);
-    let on_store = Store::open(&on_dir, Options::default()).unwrap();
-    w1a(&on_store, 0..n as u64, &mut on);
-    let st = on_store.stats();
-    let (merges, merged) = (st.merges, st.merged_bytes);
-    drop(on_store);
-    w1a(&off_store, half..n as u64, &mut off);
-    drop(off_store);
-    off.sort();
-    on.sort();
-    println!(
-        "- W1a ({n} durable appends) on a store with {} MiB of sealed segments to merge: p50 {:.1} us, p99 {:.1} us with maintenance running ({merges} merges, {} MiB written meanwhile) against p50 {:.1} us, p99 {:.1} us with it off: p99 {:.2}x (target <= 1.5x)",
-        (scale.contexts * scale.per_context * BODY as u64) >> 20,
-        p(&on, 0.5),
-        p(&on, 0.99),
-        merged >> 20,
-        p(&off, 0.5),
-        p(&off, 0.99),
-        p(&on, 0.99) / p(&off, 0.99)
-    );
-    std::fs::remove_dir_all(&off_dir).unwrap();
-    std::fs::remove_dir_all(&on_dir).unwrap();
+    w1a_beside_a_merge(scale, root);
 
     // W1c, 16 threads, maintenance on and off, in turns.
     let w1c16 = |maintenance: Option<Maintenance>, round: usize| {
@@ -1323,10 +1332,14 @@ fn main() {
         return;
     }
     // Only some rows: `reopen [full]`, `maintenance [full]` (self-maintenance),
-    // `exchanges [full]` (the ctxlog store of A2A exchanges).
+    // `maintenance-w1a [full]` (its W1a beside a merge alone), `exchanges
+    // [full]` (the ctxlog store of A2A exchanges).
     let rows: Option<fn(Scale, &Path)> = match args.first().map(String::as_str) {
         Some("reopen") => Some(w3_reopen),
         Some("maintenance") => Some(w_maintenance),
+        Some("maintenance-w1a") => Some(|scale, root| {
+            w1a_beside_a_merge(scale, root);
+        }),
         Some("exchanges") => Some(w3_exchanges),
         _ => None,
     };

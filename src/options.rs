@@ -148,8 +148,11 @@ pub struct Maintenance {
     /// [`Store::maintain`](crate::Store::maintain).
     pub background: bool,
     /// The most bytes a merge writes per second (it sleeps between chunks
-    /// of 1 MiB to keep to it), so that appends and reads keep their
-    /// latency. Default: 64 MiB/s.
+    /// of 128 KiB to keep to it), so that appends and reads keep their
+    /// latency. Beside it, the thread's merges give way to durable appends
+    /// on their own: each 8 MiB synced waits until a few hundred appends'
+    /// syncs have ended or appends pause (250 ms at most), and the thread
+    /// yields its CPU every 64 KiB of work. Default: 64 MiB/s.
     pub bytes_per_second: u64,
     /// Merge the sealed segments written since the last merge once there
     /// are this many of them. Default: 4.

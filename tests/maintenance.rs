@@ -221,6 +221,74 @@ fn a_close_during_a_merge_stops_it_and_loses_nothing() {
 }
 
 #[test]
+fn appends_that_rotate_go_on_while_a_merge_waits_for_its_pace() {
+    let dir = common::tmp();
+    // A merge at 1 KiB/s: after its first chunk it waits for minutes.
+    let crawl = Maintenance::default()
+        .background(false)
+        .bytes_per_second(1 << 10)
+        .tail_segments(2);
+    let options = Options::default()
+        .durability(Durability::Buffered)
+        .segment_bytes(2 << 20)
+        .maintenance(Some(crawl.clone()));
+    {
+        let store = Store::open(dir.path(), options.clone()).unwrap();
+        // 7 MB: a merge takes a segment of it at least, more than a chunk.
+        for i in 0..24_000 {
+            store
+                .append_message("t", &format!("c{}", i % 40), &body(i % 40, i / 40))
+                .unwrap();
+        }
+        store.close().unwrap();
+    }
+    let store = Arc::new(
+        Store::open(
+            dir.path(),
+            options.clone().maintenance(Some(crawl.background(true))),
+        )
+        .unwrap(),
+    );
+    let merging = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+    };
+    assert!(wait_until(merging), "no merge started");
+    // Appends through three rotations: a rotation takes the segment set's
+    // write lock, which a merge must not hold while it waits (it used to,
+    // for as long as its pace slept).
+    let (done, finished) = std::sync::mpsc::channel();
+    let appender = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let before = store.stats().segments;
+            for i in 0..24_000 {
+                store
+                    .append_message("t", &format!("n{}", i % 8), &body(i % 8, i / 8))
+                    .unwrap();
+            }
+            let _ = done.send(store.stats().segments - before);
+        })
+    };
+    let rotated = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("appends waited on the merge's pace");
+    appender.join().unwrap();
+    assert!(rotated >= 3, "{rotated} new segments");
+    assert!(merging(), "the merge ended: it did not wait meanwhile");
+    drop(Arc::into_inner(store).unwrap());
+    let store = Store::open(dir.path(), options).unwrap();
+    for c in 0..8 {
+        let msgs = store
+            .last_messages("t", &format!("n{c}"), usize::MAX)
+            .unwrap();
+        assert_eq!(msgs.len(), 3_000);
+        assert_eq!(msgs[2_999].raw, body(c, 2_999));
+    }
+}
+
+#[test]
 fn the_space_of_deleted_contexts_comes_back_without_compact() {
     let dir = common::tmp();
     let options = Options::default()

@@ -124,6 +124,9 @@ pub struct Log {
     synced: AtomicU64,
     /// Appenders inside `wait_durable`.
     waiting: AtomicUsize,
+    /// Syncs of appended bytes begun and ended (see [`Log::sync_activity`]).
+    syncs_begun: AtomicU64,
+    syncs_ended: AtomicU64,
     /// The CPUs this process may run on.
     cpus: usize,
     /// How many times a waiter yields before it sleeps, while more
@@ -188,6 +191,8 @@ impl LogWriter {
             poisoned: AtomicBool::new(false),
             synced: AtomicU64::new(len),
             waiting: AtomicUsize::new(0),
+            syncs_begun: AtomicU64::new(0),
+            syncs_ended: AtomicU64::new(0),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
             commit_yields: options.commit_yields,
             next_id: AtomicU64::new(next_id.max(id + 1)),
@@ -295,6 +300,15 @@ impl Log {
     #[cfg_attr(not(feature = "replicate"), allow(dead_code))]
     pub fn synced_position(&self) -> u64 {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// How many syncs of appended bytes (a `Sync` append's, the group-commit
+    /// syncer's, `Store::sync`'s) have begun and how many have ended: a
+    /// merge writes its next piece only once enough of them ended since its
+    /// last, or none began for a while (see `store/maintain.rs`).
+    pub fn sync_activity(&self) -> (u64, u64) {
+        let ended = self.syncs_ended.load(Ordering::Acquire);
+        (self.syncs_begun.load(Ordering::Relaxed).max(ended), ended)
     }
 
     /// Writes one framed record to the active segment; returns where it went,
@@ -535,7 +549,10 @@ impl Log {
 
     /// `Sync`: sync the file this append went to.
     fn sync_file(&self, file: &dyn SegmentFile, segment: u64, end: u64) -> Result<()> {
-        if let Err(e) = file.sync_data() {
+        self.syncs_begun.fetch_add(1, Ordering::Relaxed);
+        let synced = file.sync_data();
+        self.syncs_ended.fetch_add(1, Ordering::Release);
+        if let Err(e) = synced {
             self.poison();
             return Err(Error::io("sync the active segment", self.path(segment), e));
         }

@@ -79,11 +79,18 @@ enum Group {
 }
 
 /// Bytes an output segment gathers in memory before they are written.
-const CHUNK: usize = 1 << 20;
-/// Bytes written to an output segment between two syncs of it, so that the
-/// disk never has much of a merge to write back at once (which an append's
-/// `fdatasync` would wait behind).
-const SYNC_EVERY: u64 = 8 << 20;
+const CHUNK: usize = 128 << 10;
+/// Bytes written to an output segment between two syncs of it: a piece of
+/// the merge's disk work, which the pace may hold back until it disturbs
+/// fewest appends. Each piece delays the few appends whose syncs it lands
+/// on, so fewer, larger pieces move an append's p99 least; small enough
+/// that an append's `fdatasync` never waits behind a long write-back.
+const PIECE: u64 = 8 << 20;
+/// Bytes of a merge's CPU work (inputs read while planning, records
+/// copied) between two calls of its pace, which lets a thread waiting for
+/// this CPU run (an appender woken by its `fdatasync` would otherwise wait
+/// out the merge's time slice: about half a millisecond).
+const BREATHE: u64 = 64 << 10;
 
 /// The output segment being written.
 struct Current {
@@ -107,6 +114,8 @@ struct Output<'a> {
     current: Option<Current>,
     /// Bytes written so far, for the pace.
     written: u64,
+    /// Bytes framed since the pace was last called.
+    unpaced: u64,
 }
 
 /// Where an output segment is written before it is renamed into place.
@@ -115,13 +124,30 @@ fn tmp_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 impl Output<'_> {
-    /// Appends a record; `false` when `pace` asked to stop.
-    fn push(
-        &mut self,
-        payload: &[u8],
-        pace: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Option<RecordLoc>> {
-        let need = FRAME_HEADER_LEN + payload.len() as u64;
+    /// Makes room for a record of `len` payload bytes, before it is read:
+    /// writes out the chunk gathered so far once it is full (after asking
+    /// `pace`, which may sleep, and is told whether a sync follows), and
+    /// starts a new segment when the record does not fit the current one.
+    /// Every write, sync and wait of a merge happens here, never under the
+    /// segment set's lock that [`Output::add`] runs under (a rotation
+    /// waits for that lock with every appender behind it). Between chunks
+    /// it calls `pace` every [`BREATHE`] bytes too. `false` when `pace`
+    /// asked to stop.
+    fn room(&mut self, len: u32, pace: &mut dyn FnMut(u64, bool) -> bool) -> Result<bool> {
+        if let Some(c) = self.current.as_ref().filter(|c| c.buf.len() >= CHUNK) {
+            let sync = c.unsynced + c.buf.len() as u64 >= PIECE;
+            self.unpaced = 0;
+            if !pace(self.written, sync) {
+                return Ok(false);
+            }
+            self.flush(sync)?;
+        } else if self.unpaced >= BREATHE {
+            self.unpaced = 0;
+            if !pace(self.written, false) {
+                return Ok(false);
+            }
+        }
+        let need = FRAME_HEADER_LEN + u64::from(len);
         let full = self.current.as_ref().is_none_or(|c| {
             let len = c.flushed + c.buf.len() as u64;
             len > HEADER_LEN && len + need > self.limit
@@ -151,28 +177,27 @@ impl Output<'_> {
                 buf,
             });
         }
+        Ok(true)
+    }
+
+    /// Frames a record into the current segment's chunk, for which
+    /// [`Output::room`] made room; no I/O.
+    fn add(&mut self, payload: &[u8]) -> Result<RecordLoc> {
         let Some(c) = self.current.as_mut() else {
-            // Unreachable: a segment was started just above when there was none.
+            // Unreachable: `room` started a segment before every record.
             return Err(Error::corrupt(0, 0, "no output segment to write to"));
         };
         let offset = c.flushed + c.buf.len() as u64;
         encode_frame(c.id, offset, offset as u32, payload, &mut c.buf);
-        let loc = RecordLoc {
+        self.unpaced += FRAME_HEADER_LEN + payload.len() as u64;
+        Ok(RecordLoc {
             segment: c.id,
             offset: offset as u32,
             len: payload.len() as u32,
-        };
-        if c.buf.len() >= CHUNK {
-            self.flush(false)?;
-            if !pace(self.written) {
-                return Ok(None);
-            }
-        }
-        Ok(Some(loc))
+        })
     }
 
-    /// Writes what the current segment has gathered; syncs it if `sync`
-    /// or once enough is unsynced.
+    /// Writes what the current segment has gathered; syncs it if `sync`.
     fn flush(&mut self, sync: bool) -> Result<()> {
         let Some(c) = self.current.as_mut() else {
             return Ok(());
@@ -187,7 +212,7 @@ impl Output<'_> {
             self.written += c.buf.len() as u64;
             c.buf.clear();
         }
-        if sync || c.unsynced >= SYNC_EVERY {
+        if sync && c.unsynced > 0 {
             c.file
                 .sync_data()
                 .map_err(|e| Error::io("write a compacted segment", &tmp, e))?;
@@ -292,7 +317,7 @@ impl Store {
             to: self.manifest.lock().compacted.len(),
             through: active.checked_sub(1),
         };
-        let report = self.merge(&job, step, progress, &mut |_| true)?;
+        let report = self.merge(&job, step, progress, &mut |_, _| true)?;
         // Unreachable `None`: the pace above never stops it.
         Ok(report.unwrap_or_default())
     }
@@ -308,7 +333,7 @@ impl Shared {
         job: &Job,
         step: CompactStep,
         progress: &mut dyn FnMut(usize, usize),
-        pace: &mut dyn FnMut(u64) -> bool,
+        pace: &mut dyn FnMut(u64, bool) -> bool,
     ) -> Result<Option<CompactReport>> {
         if self.options.read_only {
             return Err(Error::ReadOnly);
@@ -326,7 +351,10 @@ impl Shared {
             ..CompactReport::default()
         };
         tracing::debug!(inputs = inputs.len(), ?job, "merge started");
-        let plan = self.plan(&inputs, &mut report, progress)?;
+        let Some(plan) = self.plan(&inputs, &mut report, progress, pace)? else {
+            tracing::debug!("merge stopped while planning; nothing changed");
+            return Ok(None);
+        };
         let dir = self.writer.dir().to_path_buf();
         let mut out = Output {
             shared: self,
@@ -335,6 +363,7 @@ impl Shared {
             done: Vec::new(),
             current: None,
             written: 0,
+            unpaced: 0,
         };
         let copied = match self.copy(&plan, &mut out, &mut report, pace) {
             Ok(Some(copied)) => copied,
@@ -435,7 +464,7 @@ impl Shared {
         plan: &[(ContextKey, Group)],
         out: &mut Output<'_>,
         report: &mut CompactReport,
-        pace: &mut dyn FnMut(u64) -> bool,
+        pace: &mut dyn FnMut(u64, bool) -> bool,
     ) -> Result<Option<Copied>> {
         let mut copied = Copied::default();
         for (key, group) in plan {
@@ -443,21 +472,23 @@ impl Shared {
                 Group::Copy(locs) => {
                     copied.keys.push(*key);
                     for &loc in locs {
+                        if !out.room(loc.len, pace)? {
+                            return Ok(None);
+                        }
                         let new = self
                             .segments
-                            .with_payload(loc, |payload| out.push(payload, pace))??;
-                        let Some(new) = new else {
-                            return Ok(None);
-                        };
+                            .with_payload(loc, |payload| out.add(payload))??;
                         report.live_payload_bytes += u64::from(loc.len);
                         copied.moved.insert((loc.segment, loc.offset), new);
                         report.records_kept += 1;
                     }
                 }
                 Group::Tombstone(payload) => {
-                    if out.push(payload, pace)?.is_none() {
+                    // Fits: a tombstone is a few dozen bytes.
+                    if !out.room(payload.len() as u32, pace)? {
                         return Ok(None);
                     }
+                    out.add(payload)?;
                 }
             }
         }
@@ -466,13 +497,15 @@ impl Shared {
     }
 
     /// Walks the inputs and decides, per context (in order of first
-    /// appearance), which records to copy and which tombstones to write.
+    /// appearance), which records to copy and which tombstones to write
+    /// (`None`: `pace` asked to stop).
     fn plan(
         &self,
         inputs: &[u64],
         report: &mut CompactReport,
         progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<Vec<(ContextKey, Group)>> {
+        pace: &mut dyn FnMut(u64, bool) -> bool,
+    ) -> Result<Option<Vec<(ContextKey, Group)>>> {
         let mut order: Vec<ContextKey> = Vec::new();
         let mut groups: HashMap<ContextKey, Vec<RecordLoc>> = HashMap::new();
         let sizes: Vec<usize> = inputs
@@ -498,7 +531,14 @@ impl Shared {
             report.input_bytes += bytes.len() as u64;
             // A segment of the first format version has a shorter header.
             let mut at = decode_header(bytes).map_or(HEADER_LEN, |h| h.records_start());
+            let mut paced = at;
             while at < bytes.len() as u64 {
+                if at - paced >= BREATHE {
+                    paced = at;
+                    if !pace(0, false) {
+                        return Ok(None);
+                    }
+                }
                 let frame = decode_frame(bytes, id, at, MAX_RECORD_BYTES)
                     .map_err(|e| Error::corrupt(id, at, e.reason()))?;
                 let key =
@@ -530,7 +570,7 @@ impl Shared {
                 None => plan.push((key, Group::Copy(locs))),
             }
         }
-        Ok(plan)
+        Ok(Some(plan))
     }
 
     /// The tombstone that replaces the records of a gone context (`None`: the
@@ -602,7 +642,10 @@ impl Shared {
                 *loc = *new;
             }
         };
-        for key in &copied.keys {
+        for (i, key) in copied.keys.iter().enumerate() {
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                std::thread::yield_now();
+            }
             let Some(slot) = self.index.get(key) else {
                 continue;
             };
@@ -612,6 +655,12 @@ impl Shared {
         }
     }
 }
+
+/// Contexts remapped, or written into a checkpoint, between two yields of
+/// the CPU: the thread doing it (the maintenance thread's, or an
+/// appender's) lets one waiting for its CPU run every few hundred
+/// microseconds instead of after its time slice.
+pub(super) const YIELD_EVERY: usize = 256;
 
 /// The contexts a merge copied and where each record went.
 #[derive(Default)]

@@ -656,11 +656,12 @@ impl Shared {
     }
 }
 
-/// Contexts remapped, or written into a checkpoint, between two yields of
-/// the CPU: the thread doing it (the maintenance thread's, or an
-/// appender's) lets one waiting for its CPU run every few hundred
-/// microseconds instead of after its time slice.
-pub(super) const YIELD_EVERY: usize = 256;
+/// Contexts remapped, weighed for the live bytes, or written into a
+/// checkpoint, between two yields of the CPU: the thread doing it (the
+/// maintenance thread, or an appender that writes a checkpoint) lets one
+/// waiting for its CPU run every few dozen microseconds instead of after
+/// its time slice.
+pub(super) const YIELD_EVERY: usize = 64;
 
 /// The contexts a merge copied and where each record went.
 #[derive(Default)]

@@ -224,7 +224,10 @@ impl Shared {
     fn usage(&self) -> Usage {
         let mut usage = Usage::default();
         let now = now_ms();
-        for slot in self.index.all_slots() {
+        for (i, slot) in self.index.all_slots().iter().enumerate() {
+            if i % super::compact::YIELD_EVERY == super::compact::YIELD_EVERY - 1 {
+                std::thread::yield_now();
+            }
             let state = slot.state.read();
             match state.life(now, self.options.retention) {
                 Life::Live => {

@@ -48,8 +48,11 @@ fn run(durability: Durability, threads: usize, per_thread: usize, hot: bool) -> 
             })
         })
         .collect();
-    barrier.wait();
+    // Timed from just before the barrier lets the threads go: taken after
+    // it, the clock could start once a fast run (Buffered, one thread)
+    // had done most of its appends, and print a rate of billions a second.
     let start = Instant::now();
+    barrier.wait();
     for h in handles {
         h.join().unwrap();
     }

@@ -18,10 +18,14 @@
 //! `cargo bench -p ctxlog-server --bench soak [-- MINUTES]` (the long form,
 //! 30 minutes by default): mixed traffic from 8 clients at a steady rate
 //! (`CTXLOG_SOAK_RATE` units a second, 300 by default: sends, follow-ups,
-//! streams, resumes, listings, cancels) with the store's maintenance on;
+//! streams, resumes, listings, cancels) with the store's maintenance on,
+//! and the server restarted twice on the same store, at a third of the run
+//! (SIGTERM) and at two thirds (SIGKILL), with the traffic held meanwhile;
 //! every 10 s it prints the units done, the SendMessage p99, RssAnon, the
 //! store's index and RssAnon beyond it, and at the end the first and last
-//! fifths of the p99 and of the memory beyond the index.
+//! fifths of the rate, the p99 and the memory beyond the index. Last, with
+//! the server stopped, it reads every message a SendMessage acknowledged
+//! from its task's history in the store, and fails if one is missing.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -75,7 +79,7 @@ fn script(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-fn start(dir: &Path, script: &Path) -> Process {
+fn start_server(dir: &Path, script: &Path) -> Process {
     Process::scripted(
         dir,
         script,
@@ -95,17 +99,18 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
 }
 
-/// A client of the server: JSON-RPC calls, bounded in time.
+/// A client of the server: JSON-RPC calls, bounded in time. Its clones
+/// share the server's address, which a restart changes.
 #[derive(Clone)]
 struct Client {
-    url: String,
+    at: Arc<std::sync::RwLock<String>>,
     http: reqwest::Client,
 }
 
 impl Client {
     fn new(url: &str) -> Self {
         Client {
-            url: url.to_string(),
+            at: Arc::new(std::sync::RwLock::new(url.to_string())),
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(4)
                 .timeout(Duration::from_secs(60))
@@ -114,8 +119,13 @@ impl Client {
         }
     }
 
+    /// The server's address now.
+    fn url(&self) -> String {
+        self.at.read().unwrap().clone()
+    }
+
     async fn call(&self, method: &str, params: Value) -> Value {
-        process::rpc(&self.http, &self.url, method, params).await
+        process::rpc(&self.http, &self.url(), method, params).await
     }
 
     /// A stream's whole body (it ends with its task), or its first chunk
@@ -124,7 +134,7 @@ impl Client {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
         let mut request = self
             .http
-            .post(format!("{}/", self.url))
+            .post(format!("{}/", self.url()))
             .header("A2A-Version", "1.0")
             .header("content-type", "application/json")
             .body(body.to_string());
@@ -143,7 +153,7 @@ impl Client {
     async fn health(&self) -> Value {
         let text = self
             .http
-            .get(format!("{}/healthz", self.url))
+            .get(format!("{}/healthz", self.url()))
             .send()
             .await
             .unwrap()
@@ -159,14 +169,26 @@ fn message(id: &str, context: usize, text: &str) -> Value {
             "parts": [{ "text": text }] })
 }
 
+/// What a unit of traffic measured: its SendMessage latencies, and the
+/// (task, messageId) of every message a SendMessage acknowledged.
+#[derive(Default)]
+struct Unit {
+    took: Vec<Duration>,
+    acked: Vec<(String, String)>,
+}
+
+/// The id of the task a SendMessage answered with.
+fn task_id(answer: &Value) -> String {
+    answer["task"]["id"].as_str().unwrap().to_string()
+}
+
 /// One unit of traffic, number `n` of client `c`: mostly plain sends, a
-/// question and its follow-up, a streaming send; returns the SendMessage
-/// latencies it measured.
-async fn traffic(client: &Client, c: usize, n: usize, mixed: bool) -> Vec<Duration> {
+/// question and its follow-up, a streaming send.
+async fn traffic(client: &Client, c: usize, n: usize, mixed: bool) -> Unit {
     // Spread over the contexts (an odd multiplier reaches every one).
     let context = n.wrapping_mul(2_654_435_761) % CONTEXTS;
     let id = format!("c{c}-{n}");
-    let mut took = Vec::new();
+    let mut unit = Unit::default();
     let send = |m: Value| {
         let client = client.clone();
         async move {
@@ -178,13 +200,15 @@ async fn traffic(client: &Client, c: usize, n: usize, mixed: bool) -> Vec<Durati
     match n % 20 {
         0 => {
             let (asked, t) = send(message(&id, context, "a question")).await;
-            took.push(t);
-            let task = asked["task"]["id"].as_str().unwrap().to_string();
+            unit.took.push(t);
+            let task = task_id(&asked);
+            unit.acked.push((task.clone(), id.clone()));
             let mut answer = message(&format!("{id}-a"), context, "the answer");
             answer["taskId"] = json!(task);
             let (done, t) = send(answer).await;
-            took.push(t);
+            unit.took.push(t);
             assert_eq!(done["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+            unit.acked.push((task, format!("{id}-a")));
         }
         1 => {
             let m = message(&id, context, "stream it");
@@ -209,12 +233,13 @@ async fn traffic(client: &Client, c: usize, n: usize, mixed: bool) -> Vec<Durati
                     json!({ "message": m, "configuration": { "returnImmediately": true } }),
                 )
                 .await;
-            let task_id = task["task"]["id"].as_str().unwrap().to_string();
-            let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": { "id": task_id } });
+            let slow = task_id(&task);
+            unit.acked.push((slow.clone(), id.clone()));
+            let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": { "id": slow } });
             // It may have finished first: either answer is fine.
             let _ = client
                 .http
-                .post(format!("{}/", client.url))
+                .post(format!("{}/", client.url()))
                 .header("A2A-Version", "1.0")
                 .body(body.to_string())
                 .send()
@@ -222,19 +247,21 @@ async fn traffic(client: &Client, c: usize, n: usize, mixed: bool) -> Vec<Durati
         }
         4 if mixed => {
             let (done, t) = send(message(&id, context, "resume me")).await;
-            took.push(t);
-            let task = done["task"]["id"].as_str().unwrap().to_string();
+            unit.took.push(t);
+            let task = task_id(&done);
+            unit.acked.push((task.clone(), id.clone()));
             client
                 .stream("SubscribeToTask", json!({ "id": task }), Some(0), false)
                 .await;
         }
         _ => {
             let (done, t) = send(message(&id, context, "hello")).await;
-            took.push(t);
+            unit.took.push(t);
             assert_eq!(done["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+            unit.acked.push((task_id(&done), id));
         }
     }
-    took
+    unit
 }
 
 /// Waits (at most 60 s) until the server follows no task and holds no
@@ -317,7 +344,7 @@ async fn short(server: &Process, dir: &Path) {
                                            "params": { "id": format!("nope-{i}") } });
                         let r = client
                             .http
-                            .post(format!("{}/", client.url))
+                            .post(format!("{}/", client.url()))
                             .header("A2A-Version", "1.0")
                             .body(body.to_string())
                             .send()
@@ -388,7 +415,7 @@ async fn run_sends(client: &Client, total: usize, first: usize) -> Vec<Duration>
         workers.push(tokio::spawn(async move {
             let mut took = Vec::new();
             for n in (first + c..first + total).step_by(CLIENTS) {
-                took.extend(traffic(&client, c, n, false).await);
+                took.extend(traffic(&client, c, n, false).await.took);
             }
             took
         }));
@@ -440,33 +467,72 @@ async fn slow_readers(client: &Client, url: &str) -> Vec<tokio::net::TcpStream> 
 /// everything it is sent, so its index grows with the traffic: each row
 /// also gives the index (a read-only open beside the server) and what the
 /// server holds beyond it, which is what must stay flat.
-async fn long(server: &Process, dir: &Path, minutes: u64, rate: u64) {
-    let pid = server.child.id();
+/// Stops `server` for a restart: with SIGTERM (a clean shutdown, waited
+/// for) or SIGKILL.
+fn stop(mut server: Process, clean: bool) {
+    if clean {
+        let pid = server.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert!(
+            server.exited_within(Duration::from_secs(60)),
+            "the server did not stop on SIGTERM"
+        );
+    } else {
+        server.kill();
+    }
+}
+
+async fn long(mut server: Process, dir: &Path, script: &Path, minutes: u64, rate: u64) {
+    let mut pid = server.child.id();
     let client = Client::new(&server.url);
     run_sends(&client, 2_000, 0).await;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop_traffic = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let window: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    // Held for reading by each unit of traffic, for writing by a restart:
+    // a restart waits for the units under way, and units wait for it.
+    let gate = Arc::new(tokio::sync::RwLock::new(()));
     let mut workers = Vec::new();
     // Each client's share of the rate, as a fixed spacing between starts.
     let spacing = Duration::from_secs_f64(CLIENTS as f64 / rate.max(1) as f64);
     for c in 0..CLIENTS {
-        let (client, stop, done, window) =
-            (client.clone(), stop.clone(), done.clone(), window.clone());
+        let (client, stop_traffic, done, window, acked, gate) = (
+            client.clone(),
+            stop_traffic.clone(),
+            done.clone(),
+            window.clone(),
+            acked.clone(),
+            gate.clone(),
+        );
         workers.push(tokio::spawn(async move {
             let mut n = 10_000_000 * (c + 1);
             let mut next = tokio::time::Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                let took = traffic(&client, c, n, true).await;
-                window.lock().unwrap().extend(took);
+            while !stop_traffic.load(Ordering::Relaxed) {
+                let unit = {
+                    let _open = gate.read().await;
+                    traffic(&client, c, n, true).await
+                };
+                window.lock().unwrap().extend(unit.took);
+                acked.lock().unwrap().extend(unit.acked);
                 done.fetch_add(1, Ordering::Relaxed);
                 n += 1;
                 next += spacing;
+                // After a restart, start again from now, not in a burst.
+                next = next.max(tokio::time::Instant::now() - spacing);
                 tokio::time::sleep_until(next).await;
             }
         }));
     }
-    let end = Instant::now() + Duration::from_secs(minutes * 60);
+    let length = Duration::from_secs(minutes * 60);
+    let end = Instant::now() + length;
+    // Two restarts, at a third and two thirds of the run: a clean one
+    // (SIGTERM), then a crash (SIGKILL).
+    let mut restarts = vec![(length * 2 / 3, false), (length / 3, true)];
     let mut rows: VecDeque<Row> = VecDeque::new();
     println!(
         "{:>6}  {:>8}  {:>11}  {:>11}  {:>9}  {:>11}",
@@ -476,6 +542,23 @@ async fn long(server: &Process, dir: &Path, minutes: u64, rate: u64) {
     let mut last_done = 0;
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_secs(10)).await;
+        if let Some(&(at, clean)) = restarts.last() {
+            if start.elapsed() >= at {
+                restarts.pop();
+                let _closed = gate.write().await;
+                let took = Instant::now();
+                stop(server, clean);
+                server = start_server(dir, script);
+                *client.at.write().unwrap() = server.url.clone();
+                pid = server.child.id();
+                println!(
+                    "{:>6.0}  restarted after {} in {:.1} s",
+                    start.elapsed().as_secs_f64(),
+                    if clean { "SIGTERM" } else { "SIGKILL" },
+                    took.elapsed().as_secs_f64()
+                );
+            }
+        }
         let total = done.load(Ordering::Relaxed);
         let latencies = std::mem::take(&mut *window.lock().unwrap());
         let row = Row {
@@ -497,7 +580,7 @@ async fn long(server: &Process, dir: &Path, minutes: u64, rate: u64) {
         );
         rows.push_back(row);
     }
-    stop.store(true, Ordering::Relaxed);
+    stop_traffic.store(true, Ordering::Relaxed);
     for w in workers {
         w.await.unwrap();
     }
@@ -511,14 +594,40 @@ async fn long(server: &Process, dir: &Path, minutes: u64, rate: u64) {
     let last_p99 = mean(&mut rows.iter().rev().take(fifth).map(|r| r.p99.as_secs_f64()));
     let first_beyond = mean(&mut rows.iter().take(fifth).map(|r| r.beyond() as f64));
     let last_beyond = mean(&mut rows.iter().rev().take(fifth).map(|r| r.beyond() as f64));
+    let first_rate = mean(&mut rows.iter().take(fifth).map(|r| r.rate as f64));
+    let last_rate = mean(&mut rows.iter().rev().take(fifth).map(|r| r.rate as f64));
     println!(
-        "p99: first fifth {:.2} ms, last fifth {:.2} ms ({:.2}x); beyond the index: {:.1} MiB -> \
-         {:.1} MiB",
+        "units/s: first fifth {first_rate:.0}, last fifth {last_rate:.0}; p99: first fifth \
+         {:.2} ms, last fifth {:.2} ms ({:.2}x); beyond the index: {:.1} MiB -> {:.1} MiB",
         first_p99 * 1e3,
         last_p99 * 1e3,
         last_p99 / first_p99.max(f64::MIN_POSITIVE),
         first_beyond / (1u64 << 20) as f64,
         last_beyond / (1u64 << 20) as f64
+    );
+    // Every message a SendMessage acknowledged, through both restarts, is
+    // in its task's history, read from the store once the server is gone.
+    stop(server, true);
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+    let store = ctxlog::Store::open_read_only(dir, ctxlog::Options::default()).unwrap();
+    let mut missing = Vec::new();
+    for (task, message) in &acked {
+        let found = store
+            .get_task("default", task, None, false)
+            .is_ok_and(|t| t.history.iter().any(|m| m.message_id == *message));
+        if !found {
+            missing.push((task, message));
+        }
+    }
+    println!(
+        "acknowledged messages: {}, readable at the end: {}",
+        acked.len(),
+        acked.len() - missing.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "acknowledged but not readable: {:?}",
+        &missing[..missing.len().min(10)]
     );
 }
 
@@ -552,14 +661,14 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let script = script(tmp.path());
-    let server = start(&store, &script);
+    let server = start_server(&store, &script);
     let runtime = process::bench_runtime();
     runtime.block_on(async {
         if benching {
             println!(
                 "soak: {minutes} minutes of mixed traffic from {CLIENTS} clients, {rate} units/s"
             );
-            long(&server, &store, minutes, rate).await;
+            long(server, &store, &script, minutes, rate).await;
         } else {
             short(&server, &store).await;
         }

@@ -268,7 +268,7 @@ fn appends_that_rotate_go_on_while_a_merge_waits_for_its_pace() {
                     .append_message("t", &format!("n{}", i % 8), &body(i % 8, i / 8))
                     .unwrap();
             }
-            let _ = done.send(store.stats().segments - before);
+            let _ = done.send(store.stats().segments.saturating_sub(before));
         })
     };
     let rotated = finished

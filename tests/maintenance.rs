@@ -48,6 +48,19 @@ fn wait_until(mut done: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// The names of the files in `dir`.
+fn files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Whether a merge is writing in `dir` (its output's `.tmp` files).
+fn merging(dir: &std::path::Path) -> bool {
+    files(dir).iter().any(|f| f.ends_with(".tmp"))
+}
+
 #[test]
 fn the_thread_merges_on_its_own_and_a_reopen_reads_the_same() {
     let dir = common::tmp();
@@ -180,12 +193,6 @@ fn a_close_during_a_merge_stops_it_and_loses_nothing() {
         }
         store.close().unwrap();
     }
-    let files = |dir: &std::path::Path| -> Vec<String> {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect()
-    };
     let started = Instant::now();
     {
         let store = Store::open(
@@ -194,19 +201,12 @@ fn a_close_during_a_merge_stops_it_and_loses_nothing() {
         )
         .unwrap();
         // The first chunk of the merge is written before its pace waits.
-        assert!(
-            wait_until(|| files(dir.path()).iter().any(|f| f.ends_with(".tmp"))),
-            "no merge started"
-        );
+        assert!(wait_until(|| merging(dir.path())), "no merge started");
         store.close().unwrap();
     }
     // The merge would take a minute at its pace; the close stopped it.
     assert!(started.elapsed() < Duration::from_secs(50));
-    assert!(
-        !files(dir.path()).iter().any(|f| f.ends_with(".tmp")),
-        "{:?}",
-        files(dir.path())
-    );
+    assert!(!merging(dir.path()), "{:?}", files(dir.path()));
     let store = Store::open(dir.path(), options).unwrap();
     assert_eq!(store.stats().merges, 0);
     for (c, n) in model {
@@ -249,12 +249,7 @@ fn appends_that_rotate_go_on_while_a_merge_waits_for_its_pace() {
         )
         .unwrap(),
     );
-    let merging = || {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".tmp"))
-    };
-    assert!(wait_until(merging), "no merge started");
+    assert!(wait_until(|| merging(dir.path())), "no merge started");
     // Appends through three rotations: a rotation takes the segment set's
     // write lock, which a merge must not hold while it waits (it used to,
     // for as long as its pace slept).
@@ -276,7 +271,10 @@ fn appends_that_rotate_go_on_while_a_merge_waits_for_its_pace() {
         .expect("appends waited on the merge's pace");
     appender.join().unwrap();
     assert!(rotated >= 3, "{rotated} new segments");
-    assert!(merging(), "the merge ended: it did not wait meanwhile");
+    assert!(
+        merging(dir.path()),
+        "the merge ended: it did not wait meanwhile"
+    );
     drop(Arc::into_inner(store).unwrap());
     let store = Store::open(dir.path(), options).unwrap();
     for c in 0..8 {

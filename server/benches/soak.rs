@@ -471,12 +471,7 @@ async fn slow_readers(client: &Client, url: &str) -> Vec<tokio::net::TcpStream> 
 /// for) or SIGKILL.
 fn stop(mut server: Process, clean: bool) {
     if clean {
-        let pid = server.child.id().to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        server.signal("TERM");
         assert!(
             server.exited_within(Duration::from_secs(60)),
             "the server did not stop on SIGTERM"

@@ -247,12 +247,7 @@ async fn a_standby_serves_reads_and_takes_over_with_every_acknowledged_message()
     assert!(acked.len() >= 100, "{} acknowledged", acked.len());
 
     // Promoted by SIGUSR1: it claims the replica and writes.
-    let pid = standby.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-USR1", &pid])
-        .status()
-        .unwrap()
-        .success());
+    standby.signal("USR1");
     until(&standby.url, "promoted", |b| {
         b["standby"]["promoted"] == true
     })
@@ -387,12 +382,7 @@ async fn an_asynchronous_takeover_loses_only_what_the_lag_had_not_shipped() {
         let _ = w.await;
     }
     let acked = acked.lock().unwrap().clone();
-    let pid = standby.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-USR1", &pid])
-        .status()
-        .unwrap()
-        .success());
+    standby.signal("USR1");
     until(&standby.url, "promoted", |b| {
         b["standby"]["promoted"] == true
     })

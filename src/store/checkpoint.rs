@@ -165,9 +165,7 @@ impl super::Shared {
         let mut spans = Vec::with_capacity(slots.len());
         let mut shards: Vec<ShardSizes> = vec![(0, 0, 0, 0); SHARDS];
         for (i, slot) in slots.iter().enumerate() {
-            if i % super::compact::YIELD_EVERY == super::compact::YIELD_EVERY - 1 {
-                std::thread::yield_now();
-            }
+            super::compact::breathe(i);
             let before = (entries.len(), recs.len(), tasks.len());
             let key = &slot.key;
             let state = slot.state.read();

@@ -643,9 +643,7 @@ impl Shared {
             }
         };
         for (i, key) in copied.keys.iter().enumerate() {
-            if i % YIELD_EVERY == YIELD_EVERY - 1 {
-                std::thread::yield_now();
-            }
+            breathe(i);
             let Some(slot) = self.index.get(key) else {
                 continue;
             };
@@ -657,11 +655,19 @@ impl Shared {
 }
 
 /// Contexts remapped, weighed for the live bytes, or written into a
-/// checkpoint, between two yields of the CPU: the thread doing it (the
-/// maintenance thread, or an appender that writes a checkpoint) lets one
-/// waiting for its CPU run every few dozen microseconds instead of after
-/// its time slice.
-pub(super) const YIELD_EVERY: usize = 64;
+/// checkpoint, between two yields of the CPU.
+const YIELD_EVERY: usize = 64;
+
+/// Called with the number of each context of a walk over many (a remap,
+/// the live bytes' weighing, a checkpoint): every [`YIELD_EVERY`] of them
+/// the thread doing it (the maintenance thread, or an appender that writes
+/// a checkpoint) yields its CPU, so that one woken on that CPU runs within
+/// a few dozen microseconds instead of after its time slice.
+pub(super) fn breathe(i: usize) {
+    if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        std::thread::yield_now();
+    }
+}
 
 /// The contexts a merge copied and where each record went.
 #[derive(Default)]

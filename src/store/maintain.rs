@@ -225,9 +225,7 @@ impl Shared {
         let mut usage = Usage::default();
         let now = now_ms();
         for (i, slot) in self.index.all_slots().iter().enumerate() {
-            if i % super::compact::YIELD_EVERY == super::compact::YIELD_EVERY - 1 {
-                std::thread::yield_now();
-            }
+            super::compact::breathe(i);
             let state = slot.state.read();
             match state.life(now, self.options.retention) {
                 Life::Live => {

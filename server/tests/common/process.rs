@@ -116,6 +116,18 @@ impl Process {
         false
     }
 
+    /// Sends the signal `name` (`TERM`, `USR1`, ...) to the process, by its
+    /// pid.
+    #[allow(dead_code)]
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name} failed");
+    }
+
     /// SIGKILL: no shutdown, no checkpoint, no goodbye.
     #[allow(dead_code)]
     pub fn kill(mut self) {

@@ -301,12 +301,17 @@ struct Delivered {
 }
 
 /// One SSE subscriber of task `id`: reads until the stream ends or
-/// `until`, noting each status's delivery latency.
-async fn subscriber(url: String, id: String, delivered: Arc<Delivered>, until: Instant) {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
+/// `until`, noting each status's delivery latency. (`http` is shared: a
+/// client of its own would load the system's root certificates again,
+/// milliseconds of CPU each, which for ten thousand subscribers held the
+/// client's CPUs for longer than the tasks ran.)
+async fn subscriber(
+    http: reqwest::Client,
+    url: String,
+    id: String,
+    delivered: Arc<Delivered>,
+    until: Instant,
+) {
     let response = http
         .get(format!("{url}/tasks/{id}:subscribe"))
         .header("A2A-Version", "1.0")
@@ -371,9 +376,13 @@ fn streams_table(runtime: &tokio::runtime::Runtime, dir: &Path, script: &Path, t
         let delivered = Arc::new(Delivered::default());
         let until = Instant::now() + Duration::from_secs(25);
         let mut readers = Vec::new();
+        // Each subscriber's request takes a connection of its own (a
+        // stream holds it); none is kept idle after.
+        let streams = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
         for id in &ids {
             for _ in 0..per_task {
-                readers.push(tokio::spawn(subscriber(url.clone(), id.clone(), delivered.clone(), until)));
+                let (http, url, id) = (streams.clone(), url.clone(), id.clone());
+                readers.push(tokio::spawn(subscriber(http, url, id, delivered.clone(), until)));
             }
         }
         // Bounded: every subscriber answered, or 20 s.

@@ -370,7 +370,9 @@ fn start_turn(
     permit: OwnedSemaphorePermit,
     prepared: Option<turn::Prepared>,
 ) {
-    shared.hub.notify(tenant, &receipt.task_id, None);
+    shared
+        .hub
+        .notify_received(tenant, &receipt.task_id, receipt.event);
     turn::start(shared, tenant, receipt, lease, permit, prepared);
 }
 
@@ -623,22 +625,23 @@ pub(crate) async fn cancel_task(
     params: IdParams,
 ) -> Result<Task, A2aError> {
     let (t, id) = (tenant.to_string(), params.id.clone());
-    let task = shared
+    let (task, events) = shared
         .store
         .blocking(move |store| {
             // A direct reply's task was never the client's.
             if store.task_progress(&t, &id)?.direct_reply {
                 return Err(ctxlog::Error::TaskNotFound);
             }
-            store.cancel_task(&t, &id)
+            let task = store.cancel_task(&t, &id)?;
+            // Its events now: the cancel's among them.
+            Ok((task, store.task_progress(&t, &id)?.events))
         })
-        .await?
-        .into_wire();
+        .await?;
     shared.turns.cancel(tenant, &params.id);
     shared
         .hub
-        .notify(tenant, &params.id, Some(TaskState::Canceled));
-    Ok(task)
+        .notify(tenant, &params.id, Some(TaskState::Canceled), events);
+    Ok(task.into_wire())
 }
 
 /// `SubscribeToTask`: the task's snapshot, then its events as they are

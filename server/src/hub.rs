@@ -146,6 +146,15 @@ pub(crate) struct Written {
     /// disk, a failed sync), so a waiting send answers at once with the
     /// error instead of waiting for an end that cannot be written.
     pub(crate) failed: Option<A2aError>,
+    /// The highest event number a write told so far carried (0: none
+    /// yet): every write told is among the task's first `events` events,
+    /// so a stream that has read the store to its end once and sent up to
+    /// here has nothing more to read until it is told again.
+    pub(crate) events: u64,
+    /// The latest event told, ready to send, when its writer made it (it
+    /// had just read it back): the task's streams send it from here
+    /// without reading the store. Held until the next write is told.
+    pub(crate) latest: Option<(u64, Arc<Payload>)>,
 }
 
 /// A task read right after the status that ended its turn.
@@ -245,12 +254,31 @@ impl Hub {
         }
     }
 
-    /// Something was written to the task (`state`: the status it set).
-    pub(crate) fn notify(&self, tenant: &str, task_id: &str, state: Option<TaskState>) {
-        self.tell(tenant, task_id, |w| {
-            w.state = state.or(w.state);
+    /// Something was written to the task: event number `event` (`state`:
+    /// the status it set).
+    pub(crate) fn notify(&self, tenant: &str, task_id: &str, state: Option<TaskState>, event: u64) {
+        self.tell(
+            tenant,
+            task_id,
+            Some(event),
+            |_| (),
+            |w| {
+                w.state = state.or(w.state);
+                w.settled = None;
+                w.failed = None;
+                w.latest = None;
+            },
+        );
+    }
+
+    /// A client's message was stored as event number `event`: streams
+    /// pass over it (it is an input, not an update) without reading it.
+    pub(crate) fn notify_received(&self, tenant: &str, task_id: &str, event: u64) {
+        let pass = |f: &Followed| f.pass(event, event + 1);
+        self.tell(tenant, task_id, Some(event), pass, |w| {
             w.settled = None;
             w.failed = None;
+            w.latest = None;
         });
     }
 
@@ -260,31 +288,55 @@ impl Hub {
         lock(&self.tasks).contains_key(&key)
     }
 
-    /// [`notify`](Self::notify), with the task as read after the write.
-    pub(crate) fn notify_settled(
+    /// [`notify`](Self::notify), with the event ready to send (`payload`)
+    /// and the task as read after the write (`settled`), when the writer
+    /// made them.
+    pub(crate) fn notify_written(
         &self,
         tenant: &str,
         task_id: &str,
         state: Option<TaskState>,
+        event: u64,
+        payload: Option<Arc<Payload>>,
         settled: Option<Arc<Settled>>,
     ) {
-        self.tell(tenant, task_id, |w| {
+        let share = |f: &Followed| {
+            if let Some(payload) = &payload {
+                f.share(PayloadKey::Event(event), payload);
+            }
+        };
+        self.tell(tenant, task_id, Some(event), share, |w| {
             w.state = state.or(w.state);
             w.settled = settled;
             w.failed = None;
+            w.latest = payload.clone().map(|p| (event, p));
         });
     }
 
     /// The turn's write failed: its waiters answer with `error`.
     pub(crate) fn notify_failed(&self, tenant: &str, task_id: &str, error: A2aError) {
-        self.tell(tenant, task_id, |w| w.failed = Some(error));
+        self.tell(tenant, task_id, None, |_| (), |w| w.failed = Some(error));
     }
 
-    fn tell(&self, tenant: &str, task_id: &str, change: impl FnOnce(&mut Written)) {
+    /// Tells the task's followers and wakes: `before` is done to its entry
+    /// first, `change` to the news (with its count, and `event`, the
+    /// number of the event written, if one was).
+    fn tell(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        event: Option<u64>,
+        before: impl FnOnce(&Followed),
+        change: impl FnOnce(&mut Written),
+    ) {
         let key = (tenant.to_string(), task_id.to_string());
         if let Some(followed) = lock(&self.tasks).get(&key) {
+            before(followed);
             followed.tx.send_modify(|w| {
                 w.count += 1;
+                if let Some(event) = event {
+                    w.events = w.events.max(event);
+                }
                 change(w);
             });
         }

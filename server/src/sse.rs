@@ -76,6 +76,13 @@ pub(crate) struct Follow {
     start: Start,
     /// The last event sent (or skipped).
     last: u64,
+    /// The stream has read the store to the task's end once since it
+    /// started following: every event after `last` has been told since.
+    synced: bool,
+    /// Of the news last seen: the highest event number told, and the
+    /// latest event, ready to send.
+    told: u64,
+    latest: Option<(u64, Arc<Payload>)>,
     /// Close after an interrupted state too (the streaming send does).
     close_on_interrupt: bool,
     history: Option<usize>,
@@ -103,6 +110,9 @@ impl Follow {
                 Start::After(n) => n,
                 _ => 0,
             },
+            synced: false,
+            told: 0,
+            latest: None,
             start: match start {
                 Start::After(_) => Start::Events,
                 other => other,
@@ -126,7 +136,8 @@ impl Follow {
             }
             // Marked seen before the store is read: a write after the read
             // is then never missed.
-            self.events.seen();
+            let news = self.events.seen();
+            (self.told, self.latest) = (news.events, news.latest);
             let before = (self.last, self.start);
             let progressed = match self.start {
                 Start::Events | Start::After(_) | Start::Ended => self.read_events().await,
@@ -207,13 +218,15 @@ impl Follow {
             }
         };
         self.last = count;
+        self.synced = true;
         self.start = Start::Events;
         self.send(count, payload);
         Ok(())
     }
 
-    /// Sends the events after the last one sent: those another stream of
-    /// the task holds, then a page from the store. A client's messages are
+    /// Sends the events after the last one sent: the latest one told, and
+    /// those another stream of the task holds, then (unless every event
+    /// told has been sent) a page from the store. A client's messages are
     /// inputs, not updates: they are passed over (their numbers too), and
     /// not even read.
     async fn read_events(&mut self) -> Result<(), A2aError> {
@@ -225,7 +238,11 @@ impl Follow {
                 self.last = next;
                 continue;
             }
-            let Some(payload) = task.payload(PayloadKey::Event(next)) else {
+            let latest = self.latest.as_ref().filter(|(seq, _)| *seq == next);
+            let Some(payload) = latest
+                .map(|(_, payload)| payload.clone())
+                .or_else(|| task.payload(PayloadKey::Event(next)))
+            else {
                 break;
             };
             self.last = next;
@@ -234,14 +251,17 @@ impl Follow {
                 return Ok(());
             }
         }
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || (self.synced && self.last >= self.told) {
             return Ok(());
         }
         let (t, id, after) = (self.tenant.clone(), self.task_id.clone(), self.last);
-        let events = self
+        let (events, count) = self
             .shared
             .store
-            .blocking(move |store| store.updates_page(&t, &id, after, PAGE_BYTES))
+            .blocking(move |store| {
+                let page = store.updates_page(&t, &id, after, PAGE_BYTES)?;
+                Ok((page, store.task_progress(&t, &id)?.events))
+            })
             .await?;
         for (seq, event) in events {
             // The numbers the page skipped are the client's messages.
@@ -255,6 +275,9 @@ impl Follow {
                 break;
             }
         }
+        // The count was taken after the page: when the page reached it,
+        // every event not yet sent will be told.
+        self.synced |= self.last == count;
         Ok(())
     }
 
@@ -273,6 +296,29 @@ impl Follow {
             last: self.done,
         });
     }
+}
+
+/// Event `seq` of the task as its streams send it (read back by its writer,
+/// who has just stored it, so that they need not read it), unless it is
+/// larger than a page: those are read by the streams, and shared while
+/// they hold them.
+pub(crate) fn written_payload(
+    store: &ctxlog::Store,
+    tenant: &str,
+    task_id: &str,
+    seq: u64,
+) -> Option<Arc<Payload>> {
+    // A page of one event (the first is always taken).
+    let page = store
+        .updates_page(tenant, task_id, seq.saturating_sub(1), 1)
+        .ok()?;
+    let (read, event) = page.into_iter().next()?;
+    if read != seq {
+        return None;
+    }
+    let state = event.status_update.as_ref().map(|u| u.status.state);
+    let json = to_json(&event.into_wire()).ok()?;
+    (json.len() <= PAGE_BYTES).then(|| payload_of(&json, state, false))
 }
 
 /// A payload as the bytes of a body frame (it stays alive, and shared,

@@ -11,7 +11,7 @@ use ctxlog::a2a::{
     TaskStatus, TaskStatusUpdateEvent,
 };
 use ctxlog::render::Budget;
-use ctxlog::{Receipt, TurnGuard};
+use ctxlog::{EventRecord, Receipt, TurnGuard};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn, Instrument};
 
@@ -316,27 +316,34 @@ impl Turn {
     /// on success every stream of the task is told. A status that ends the
     /// turn while a send waits for it: the task is read in the same call,
     /// and handed to the waiter with the news.
-    async fn write<T: Send + 'static>(
+    async fn write(
         &self,
         progress: &mut Progress,
         state: Option<TaskState>,
-        f: impl FnOnce(&ctxlog::Store) -> ctxlog::Result<T> + Send + 'static,
+        f: impl FnOnce(&ctxlog::Store) -> ctxlog::Result<EventRecord> + Send + 'static,
     ) -> Result<(), SinkError> {
-        let waited = state.is_some_and(crate::reply::settled)
-            && self.shared.hub.is_followed(&self.tenant, &self.task_id);
+        let followed = self.shared.hub.is_followed(&self.tenant, &self.task_id);
+        let waited = followed && state.is_some_and(crate::reply::settled);
         let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
         let written = self
             .shared
             .store
             .blocking_raw(move |store| {
-                f(store)?;
-                Ok(waited
+                let seq = f(store)?.seq;
+                // Read back for the task's streams, here, while the
+                // record is fresh and the call already off the async
+                // workers: they then send it without a read of their own.
+                let payload = followed
+                    .then(|| crate::sse::written_payload(store, &tenant, &task_id, seq))
+                    .flatten();
+                let snapshot = waited
                     .then(|| store.task_snapshot(&tenant, &task_id, None, true).ok())
-                    .flatten())
+                    .flatten();
+                Ok((seq, payload, snapshot))
             })
             .await;
         match written {
-            Ok(snapshot) => {
+            Ok((seq, payload, snapshot)) => {
                 if progress.events == 0 {
                     crate::crashpoint::point("first-event");
                 }
@@ -348,9 +355,14 @@ impl Turn {
                     self.release();
                 }
                 let settled = snapshot.map(|(task, count)| Arc::new(Settled { task, count }));
-                self.shared
-                    .hub
-                    .notify_settled(&self.tenant, &self.task_id, state, settled);
+                self.shared.hub.notify_written(
+                    &self.tenant,
+                    &self.task_id,
+                    state,
+                    seq,
+                    payload,
+                    settled,
+                );
                 Ok(())
             }
             Err(e) => Err(self.refused(progress, e).await),
@@ -456,11 +468,13 @@ pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why:
     for _ in 0..10 {
         reopens.borrow_and_update();
         match fail_once(shared, tenant, task_id, why).await {
-            Ok(true) => {
-                shared.hub.notify(tenant, task_id, Some(TaskState::Failed));
+            Ok(Some(event)) => {
+                shared
+                    .hub
+                    .notify(tenant, task_id, Some(TaskState::Failed), event);
                 return;
             }
-            Ok(false) => return,
+            Ok(None) => return,
             Err(e) => {
                 warn!(error = %e, task = %task_id, "could not fail the task");
                 let unwritable = matches!(e, ctxlog::Error::Poisoned | ctxlog::Error::Io { .. });
@@ -485,7 +499,7 @@ async fn fail_once(
     tenant: &str,
     task_id: &str,
     why: &str,
-) -> ctxlog::Result<bool> {
+) -> ctxlog::Result<Option<u64>> {
     let (t, id) = (tenant.to_string(), task_id.to_string());
     let text = why.to_string();
     shared
@@ -493,7 +507,7 @@ async fn fail_once(
         .blocking_raw(move |store| {
             let task = store.get_task(&t, &id, Some(0), false)?;
             if task.status.state.is_terminal() {
-                return Ok(false);
+                return Ok(None);
             }
             let mut message = Message::new(crate::util::random_id(), Role::Agent, &[]);
             message.parts = vec![Part::text(text)];
@@ -511,7 +525,7 @@ async fn fail_once(
                 .into(),
                 metadata: None,
             };
-            store.update_status(&t, &event).map(|_| true)
+            store.update_status(&t, &event).map(|r| Some(r.seq))
         })
         .await
 }

@@ -223,3 +223,67 @@ async fn a_stream_reads_on_past_a_page_of_passed_over_messages() {
     }
     server.stop().await;
 }
+
+/// A stream sends the event its writer read back and numbered in the news
+/// without reading the store, and reads nothing once it has sent every
+/// event it was told of. What it sends must still be what a replay of the
+/// store sends: every stream of a task, opened before the events, gets
+/// each of them once and in order, also when the agent writes faster than
+/// the streams are read, and a cancel from outside the turn ends them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_stream_of_a_task_sends_what_a_replay_of_the_store_sends() {
+    let gated = Gated::new(40);
+    let server = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| c.keep_alive = Duration::from_secs(600),
+        None,
+    )
+    .await;
+    let c = Client::new(&server.url, None);
+    let mut tasks = Vec::new();
+    for name in ["runs", "canceled"] {
+        let params = json!({ "message": user(name, "go"),
+            "configuration": { "returnImmediately": true } });
+        let (_, sent) = c.rpc("SendMessage", params).await;
+        let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+        // Eight streams, each started with the task as it stands.
+        let mut streams = Vec::new();
+        for _ in 0..8 {
+            let mut s = c
+                .sse("GET", &format!("/tasks/{id}:subscribe"), None, None)
+                .await;
+            let first = s.next().await.unwrap();
+            assert!(first.data.get("task").is_some(), "{}", first.data);
+            streams.push((first.id.unwrap(), s));
+        }
+        tasks.push((id, streams));
+    }
+    // The second task is canceled while its turn waits; the first is let
+    // go on (the gate's one permit goes to the turn still waiting).
+    let (_, canceled) = c
+        .rpc("CancelTask", json!({ "id": tasks[1].0.clone() }))
+        .await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED");
+    gated.open();
+    for ((id, streams), end) in tasks.into_iter().zip(["COMPLETED", "CANCELED"]) {
+        for (start, mut stream) in streams {
+            let sent = stream.all().await;
+            let replay = c
+                .sse("GET", &format!("/tasks/{id}:subscribe"), None, Some(start))
+                .await
+                .all()
+                .await;
+            assert_eq!(sent, replay, "task {id}: a stream from event {start}");
+            let last = &sent.last().unwrap().data["statusUpdate"]["status"]["state"];
+            assert_eq!(last, &format!("TASK_STATE_{end}"));
+            if end == "COMPLETED" {
+                let chunks = sent
+                    .iter()
+                    .filter(|e| e.data.get("artifactUpdate").is_some());
+                assert_eq!(chunks.count(), 40);
+            }
+        }
+    }
+    until_nothing_followed(&server.url).await;
+    server.stop().await;
+}

@@ -1,6 +1,7 @@
 //! The task notifications: who follows a task, and what its streams share.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ctxlog::a2a::TaskState;
@@ -62,6 +63,10 @@ impl Drop for Wake {
 /// A followed task: its notifications, and what its streams share.
 pub(crate) struct Followed {
     tx: watch::Sender<Written>,
+    /// How many of its followers are streams (the others wait for a turn's
+    /// end, and take no events): a writer reads its event back for them
+    /// only.
+    streams: AtomicUsize,
     /// Held by a stream while it reads the task's events from the store,
     /// so the task's other streams wait and then find a large event it
     /// read in `payloads` instead of reading (and holding) their own copy.
@@ -174,12 +179,22 @@ pub(crate) struct Follower {
     followed: Arc<Followed>,
     // `None` only inside `drop`.
     rx: Option<watch::Receiver<Written>>,
+    /// Counted among the task's streams.
+    stream: bool,
 }
 
 impl Follower {
     /// The task followed: what its streams share.
     pub(crate) fn task(&self) -> Arc<Followed> {
         self.followed.clone()
+    }
+
+    /// Counts this follower among the task's streams (while it lives).
+    pub(crate) fn as_stream(&mut self) {
+        if !self.stream {
+            self.stream = true;
+            self.followed.streams.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Marks the latest write seen; returns it.
@@ -205,6 +220,9 @@ impl Follower {
 
 impl Drop for Follower {
     fn drop(&mut self) {
+        if self.stream {
+            self.followed.streams.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut tasks = lock(&self.hub.tasks);
         // Dropped under the map's lock, so a `follow` of the same task
         // either comes first (and keeps the entry) or finds none.
@@ -228,6 +246,7 @@ impl Hub {
             .or_insert_with(|| {
                 Arc::new(Followed {
                     tx: watch::channel(Written::default()).0,
+                    streams: AtomicUsize::new(0),
                     reading: tokio::sync::Mutex::new(()),
                     payloads: Mutex::default(),
                     passed: Mutex::default(),
@@ -240,6 +259,7 @@ impl Hub {
             key,
             followed,
             rx: Some(rx),
+            stream: false,
         }
     }
 
@@ -282,10 +302,13 @@ impl Hub {
         });
     }
 
-    /// Whether anyone follows the task now.
-    pub(crate) fn is_followed(&self, tenant: &str, task_id: &str) -> bool {
+    /// Whether anyone follows the task now, and whether a stream does.
+    pub(crate) fn followers(&self, tenant: &str, task_id: &str) -> (bool, bool) {
         let key = (tenant.to_string(), task_id.to_string());
-        lock(&self.tasks).contains_key(&key)
+        match lock(&self.tasks).get(&key) {
+            Some(f) => (true, f.streams.load(Ordering::Relaxed) > 0),
+            None => (false, false),
+        }
     }
 
     /// [`notify`](Self::notify), with the event ready to send (`payload`)

@@ -95,11 +95,12 @@ impl Follow {
         shared: &Arc<Shared>,
         tenant: &str,
         task_id: &str,
-        events: Follower,
+        mut events: Follower,
         start: Start,
         close_on_interrupt: bool,
         history: Option<usize>,
     ) -> Self {
+        events.as_stream();
         Follow {
             shared: shared.clone(),
             tenant: tenant.to_string(),

@@ -322,7 +322,7 @@ impl Turn {
         state: Option<TaskState>,
         f: impl FnOnce(&ctxlog::Store) -> ctxlog::Result<EventRecord> + Send + 'static,
     ) -> Result<(), SinkError> {
-        let followed = self.shared.hub.is_followed(&self.tenant, &self.task_id);
+        let (followed, streamed) = self.shared.hub.followers(&self.tenant, &self.task_id);
         let waited = followed && state.is_some_and(crate::reply::settled);
         let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
         let written = self
@@ -333,7 +333,7 @@ impl Turn {
                 // Read back for the task's streams, here, while the
                 // record is fresh and the call already off the async
                 // workers: they then send it without a read of their own.
-                let payload = followed
+                let payload = streamed
                     .then(|| crate::sse::written_payload(store, &tenant, &task_id, seq))
                     .flatten();
                 let snapshot = waited

@@ -9,6 +9,12 @@ there), and the whole task's time; then 1,000 tasks of 5 turns each.
 
     python task_store_bench.py [--turns 200] [--tasks 1000]
 
+A fourth row is a floor, not a way to use the store: the same ctxlog
+store's ``save_sync`` called on the event loop's own thread, which
+blocks the loop for the whole save and its fdatasync. It is what a
+durable save costs here with no hand-off at all; ``save``, which keeps
+the loop free, pays two thread wake-ups more.
+
 Durability: ctxlog's default ("sync") makes each save durable with one
 fdatasync of its segment before ``save`` returns; SQLite (SQLAlchemy's
 defaults: rollback journal, synchronous=FULL) fsyncs its journal and its
@@ -51,6 +57,16 @@ def turn(task: Task, n: int) -> None:
     )
     task.status.state = TaskState.TASK_STATE_INPUT_REQUIRED if n % 2 else TaskState.TASK_STATE_WORKING
     task.status.timestamp.GetCurrentTime()
+
+
+class Blocking:
+    """The floor: a CtxlogTaskStore's saves made on the calling thread."""
+
+    def __init__(self, store: CtxlogTaskStore) -> None:
+        self.store = store
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        self.store.save_sync(self.store._owner_resolver(context), task)
 
 
 async def long_task(store, turns: int, context: ServerCallContext, task_id: str = "long"):
@@ -100,6 +116,7 @@ async def main() -> None:
                     create_async_engine(f"sqlite+aiosqlite:///{os.path.join(tmp, 'a2a.db')}")
                 ),
                 "InMemoryTaskStore": InMemoryTaskStore(),
+                "floor: ctxlog, blocking the loop": Blocking(CtxlogTaskStore(os.path.join(tmp, "floor"))),
             }
 
         made = stores()
@@ -112,6 +129,7 @@ async def main() -> None:
         for name, store in made.items():
             many[name] = await many_tasks(store, args.tasks, context)
         made["ctxlog (sync)"].close()
+        made["floor: ctxlog, blocking the loop"].store.close()
         await made["SQLite (DatabaseTaskStore)"].engine.dispose()
 
     print(f"One task, {args.turns} turns, a save per turn (median of the ten saves up to each turn):\n")
@@ -124,6 +142,8 @@ async def main() -> None:
         print(f"| {name} | {cells} | {flat:.2f}x | {total:.3f} |")
     sqlite_total = rows["SQLite (DatabaseTaskStore)"][2]
     print(f"\nWhole task, SQLite / ctxlog: {sqlite_total / rows['ctxlog (sync)'][2]:.1f}x")
+    floor_total = rows["floor: ctxlog, blocking the loop"][2]
+    print(f"Whole task, SQLite / the floor (no hand-off): {sqlite_total / floor_total:.1f}x")
     print(f"\n{args.tasks} tasks of 5 turns:\n")
     print("| store | total, s | per save, ms |")
     print("|---|---|---|")

@@ -10,6 +10,11 @@ file-backed, each with its durable default.
 
     python session_bench.py [--turns 300] [--sessions 2000]
 
+Part 1 also times a floor, not a way to use the store: the same append
+(``Store.append_messages`` of the turn's JSON, one fdatasync) called on
+the event loop's own thread, blocking it, which is what a durable turn
+costs here with no hand-off to a thread at all.
+
 Durability: CtxlogSession's default ("sync") makes a turn durable with one
 fdatasync before ``add_items`` returns; SQLiteSession commits in WAL mode
 with Python's default synchronous=FULL, one fsync of the WAL per commit.
@@ -57,8 +62,22 @@ async def fill(session, items: int) -> None:
         await session.add_items([turn(n)[n % 3] for n in range(start, min(items, start + 300))])
 
 
+class Floor:
+    """The floor: a turn appended on the calling thread (blocking it)."""
+
+    def __init__(self, where: str) -> None:
+        self.store = ctxlog.Store(where)
+
+    async def add_items(self, items: list[dict]) -> None:
+        self.store.append_messages("agents", "s", [json.dumps(item) for item in items])
+
+    def close(self) -> None:
+        self.store.close()
+
+
 async def adds(kind: str, where: str, size: int, turns: int) -> list[float]:
-    session = CtxlogSession("s", where) if kind == "ctxlog" else SQLiteSession("s", where)
+    kinds = {"ctxlog": CtxlogSession, "sqlite": SQLiteSession}
+    session = Floor(where) if kind == "floor" else kinds[kind]("s", where)
     await fill(session, size)
     samples = [await timed(session.add_items, turn(n)) for n in range(turns)]
     session.close()
@@ -105,12 +124,20 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         print(f"add_items of one turn (3 items), {args.turns} turns; ms")
-        print(f"{'session size':>12} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}")
+        print(
+            f"{'session size':>12} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
+            f" {'floor p50':>9} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
+        )
         for size in (10, 1_000, 10_000):
             mine = await adds("ctxlog", os.path.join(tmp, f"c{size}"), size, args.turns)
             theirs = await adds("sqlite", os.path.join(tmp, f"s{size}.db"), size, args.turns)
+            floor = await adds("floor", os.path.join(tmp, f"f{size}"), size, args.turns)
             m50, m99, t50, t99 = pct(mine, .5), pct(mine, .99), pct(theirs, .5), pct(theirs, .99)
-            print(f"{size:>12,} {m50:>10.3f} {m99:>7.3f} {t50:>10.3f} {t99:>7.3f} {t50 / m50:>6.1f} {t99 / m99:>6.1f}")
+            f50, f99 = pct(floor, .5), pct(floor, .99)
+            print(
+                f"{size:>12,} {m50:>10.3f} {m99:>7.3f} {t50:>10.3f} {t99:>7.3f} {t50 / m50:>6.1f} {t99 / m99:>6.1f}"
+                f" {f50:>9.3f} {f99:>7.3f} {t50 / f50:>6.1f} {t99 / f99:>6.1f}"
+            )
         mine_dir, theirs_db = os.path.join(tmp, "reads"), os.path.join(tmp, "reads.db")
         fill_ctxlog(mine_dir, args.sessions)
         await fill_sqlite(theirs_db, args.sessions)

@@ -197,10 +197,12 @@ async fn run(
                 // was read has all of its events in it.
                 let terminal = store.task_progress(&t, &id)?.state.is_terminal();
                 let page = store.updates_page(&t, &id, after, page_bytes)?;
-                Ok((page, terminal))
+                // The count after the page: a page that reached it held
+                // every event stored before the read.
+                Ok((page, terminal, store.task_progress(&t, &id)?.events))
             })
             .await;
-        let (page, terminal) = match read {
+        let (page, terminal, count) = match read {
             Ok(read) => read,
             // Its task's context is gone: nothing to deliver.
             Err(A2aError::TaskNotFound) => return,
@@ -213,7 +215,51 @@ async fn run(
             }
         };
         store_failures = 0;
-        if page.is_empty() {
+        let caught_up = page.is_empty()
+            || {
+                for (seq, event) in page {
+                    let body = match body_of(event, config.v03) {
+                        Ok(body) => Bytes::from(body),
+                        Err(e) => {
+                            warn!(error = %e, task = %task_id, "an event could not be written for a push");
+                            return;
+                        }
+                    };
+                    let mut headers = config.headers.clone();
+                    headers.push((HeaderName::from_static(SEQ_HEADER), HeaderValue::from(seq)));
+                    let post = Post {
+                        body,
+                        headers: &headers,
+                    };
+                    match send(
+                        shared,
+                        delivery,
+                        key,
+                        &config.target,
+                        &mut connection,
+                        &post,
+                    )
+                    .await
+                    {
+                        Sent::Acknowledged => {}
+                        Sent::Failed(delay) => {
+                            retry = Some(delay);
+                            break;
+                        }
+                        Sent::Stopped => return,
+                    }
+                    at.delivered = seq;
+                    lock(&delivery.health).delivered = seq;
+                    if at.delivered - at.written >= POSITION_EVERY {
+                        at.write(shared, delivery, key).await;
+                    }
+                }
+                // Every event the read found is acknowledged, up to the count:
+                // what comes next is told (the wake was enabled before the
+                // read), so wait for it instead of reading an empty page.
+                retry.is_none() && at.delivered >= count
+            };
+        if caught_up {
             connection.park(&shared.pushes.pool, &config.target);
             if terminal {
                 return;
@@ -229,44 +275,6 @@ async fn run(
                     }
                 }
                 _ = interrupted(shared, delivery) => {}
-            }
-            continue;
-        }
-        for (seq, event) in page {
-            let body = match body_of(event, config.v03) {
-                Ok(body) => Bytes::from(body),
-                Err(e) => {
-                    warn!(error = %e, task = %task_id, "an event could not be written for a push");
-                    return;
-                }
-            };
-            let mut headers = config.headers.clone();
-            headers.push((HeaderName::from_static(SEQ_HEADER), HeaderValue::from(seq)));
-            let post = Post {
-                body,
-                headers: &headers,
-            };
-            match send(
-                shared,
-                delivery,
-                key,
-                &config.target,
-                &mut connection,
-                &post,
-            )
-            .await
-            {
-                Sent::Acknowledged => {}
-                Sent::Failed(delay) => {
-                    retry = Some(delay);
-                    break;
-                }
-                Sent::Stopped => return,
-            }
-            at.delivered = seq;
-            lock(&delivery.health).delivered = seq;
-            if at.delivered - at.written >= POSITION_EVERY {
-                at.write(shared, delivery, key).await;
             }
         }
     }

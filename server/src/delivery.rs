@@ -215,49 +215,19 @@ async fn run(
             }
         };
         store_failures = 0;
-        let caught_up = page.is_empty()
-            || {
-                for (seq, event) in page {
-                    let body = match body_of(event, config.v03) {
-                        Ok(body) => Bytes::from(body),
-                        Err(e) => {
-                            warn!(error = %e, task = %task_id, "an event could not be written for a push");
-                            return;
-                        }
-                    };
-                    let mut headers = config.headers.clone();
-                    headers.push((HeaderName::from_static(SEQ_HEADER), HeaderValue::from(seq)));
-                    let post = Post {
-                        body,
-                        headers: &headers,
-                    };
-                    match send(
-                        shared,
-                        delivery,
-                        key,
-                        &config.target,
-                        &mut connection,
-                        &post,
-                    )
-                    .await
-                    {
-                        Sent::Acknowledged => {}
-                        Sent::Failed(delay) => {
-                            retry = Some(delay);
-                            break;
-                        }
-                        Sent::Stopped => return,
-                    }
-                    at.delivered = seq;
-                    lock(&delivery.health).delivered = seq;
-                    if at.delivered - at.written >= POSITION_EVERY {
-                        at.write(shared, delivery, key).await;
-                    }
+        let empty = page.is_empty();
+        let caught_up =
+            match post_page(shared, delivery, key, config, &mut connection, at, page).await {
+                // Nothing new, or every event the read found acknowledged
+                // up to the count: what comes next is told (the wake was
+                // enabled before the read), so wait for it instead of
+                // reading an empty page.
+                Posted::All => empty || at.delivered >= count,
+                Posted::Failed(delay) => {
+                    retry = Some(delay);
+                    false
                 }
-                // Every event the read found is acknowledged, up to the count:
-                // what comes next is told (the wake was enabled before the
-                // read), so wait for it instead of reading an empty page.
-                retry.is_none() && at.delivered >= count
+                Posted::Ended => return,
             };
         if caught_up {
             connection.park(&shared.pushes.pool, &config.target);
@@ -278,6 +248,56 @@ async fn run(
             }
         }
     }
+}
+
+/// How the POSTs of a page went.
+enum Posted {
+    /// Every event of it was acknowledged (or it was empty).
+    All,
+    /// One failed: try again after this delay, from the first not
+    /// acknowledged.
+    Failed(Duration),
+    /// The delivery is over (stopped, or an event could not be written).
+    Ended,
+}
+
+/// POSTs a page's events in order, moving the position on with each
+/// acknowledgement (and writing it every [`POSITION_EVERY`]).
+async fn post_page(
+    shared: &Shared,
+    delivery: &Delivery,
+    key: &DeliveryKey,
+    config: &Opened,
+    connection: &mut Connection,
+    at: &mut Position,
+    page: Vec<(u64, ctxlog::a2a::StreamResponse)>,
+) -> Posted {
+    for (seq, event) in page {
+        let body = match body_of(event, config.v03) {
+            Ok(body) => Bytes::from(body),
+            Err(e) => {
+                warn!(error = %e, task = %key.1, "an event could not be written for a push");
+                return Posted::Ended;
+            }
+        };
+        let mut headers = config.headers.clone();
+        headers.push((HeaderName::from_static(SEQ_HEADER), HeaderValue::from(seq)));
+        let post = Post {
+            body,
+            headers: &headers,
+        };
+        match send(shared, delivery, key, &config.target, connection, &post).await {
+            Sent::Acknowledged => {}
+            Sent::Failed(delay) => return Posted::Failed(delay),
+            Sent::Stopped => return Posted::Ended,
+        }
+        at.delivered = seq;
+        lock(&delivery.health).delivered = seq;
+        if at.delivered - at.written >= POSITION_EVERY {
+            at.write(shared, delivery, key).await;
+        }
+    }
+    Posted::All
 }
 
 /// An event as a delivery POSTs it: v1.0's `StreamResponse`, or for a

@@ -462,11 +462,6 @@ async fn slow_readers(client: &Client, url: &str) -> Vec<tokio::net::TcpStream> 
     held
 }
 
-/// The long form: mixed traffic for `minutes` at a steady `rate` (units a
-/// second, all clients together), sampled every 10 s. The store keeps
-/// everything it is sent, so its index grows with the traffic: each row
-/// also gives the index (a read-only open beside the server) and what the
-/// server holds beyond it, which is what must stay flat.
 /// Stops `server` for a restart: with SIGTERM (a clean shutdown, waited
 /// for) or SIGKILL.
 fn stop(mut server: Process, clean: bool) {
@@ -481,6 +476,11 @@ fn stop(mut server: Process, clean: bool) {
     }
 }
 
+/// The long form: mixed traffic for `minutes` at a steady `rate` (units a
+/// second, all clients together), sampled every 10 s. The store keeps
+/// everything it is sent, so its index grows with the traffic: each row
+/// also gives the index (a read-only open beside the server) and what the
+/// server holds beyond it, which is what must stay flat.
 async fn long(mut server: Process, dir: &Path, script: &Path, minutes: u64, rate: u64) {
     let mut pid = server.child.id();
     let client = Client::new(&server.url);

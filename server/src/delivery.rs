@@ -193,13 +193,14 @@ async fn run(
         let read = shared
             .store
             .blocking(move |store| {
-                // The state first: a task that was over before the page
-                // was read has all of its events in it.
-                let terminal = store.task_progress(&t, &id)?.state.is_terminal();
+                // The state and the count first: a task that was over
+                // before the page was read has all of its events in it,
+                // and a page that reaches the count holds every event
+                // stored before the wake was enabled (any later one wakes
+                // it).
+                let progress = store.task_progress(&t, &id)?;
                 let page = store.updates_page(&t, &id, after, page_bytes)?;
-                // The count after the page: a page that reached it held
-                // every event stored before the read.
-                Ok((page, terminal, store.task_progress(&t, &id)?.events))
+                Ok((page, progress.state.is_terminal(), progress.events))
             })
             .await;
         let (page, terminal, count) = match read {

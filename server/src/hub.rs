@@ -139,8 +139,6 @@ impl Followed {
 /// The latest write to a task that this process told the hub of.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Written {
-    /// Writes told, so far.
-    pub(crate) count: u64,
     /// The state the latest status told of set (writes that set none,
     /// such as artifact chunks, leave it).
     pub(crate) state: Option<TaskState>,
@@ -277,18 +275,7 @@ impl Hub {
     /// Something was written to the task: event number `event` (`state`:
     /// the status it set).
     pub(crate) fn notify(&self, tenant: &str, task_id: &str, state: Option<TaskState>, event: u64) {
-        self.tell(
-            tenant,
-            task_id,
-            Some(event),
-            |_| (),
-            |w| {
-                w.state = state.or(w.state);
-                w.settled = None;
-                w.failed = None;
-                w.latest = None;
-            },
-        );
+        self.notify_written(tenant, task_id, state, event, None, None);
     }
 
     /// A client's message was stored as event number `event`: streams
@@ -342,8 +329,8 @@ impl Hub {
     }
 
     /// Tells the task's followers and wakes: `before` is done to its entry
-    /// first, `change` to the news (with its count, and `event`, the
-    /// number of the event written, if one was).
+    /// first, `change` to the news (with `event`, the number of the event
+    /// written, if one was).
     fn tell(
         &self,
         tenant: &str,
@@ -356,7 +343,6 @@ impl Hub {
         if let Some(followed) = lock(&self.tasks).get(&key) {
             before(followed);
             followed.tx.send_modify(|w| {
-                w.count += 1;
                 if let Some(event) = event {
                     w.events = w.events.max(event);
                 }

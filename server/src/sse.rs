@@ -268,8 +268,7 @@ impl Follow {
             // The numbers the page skipped are the client's messages.
             task.pass(self.last + 1, seq);
             self.last = seq;
-            let state = event.status_update.as_ref().map(|u| u.status.state);
-            let payload = payload_of(&to_json(&event.into_wire())?, state, false);
+            let payload = event_payload(event)?;
             task.share(PayloadKey::Event(seq), &payload);
             self.send(seq, payload);
             if self.done {
@@ -317,9 +316,15 @@ pub(crate) fn written_payload(
     if read != seq {
         return None;
     }
+    event_payload(event)
+        .ok()
+        .filter(|payload| payload.data.len() <= PAGE_BYTES)
+}
+
+/// A stored event as its streams send it.
+fn event_payload(event: StreamResponse) -> Result<Arc<Payload>, A2aError> {
     let state = event.status_update.as_ref().map(|u| u.status.state);
-    let json = to_json(&event.into_wire()).ok()?;
-    (json.len() <= PAGE_BYTES).then(|| payload_of(&json, state, false))
+    Ok(payload_of(&to_json(&event.into_wire())?, state, false))
 }
 
 /// A payload as the bytes of a body frame (it stays alive, and shared,

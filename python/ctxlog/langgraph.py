@@ -27,6 +27,18 @@ then kept in memory (the most recently used ``cache_size`` threads), so
 costs the same on a thread of 10 or 10,000 checkpoints. Every write goes to
 the store first and to memory after, under a lock per thread.
 
+A graph's first call on a thread is ``get_tuple`` of its latest checkpoint,
+then writes: for those, only the thread's newest records are read (its
+tail, read backwards to the namespace's newest ``put``), not all of them.
+Each ``put`` header says what that takes: whether its id is the highest
+live one (``top``), where the first record naming its id is (``since``,
+when writes for it came before it), and the highest id the namespace's
+records have named (``hi``: a higher id was first named after this put).
+A tail from a top put's ``since`` holds all of that checkpoint, and of
+every one of a higher id than its ``hi``, and so the latest; anything
+else (``list``, an older checkpoint, a record written before these
+fields) reads the whole thread.
+
 The serializer is LangGraph's own (``JsonPlusSerializer``, or the one
 passed in), so whatever a graph can checkpoint round-trips. Metadata is
 kept as JSON, as ``SqliteSaver`` keeps it.
@@ -63,15 +75,23 @@ from ._workers import StoreUser
 __all__ = ["CtxlogSaver", "AsyncCtxlogSaver"]
 
 _STRIPES = 64
+# The records read by the first page when a thread's tail is read
+# backwards (a graph's newest put is a few records from the end), and the
+# most read by one page: each page reads four times its predecessor.
+_FIRST_PAGE = 4
+_MAX_PAGE = 1024
+# The fields of a put's header that say what a tail of the thread holds.
+_MARKS = ("top", "hi", "since")
 # The bytes of each record read when a thread is read back: its header
 # (the bytes after it are read when asked for).
 _HEAD = 1024
 
 
 class _Checkpoint:
-    __slots__ = ("parent", "type", "data", "metadata", "seq")
+    __slots__ = ("parent", "type", "data", "metadata", "seq", "first")
 
-    def __init__(self, parent: str | None, type_: str, data: bytes | None, metadata: Any, seq: int) -> None:
+    def __init__(self, parent: str | None, type_: str, data: bytes | None, metadata: Any, seq: int,
+                 first: int) -> None:
         self.parent = parent
         self.type = type_
         # The serialized checkpoint; kept for the newest of its namespace
@@ -79,6 +99,8 @@ class _Checkpoint:
         self.data = data
         self.metadata = metadata
         self.seq = seq
+        # The seq of the first record that named its id (of those read).
+        self.first = first
 
 
 # A pending write: task id, channel, type, value bytes, task path.
@@ -88,9 +110,9 @@ _Write = tuple[str, str, str, bytes, str]
 class _Thread:
     """What a thread holds, as its records replayed say."""
 
-    __slots__ = ("checkpoints", "order", "writes", "unread", "runs")
+    __slots__ = ("checkpoints", "order", "writes", "unread", "runs", "hi", "first", "whole", "base")
 
-    def __init__(self) -> None:
+    def __init__(self, whole: bool = True, base: dict[str, tuple[str, str]] | None = None) -> None:
         # namespace -> checkpoint id -> checkpoint; and the ids, ascending.
         self.checkpoints: dict[str, dict[str, _Checkpoint]] = {}
         self.order: dict[str, list[str]] = {}
@@ -102,13 +124,53 @@ class _Thread:
         self.unread: dict[tuple[str, str], list[int]] = {}
         # The run ids whose checkpoints the thread holds.
         self.runs: set[str] = set()
+        # namespace -> the highest checkpoint id a record of it has named;
+        # (namespace, checkpoint id) -> the seq of the first record naming
+        # it, for ids named but not live (writes before their put, drops).
+        self.hi: dict[str, str] = {}
+        self.first: dict[tuple[str, str], int] = {}
+        # Built from every record of the thread; else from a tail of it
+        # back to the `since` of each namespace's newest put, a top one:
+        # namespace -> (that put's id, its `hi`). See `complete`.
+        self.whole = whole
+        self.base = base or {}
 
-    def apply(self, seq: int, raw: bytes, whole: bool = True) -> None:
-        """Applies the record of seq `seq`: a JSON header, then (after a
-        newline) the bytes it describes, all of them if `whole`, else
-        perhaps only their start (which is not kept)."""
-        head, _, body = raw.partition(b"\n")
-        self.apply_record(seq, json.loads(head), body, whole)
+    def complete(self, ns: str, cid: str) -> bool:
+        """Whether every record naming checkpoint `cid` is among those
+        this was built from (or added since): whole, or `cid` is the
+        newest put of a tail, or was first named after it."""
+        if self.whole:
+            return True
+        base = self.base.get(ns)
+        return base is not None and (cid == base[0] or cid > base[1])
+
+    def latest(self, ns: str) -> str | None:
+        """The highest live checkpoint id of `ns` here: the thread's, if
+        this is whole or holds it complete. (A tail's newest top put was
+        above every id put before it; an id first named after it is above
+        them too; every put and drop after it is here.)"""
+        ids = self.order.get(ns)
+        return ids[-1] if ids else None
+
+    def marks(self, ns: str, cid: str) -> dict[str, Any]:
+        """The header fields of a put of `cid` in `ns` (its latest known,
+        and `cid` complete)."""
+        latest, hi = self.latest(ns), self.hi.get(ns)
+        marks: dict[str, Any] = {"top": latest is None or cid >= latest,
+                                 "hi": cid if hi is None or cid > hi else hi}
+        c = self.checkpoints.get(ns, {}).get(cid)
+        since = c.first if c is not None else self.first.get((ns, cid))
+        if since is not None:
+            marks["since"] = since
+        return marks
+
+    def name(self, seq: int, ns: str, cid: str) -> None:
+        """Notes that the record of seq `seq` named `cid` of `ns`."""
+        if cid not in self.checkpoints.get(ns, ()):
+            self.first.setdefault((ns, cid), seq)
+        hi = self.hi.get(ns)
+        if hi is None or cid > hi:
+            self.hi[ns] = cid
 
     def apply_record(self, seq: int, record: dict[str, Any], body: bytes, whole: bool = True) -> None:
         """Applies a record already parsed: its header and its bytes."""
@@ -117,9 +179,17 @@ class _Thread:
             ns, cid, metadata = record["ns"], record["id"], record["metadata"]
             by_id = self.checkpoints.setdefault(ns, {})
             ids = self.order.setdefault(ns, [])
-            if cid not in by_id:
+            old = by_id.get(cid)
+            if old is None:
                 bisect.insort(ids, cid)
-            by_id[cid] = _Checkpoint(record["parent"], record["type"], body if whole else None, metadata, seq)
+                first = self.first.pop((ns, cid), seq)
+            else:
+                first = old.first
+            by_id[cid] = _Checkpoint(record["parent"], record["type"], body if whole else None, metadata, seq, first)
+            self.name(seq, ns, cid)
+            hi = record.get("hi")
+            if isinstance(hi, str) and hi > self.hi[ns]:
+                self.hi[ns] = hi
             # Bytes are kept for the newest checkpoint of the namespace only.
             if ids[-1] != cid:
                 by_id[cid].data = None
@@ -129,13 +199,17 @@ class _Thread:
                 self.runs.add(metadata["run_id"])
         elif op == "writes":
             key = (record["ns"], record["id"])
+            self.name(seq, *key)
             if not whole or key in self.unread:
                 self.unread.setdefault(key, []).append(seq)
             else:
                 self.apply_writes(record, body)
         elif op == "drop":
             for ns, cid in record["checkpoints"]:
-                if self.checkpoints.get(ns, {}).pop(cid, None) is not None:
+                self.name(seq, ns, cid)
+                c = self.checkpoints.get(ns, {}).pop(cid, None)
+                if c is not None:
+                    self.first.setdefault((ns, cid), c.first)
                     ids = self.order[ns]
                     del ids[bisect.bisect_left(ids, cid)]
                 self.writes.pop((ns, cid), None)
@@ -187,7 +261,9 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         store: the store's directory (opened here, and closed by
             :meth:`close`), or an open :class:`ctxlog.Store` (left open).
         serde: the serializer (LangGraph's ``JsonPlusSerializer`` by default).
-        tenant: the ctxlog tenant the threads are kept under.
+        tenant: the ctxlog tenant the threads are kept under; this saver
+            must be its only writer (another saver on the store needs
+            another tenant), since it keeps the threads in memory.
         durability: for a directory: ``"sync"`` (default: every change is
             on disk before the call returns), ``"group"`` or ``"buffered"``.
         cache_size: how many threads are kept in memory once read.
@@ -230,27 +306,87 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
     def _lock(self, thread_id: str) -> threading.RLock:
         return self._stripes[hash(thread_id) % _STRIPES]
 
-    def _thread(self, thread_id: str) -> _Thread:
+    def _thread(self, thread_id: str, ns: str | None = None) -> _Thread:
         """The thread, read from the store on first use (the caller holds
-        its lock)."""
+        its lock): whole, or with `ns` given, perhaps only a tail of it
+        that holds that namespace's newest top put (see `_tail`)."""
         with self._cache_lock:
-            thread = self._threads.get(thread_id)
-            if thread is not None:
+            cached = self._threads.get(thread_id)
+            if cached is not None:
                 self._threads.move_to_end(thread_id)
-                return thread
-        thread = _Thread()
-        try:
-            # Only each record's start: its header, unless longer.
-            for seq, _, head in self._store.history(self._tenant, thread_id, head=_HEAD):
-                if b"\n" not in head:
-                    head = self._record(thread_id, seq)
-                thread.apply(seq, head, whole=False)
-        except ContextNotFound:
-            pass
+                if cached.whole or (ns is not None and ns in cached.base):
+                    return cached
+        thread = None
+        if ns is not None:
+            thread = self._tail(thread_id, {ns, *(cached.base if cached else ())})
+        if thread is None:
+            thread = _Thread()
+            for seq, record in self._heads(thread_id, None, None):
+                thread.apply_record(seq, record, b"", whole=False)
         with self._cache_lock:
             self._threads[thread_id] = thread
             while len(self._threads) > self._cache_size:
                 self._threads.popitem(last=False)
+        return thread
+
+    def _known(self, thread_id: str, ns: str, cid: str | None) -> tuple[_Thread, str | None]:
+        """The thread, holding all of checkpoint `cid` of `ns` or (None)
+        of its latest, and that checkpoint's id (None if it has none):
+        from the thread's tail if that holds it, else whole (the caller
+        holds the thread's lock)."""
+        thread = self._thread(thread_id, ns)
+        found = cid or thread.latest(ns)
+        if not thread.whole and (found is None or not thread.complete(ns, found)):
+            thread = self._thread(thread_id)
+            found = cid or thread.latest(ns)
+        return thread, found
+
+    def _heads(self, thread_id: str, n: int | None, before: int | None) -> list[tuple[int, dict[str, Any]]]:
+        """The headers of the thread's last `n` records before seq
+        `before` (all with None), oldest first."""
+        try:
+            page = self._store.history(self._tenant, thread_id, n, before=before, head=_HEAD)
+        except ContextNotFound:
+            return []
+        out = []
+        for seq, _, head in page:
+            if b"\n" not in head:  # a header longer than what was read
+                head = self._record(thread_id, seq)
+            out.append((seq, json.loads(head.partition(b"\n")[0])))
+        return out
+
+    def _tail(self, thread_id: str, wanted: set[str]) -> _Thread | None:
+        """The thread built from its newest records back to the newest put
+        of each namespace in `wanted` and the first record naming that
+        put's checkpoint (its `since`), if each such put was the top; None
+        if one was not (or says nothing: written before these fields),
+        since then the tail cannot know the latest: the caller reads the
+        whole thread instead."""
+        records: list[tuple[int, dict[str, Any]]] = []
+        base: dict[str, tuple[str, str]] = {}
+        left, floor, before, n = set(wanted), None, None, _FIRST_PAGE
+        while True:
+            page = self._heads(thread_id, n, before)
+            for seq, record in reversed(page):
+                op = record.get("o")
+                if op == "put" and record.get("ns") in left:
+                    since, hi = record.get("since", seq), record.get("hi")
+                    if record.get("top") is not True or not isinstance(hi, str) or not isinstance(since, int):
+                        return None
+                    left.discard(record["ns"])
+                    base[record["ns"]] = (record["id"], hi)
+                    floor = since if floor is None else min(floor, since)
+            records[:0] = page
+            if len(page) < n:
+                # The thread's start: all of it is here.
+                thread = _Thread()
+                break
+            before, n = page[0][0], min(4 * n, _MAX_PAGE)
+            if not left and floor is not None and before <= floor:
+                thread = _Thread(False, base)
+                break
+        for seq, record in records:
+            thread.apply_record(seq, record, b"", whole=False)
         return thread
 
     def _append(self, thread_id: str, thread: _Thread, records: list[_Record]) -> None:
@@ -299,14 +435,8 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         thread_id = str(config["configurable"]["thread_id"])
         ns = config["configurable"].get("checkpoint_ns", "")
         with self._lock(thread_id):
-            thread = self._thread(thread_id)
-            cid = get_checkpoint_id(config)
-            if not cid:
-                ids = thread.order.get(ns)
-                if not ids:
-                    return None
-                cid = ids[-1]
-            if cid not in thread.checkpoints.get(ns, {}):
+            thread, cid = self._known(thread_id, ns, get_checkpoint_id(config))
+            if cid is None or cid not in thread.checkpoints.get(ns, {}):
                 return None
             entry = self._entry(thread_id, thread, ns, cid)
         return self._tuple(*entry)
@@ -399,7 +529,10 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         record = _put_record(ns, checkpoint["id"], config["configurable"].get("checkpoint_id"), type_, data, meta)
         run_id = meta.get("run_id") if isinstance(meta, dict) else None
         with self._lock(thread_id):
-            thread = self._thread(thread_id)
+            thread, _ = self._known(thread_id, ns, None)
+            if not thread.complete(ns, checkpoint["id"]):
+                thread = self._thread(thread_id)
+            record[0].update(thread.marks(ns, checkpoint["id"]))
             if isinstance(run_id, str):
                 self._note_runs(thread_id, thread, {run_id})
             self._append(thread_id, thread, [record])
@@ -424,7 +557,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
                    for idx, (channel, value) in enumerate(writes)]
         record = _writes_record(ns, cid, task_id, task_path, replace, encoded)
         with self._lock(thread_id):
-            self._append(thread_id, self._thread(thread_id), [record])
+            self._append(thread_id, self._thread(thread_id, ns), [record])
 
     def delete_thread(self, thread_id: str) -> None:
         thread_id = str(thread_id)
@@ -461,7 +594,11 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         with self._lock(source):
             try:
                 raws = [raw.partition(b"\n") for _, _, raw in self._store.history(self._tenant, source)]
-                records = [(json.loads(head), body) for head, _, body in raws]
+                # What a put's marks say of the source is not true of the
+                # target: dropped, so a read of the target's tail reads it
+                # whole until its next put.
+                records = [({k: v for k, v in json.loads(head).items() if k not in _MARKS}, body)
+                           for head, _, body in raws]
             except ContextNotFound:
                 return
             runs = self._thread(source).runs

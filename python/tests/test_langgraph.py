@@ -19,6 +19,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+import ctxlog.langgraph
 from ctxlog.langgraph import AsyncCtxlogSaver, CtxlogSaver
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python")
@@ -48,8 +49,11 @@ put = st.tuples(st.just("put"), st.sampled_from(THREADS), st.sampled_from(NAMESP
                                      "step": st.integers(-1, 3),
                                      "run_id": st.sampled_from(["r1", "r2"])}),
               st.dictionaries(st.sampled_from(["messages", "count"]), st.integers(-2**63, 2**63 - 1) | st.text(max_size=5),
-                              max_size=2))
-writes = st.tuples(st.just("writes"), st.sampled_from(THREADS), st.sampled_from(NAMESPACES), st.integers(0, 5),
+                              max_size=2),
+              # Mostly a new id; else an id put before or, below 0, the
+              # last one only writes named (if any).
+              st.none() | st.none() | st.integers(-1, 5))
+writes = st.tuples(st.just("writes"), st.sampled_from(THREADS), st.sampled_from(NAMESPACES), st.integers(-1, 5),
               st.lists(st.tuples(st.sampled_from(["a", "b", "__error__", "__interrupt__"]),
                                  st.integers(-2**63, 2**63 - 1) | st.text(max_size=5)), max_size=3),
               st.sampled_from(["task-1", "task-2"]), st.sampled_from(["", "~__pregel_pull, node"]))
@@ -66,10 +70,12 @@ op = st.one_of(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(op, min_size=5, max_size=60))
+@given(st.lists(op, min_size=20, max_size=80))
 def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
     where = tmp_path_factory.mktemp("savers")
     made: dict[tuple[str, str], list[str]] = {}
+    # Ids writes were given that no put has had yet.
+    unput: dict[tuple[str, str], list[str]] = {}
 
     def open_both():
         conn = sqlite3.connect(str(where / "sqlite.db"), check_same_thread=False)
@@ -91,23 +97,35 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
         return ids[i % len(ids)]
 
     mine, theirs, conn = open_both()
+    # Threads read back from a tail of one record and up, so these short
+    # threads are read from their tails too.
+    first_page = ctxlog.langgraph._FIRST_PAGE
+    ctxlog.langgraph._FIRST_PAGE = 1
     try:
         for step in ops:
             name = step[0]
             if name == "put":
-                _, thread, ns, metadata, values = step
+                _, thread, ns, metadata, values, again = step
                 ids = made.setdefault((thread, ns), [])
                 checkpoint = empty_checkpoint()
                 checkpoint["channel_values"] = values
-                checkpoint["id"] = str(uuid6(clock_seq=-1))
+                if again is None:
+                    checkpoint["id"] = str(uuid6(clock_seq=-1))
+                elif again < 0 and unput.get((thread, ns)):
+                    checkpoint["id"] = unput[(thread, ns)].pop()
+                else:
+                    checkpoint["id"] = pick(thread, ns, again)
                 parent = config(thread, ns, ids[-1] if ids else None)
                 assert mine.put(parent, checkpoint, metadata, {}) == theirs.put(parent, checkpoint, metadata, {})
-                ids.append(checkpoint["id"])
+                if checkpoint["id"] not in ids:
+                    ids.append(checkpoint["id"])
             elif name == "writes":
                 _, thread, ns, i, writes, task, path = step
                 if not made.get((thread, ns)):
                     continue
                 target = config(thread, ns, pick(thread, ns, i))
+                if i < 0:
+                    unput.setdefault((thread, ns), []).append(target["configurable"]["checkpoint_id"])
                 mine.put_writes(target, writes, task, path)
                 theirs.put_writes(target, writes, task, path)
             elif name == "get":
@@ -124,6 +142,8 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
                 theirs.delete_thread(step[1])
                 for key in [k for k in made if k[0] == step[1]]:
                     del made[key]
+                for key in [k for k in unput if k[0] == step[1]]:
+                    del unput[key]
             else:
                 mine.close()
                 conn.close()
@@ -131,6 +151,7 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
         for thread in THREADS:
             assert list(mine.list(config(thread, None))) == list(theirs.list(config(thread, None)))
     finally:
+        ctxlog.langgraph._FIRST_PAGE = first_page
         mine.close()
         conn.close()
 
@@ -227,6 +248,150 @@ def test_a_thread_read_back_answers_as_before(tmp_path):
     assert list(saver.list(cfg)) == [before[0]]
     assert saver.get_tuple(oldest) is None
     saver.close()
+
+
+def _checkpoint(cid=None, step=0):
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = cid or str(uuid6(clock_seq=-1))
+    checkpoint["channel_values"] = {"messages": [f"message {step}"]}
+    return checkpoint
+
+
+def _read_back(where, config):
+    """get_tuple(config) from a new saver, first as its first call, then
+    after a list, which reads the whole thread; and how many records'
+    headers the first call read."""
+    saver = CtxlogSaver(where)
+    history, heads = saver._store.history, []
+
+    def counted(*args, **kwargs):
+        page = history(*args, **kwargs)
+        if kwargs.get("head") is not None:
+            heads.extend(page)
+        return page
+
+    saver._store.history = counted
+    first = saver.get_tuple(config)
+    saver.close()
+    saver = CtxlogSaver(where)
+    list(saver.list({"configurable": {"thread_id": config["configurable"]["thread_id"]}}))
+    whole = saver.get_tuple(config)
+    saver.close()
+    return first, whole, len(heads)
+
+
+def test_a_graphs_first_read_of_a_thread_reads_its_tail_only(tmp_path):
+    """After a restart, a graph's first call (get_tuple of the latest)
+    reads a few of the thread's newest records, not all of them, and
+    answers as a read of the whole thread does; so do the calls after it,
+    and what they write reads back the same way."""
+    saver = CtxlogSaver(tmp_path)
+    at = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for step in range(300):
+        # As a graph does: writes to the checkpoint, and to the next one
+        # before it is put.
+        nxt = str(uuid6(clock_seq=-1))
+        saver.put_writes(at, [("a", step)], "task", "") if step else None
+        saver.put_writes({"configurable": {**at["configurable"], "checkpoint_id": nxt}}, [("b", step)], "next", "")
+        at = saver.put(at, _checkpoint(nxt, step), {"source": "loop", "step": step}, {})
+    saver.close()
+    latest = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first, whole, heads = _read_back(tmp_path, latest)
+    assert first == whole and first.config == at
+    assert first.pending_writes == [("next", "b", 299)]
+    assert heads <= 8, heads
+    # A new put written from that tail, and its writes, are what the next
+    # reader sees.
+    saver = CtxlogSaver(tmp_path)
+    saver.get_tuple(latest)
+    saver.put_writes(at, [("a", 299)], "task", "")
+    at = saver.put(at, _checkpoint(step=300), {"source": "loop", "step": 300}, {})
+    saver.put_writes(at, [("a", 300)], "task", "")
+    saver.close()
+    first, whole, heads = _read_back(tmp_path, latest)
+    assert first == whole and first.config == at and first.pending_writes == [("task", "a", 300)]
+    assert heads <= 8, heads
+    # An older checkpoint, named, is read from the whole thread.
+    old = {"configurable": {**latest["configurable"], **first.parent_config["configurable"]}}
+    first, whole, heads = _read_back(tmp_path, old)
+    assert first == whole and first.pending_writes == [("next", "b", 299), ("task", "a", 299)]
+    assert heads > 900, heads
+
+
+def test_a_tail_that_cannot_answer_is_read_whole(tmp_path):
+    """Each way a thread's newest records can mislead a reader of its tail
+    alone answers as a read of the whole thread does, and as it should:
+    writes before their checkpoint's put, an id put again, ids put out of
+    order, a drop of the newest, an id named before the newest put and put
+    after it from a tail, a copy onto a thread with newer checkpoints."""
+    def cfg(thread, cid=None):
+        c = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        if cid:
+            c["configurable"]["checkpoint_id"] = cid
+        return c
+
+    def pad(saver, at, n=10):  # so what came before is not in a short tail
+        for step in range(n):
+            saver.put_writes(at, [("pad", step)], f"pad-{step}", "")
+
+    saver = CtxlogSaver(tmp_path)
+    # Writes long before the put of their checkpoint, the newest, which
+    # is put again later.
+    before = saver.put(cfg("early"), _checkpoint(), {}, {})
+    early = str(uuid6(clock_seq=-1))
+    saver.put_writes(cfg("early", early), [("a", "early")], "task", "")
+    pad(saver, before, 60)
+    pad(saver, saver.put(cfg("early"), _checkpoint(early), {}, {}))
+    saver.put(cfg("early"), _checkpoint(early, step=1), {}, {})
+    # A checkpoint with writes, put again under a newer one.
+    again = saver.put(cfg("again"), _checkpoint(step=1), {}, {})
+    saver.put_writes(again, [("a", "kept")], "task", "")
+    pad(saver, again)
+    saver.put(cfg("again"), _checkpoint(again["configurable"]["checkpoint_id"], step=99), {}, {})
+    saver.put(cfg("again"), _checkpoint(), {}, {})
+    # An older id put after a newer one.
+    older, newer = str(uuid6(clock_seq=-1)), str(uuid6(clock_seq=-1))
+    pad(saver, saver.put(cfg("order"), _checkpoint(newer, step=2), {"step": 2}, {}))
+    saver.put(cfg("order"), _checkpoint(older, step=1), {"step": 1}, {})
+    # The newest dropped (its run deleted), an older id put between.
+    older = str(uuid6(clock_seq=-1))
+    top = saver.put(cfg("dropped"), _checkpoint(step=0), {"run_id": "r1", "step": 0}, {})
+    pad(saver, top)
+    newest = str(uuid6(clock_seq=-1))
+    saver.put_writes(cfg("dropped", newest), [("a", 1)], "task", "")
+    saver.put(cfg("dropped"), _checkpoint(older, step=1), {"run_id": "r1", "step": 1}, {})
+    saver.put(cfg("dropped"), _checkpoint(newest, step=2), {"run_id": "r2", "step": 2}, {})
+    saver.delete_for_runs(["r2"])
+    # An id named before the newest put, and put after it by a saver that
+    # read the thread's tail.
+    first_put = saver.put(cfg("named"), _checkpoint(), {}, {})
+    newest, named = str(uuid6(clock_seq=-1)), str(uuid6(clock_seq=-1))
+    saver.put_writes(cfg("named", named), [("a", "named")], "task", "")
+    pad(saver, first_put)
+    saver.put(cfg("named"), _checkpoint(newest), {}, {})
+    # A copy of an older thread onto one with newer checkpoints.
+    saver.put(cfg("source"), _checkpoint(step=0), {"step": 0}, {})
+    pad(saver, saver.put(cfg("target"), _checkpoint(step=1), {"step": 1}, {}))
+    saver.copy_thread("source", "target")
+    saver.close()
+    saver = CtxlogSaver(tmp_path)
+    saver.get_tuple(cfg("named"))
+    saver.put(cfg("named"), _checkpoint(named), {}, {})
+    saver.close()
+
+    first, whole, _ = _read_back(tmp_path, cfg("early"))
+    assert first == whole and ("task", "a", "early") in first.pending_writes
+    first, whole, _ = _read_back(tmp_path, cfg("again", again["configurable"]["checkpoint_id"]))
+    assert first == whole and ("task", "a", "kept") in first.pending_writes
+    assert first.checkpoint["channel_values"] == {"messages": ["message 99"]}
+    first, whole, _ = _read_back(tmp_path, cfg("order"))
+    assert first == whole and first.metadata["step"] == 2
+    first, whole, _ = _read_back(tmp_path, cfg("dropped"))
+    assert first == whole and first.metadata["step"] == 0
+    first, whole, _ = _read_back(tmp_path, cfg("named"))
+    assert first == whole and first.pending_writes == [("task", "a", "named")]
+    first, whole, _ = _read_back(tmp_path, cfg("target"))
+    assert first == whole and first.metadata["step"] == 1
 
 
 def test_one_store_serves_tasks_sessions_and_graphs(tmp_path):

@@ -28,16 +28,18 @@ costs the same on a thread of 10 or 10,000 checkpoints. Every write goes to
 the store first and to memory after, under a lock per thread.
 
 A graph's first call on a thread is ``get_tuple`` of its latest checkpoint,
-then writes: for those, only the thread's newest records are read (its
-tail, read backwards to the namespace's newest ``put``), not all of them.
+then writes; ``get_state_history`` lists the newest few: for those, only
+the thread's newest records are read (its tail, read backwards over the
+namespace's newest ``put`` or few), not all of them.
 Each ``put`` header says what that takes: whether its id is the highest
 live one (``top``), where the first record naming its id is (``since``,
 when writes for it came before it), and the highest id the namespace's
 records have named (``hi``: a higher id was first named after this put).
 A tail from a top put's ``since`` holds all of that checkpoint, and of
-every one of a higher id than its ``hi``, and so the latest; anything
-else (``list``, an older checkpoint, a record written before these
-fields) reads the whole thread.
+every one of a higher id than its ``hi``, and so the latest; a tail over
+the newest n top puts holds the newest n. Anything else (``list`` with
+``before``, no namespace or no limit, an older checkpoint, a record
+written before these fields) reads the whole thread.
 
 The serializer is LangGraph's own (``JsonPlusSerializer``, or the one
 passed in), so whatever a graph can checkpoint round-trips. Metadata is
@@ -53,7 +55,7 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -107,12 +109,24 @@ class _Checkpoint:
 _Write = tuple[str, str, str, bytes, str]
 
 
+class _Base(NamedTuple):
+    """What a tail of a thread holds of one namespace: read back over its
+    newest `count` puts, each the top when put, and the first records
+    naming their ids, so it holds every live id from the oldest of them
+    up, and all the records naming each of those puts' ids (`sure`) and
+    every id above the oldest's `hi`: the complete ones."""
+
+    hi: str
+    sure: frozenset[str]
+    count: int
+
+
 class _Thread:
     """What a thread holds, as its records replayed say."""
 
     __slots__ = ("checkpoints", "order", "writes", "unread", "runs", "hi", "first", "whole", "base")
 
-    def __init__(self, whole: bool = True, base: dict[str, tuple[str, str]] | None = None) -> None:
+    def __init__(self, whole: bool = True, base: dict[str, _Base] | None = None) -> None:
         # namespace -> checkpoint id -> checkpoint; and the ids, ascending.
         self.checkpoints: dict[str, dict[str, _Checkpoint]] = {}
         self.order: dict[str, list[str]] = {}
@@ -129,26 +143,41 @@ class _Thread:
         # it, for ids named but not live (writes before their put, drops).
         self.hi: dict[str, str] = {}
         self.first: dict[tuple[str, str], int] = {}
-        # Built from every record of the thread; else from a tail of it
-        # back to the `since` of each namespace's newest put, a top one:
-        # namespace -> (that put's id, its `hi`). See `complete`.
+        # Built from every record of the thread; else from a tail of it,
+        # holding of each namespace in `base` what that says.
         self.whole = whole
         self.base = base or {}
 
     def complete(self, ns: str, cid: str) -> bool:
         """Whether every record naming checkpoint `cid` is among those
-        this was built from (or added since): whole, or `cid` is the
-        newest put of a tail, or was first named after it."""
+        this was built from (or added since)."""
         if self.whole:
             return True
         base = self.base.get(ns)
-        return base is not None and (cid == base[0] or cid > base[1])
+        return base is not None and (cid in base.sure or cid > base.hi)
+
+    def newest(self, ns: str, limit: int, filter: dict[str, Any] | None) -> list[str] | None:
+        """The ids of the `limit` newest checkpoints of `ns` that match
+        `filter`, newest first, if this holds all of them and all of each
+        (always, when whole); else None."""
+        out = []
+        for cid in reversed(self.order.get(ns, [])):
+            if len(out) == limit:
+                break
+            if not self.complete(ns, cid):
+                # Below what the tail holds: ids it does not have may
+                # come before this one.
+                return None
+            metadata = self.checkpoints[ns][cid].metadata
+            if not filter or all(metadata.get(k) == v for k, v in filter.items()):
+                out.append(cid)
+        return out if self.whole or len(out) == limit else None
 
     def latest(self, ns: str) -> str | None:
         """The highest live checkpoint id of `ns` here: the thread's, if
-        this is whole or holds it complete. (A tail's newest top put was
-        above every id put before it; an id first named after it is above
-        them too; every put and drop after it is here.)"""
+        this is whole or holds it complete (a complete id is at or above
+        the oldest of the tail's top puts, and every live id from there
+        up is here)."""
         ids = self.order.get(ns)
         return ids[-1] if ids else None
 
@@ -319,19 +348,21 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
     def _lock(self, thread_id: str) -> threading.RLock:
         return self._stripes[hash(thread_id) % _STRIPES]
 
-    def _thread(self, thread_id: str, ns: str | None = None) -> _Thread:
+    def _thread(self, thread_id: str, ns: str | None = None, count: int = 1) -> _Thread:
         """The thread, read from the store on first use (the caller holds
         its lock): whole, or with `ns` given, perhaps only a tail of it
-        that holds that namespace's newest top put (see `_tail`)."""
+        back over that namespace's newest `count` puts (see `_tail`)."""
         with self._cache_lock:
             cached = self._threads.get(thread_id)
             if cached is not None:
                 self._threads.move_to_end(thread_id)
-                if cached.whole or (ns is not None and ns in cached.base):
+                if cached.whole or (ns is not None and ns in cached.base and cached.base[ns].count >= count):
                     return cached
         thread = None
         if ns is not None:
-            thread = self._tail(thread_id, {ns, *(cached.base if cached else ())})
+            wanted = {n: b.count for n, b in cached.base.items()} if cached else {}
+            wanted[ns] = max(count, wanted.get(ns, 1))
+            thread = self._tail(thread_id, wanted)
         if thread is None:
             thread = _Thread()
             for seq, record in self._heads(thread_id, None, None):
@@ -368,26 +399,28 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
             out.append((seq, json.loads(head.partition(b"\n")[0])))
         return out
 
-    def _tail(self, thread_id: str, wanted: set[str]) -> _Thread | None:
-        """The thread built from its newest records back to the newest put
-        of each namespace in `wanted` and the first record naming that
-        put's checkpoint (its `since`), if each such put was the top; None
-        if one was not (or says nothing: written before these fields),
-        since then the tail cannot know the latest: the caller reads the
-        whole thread instead."""
+    def _tail(self, thread_id: str, wanted: dict[str, int]) -> _Thread | None:
+        """The thread built from its newest records back over the newest
+        `wanted[ns]` puts of each namespace `ns` and the first record
+        naming each of their checkpoints (their `since`), if each such put
+        was the top; None if one was not (or says nothing: written before
+        these fields), since then the tail cannot know the latest: the
+        caller reads the whole thread instead."""
         records: list[tuple[int, dict[str, Any]]] = []
-        base: dict[str, tuple[str, str]] = {}
-        left, floor, before, n = set(wanted), None, None, _FIRST_PAGE
+        tops: dict[str, list[tuple[str, str]]] = {ns: [] for ns in wanted}
+        left, floor, before, n = dict(wanted), None, None, _FIRST_PAGE
         while True:
             page = self._heads(thread_id, n, before)
             for seq, record in reversed(page):
-                op = record.get("o")
-                if op == "put" and record.get("ns") in left:
+                ns = record.get("ns")
+                if record.get("o") == "put" and ns in left:
                     since, hi = record.get("since", seq), record.get("hi")
                     if record.get("top") is not True or not isinstance(hi, str) or not isinstance(since, int):
                         return None
-                    left.discard(record["ns"])
-                    base[record["ns"]] = (record["id"], hi)
+                    tops[ns].append((record["id"], hi))
+                    left[ns] -= 1
+                    if not left[ns]:
+                        del left[ns]
                     floor = since if floor is None else min(floor, since)
             records[:0] = page
             if len(page) < n:
@@ -396,7 +429,8 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
                 break
             before, n = page[0][0], min(4 * n, _MAX_PAGE)
             if not left and floor is not None and before <= floor:
-                thread = _Thread(False, base)
+                thread = _Thread(False, {ns: _Base(found[-1][1], frozenset(c for c, _ in found), len(found))
+                                         for ns, found in tops.items()})
                 break
         for seq, record in records:
             thread.apply_record(seq, record, b"", whole=False)
@@ -492,6 +526,14 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         found: list[tuple[Any, ...]] = []
         for thread_id in thread_ids:
             with self._lock(thread_id):
+                if ns_wanted is not None and limit and not before_id and not cid_wanted:
+                    # The newest of one namespace: from the thread's tail, if
+                    # that holds them.
+                    thread = self._thread(thread_id, ns_wanted, limit)
+                    newest = thread.newest(ns_wanted, limit, filter)
+                    if newest is not None:
+                        found.extend(self._entry(thread_id, thread, ns_wanted, cid) for cid in newest)
+                        continue
                 thread = self._thread(thread_id)
                 # Newest first across the namespaces asked for: each list of
                 # ids is ascending, walked from its end.

@@ -257,11 +257,9 @@ def _checkpoint(cid=None, step=0):
     return checkpoint
 
 
-def _read_back(where, config):
-    """get_tuple(config) from a new saver, first as its first call, then
-    after a list, which reads the whole thread; and how many records'
-    headers the first call read."""
-    saver = CtxlogSaver(where)
+def _count_heads(saver):
+    """A list the saver's store adds each record to whose header alone it
+    reads (a thread read back), from now on."""
     history, heads = saver._store.history, []
 
     def counted(*args, **kwargs):
@@ -271,11 +269,22 @@ def _read_back(where, config):
         return page
 
     saver._store.history = counted
-    first = saver.get_tuple(config)
+    return heads
+
+
+def _read_back(where, config, call=None):
+    """get_tuple(config) (or `call(saver, config)`) from a new saver,
+    first as its first call, then after a list of all namespaces, which
+    reads the whole thread; and how many records' headers the first call
+    read."""
+    call = call or (lambda saver, config: saver.get_tuple(config))
+    saver = CtxlogSaver(where)
+    heads = _count_heads(saver)
+    first = call(saver, config)
     saver.close()
     saver = CtxlogSaver(where)
     list(saver.list({"configurable": {"thread_id": config["configurable"]["thread_id"]}}))
-    whole = saver.get_tuple(config)
+    whole = call(saver, config)
     saver.close()
     return first, whole, len(heads)
 
@@ -301,20 +310,37 @@ def test_a_graphs_first_read_of_a_thread_reads_its_tail_only(tmp_path):
     assert first.pending_writes == [("next", "b", 299)]
     assert heads <= 8, heads
     # A new put written from that tail, and its writes, are what the next
-    # reader sees.
+    # reader sees; the writer reads nothing more to write them, or to
+    # answer after them.
     saver = CtxlogSaver(tmp_path)
+    heads = _count_heads(saver)
     saver.get_tuple(latest)
     saver.put_writes(at, [("a", 299)], "task", "")
     at = saver.put(at, _checkpoint(step=300), {"source": "loop", "step": 300}, {})
     saver.put_writes(at, [("a", 300)], "task", "")
+    assert saver.get_tuple(latest).config == at and len(heads) <= 4, len(heads)
     saver.close()
     first, whole, heads = _read_back(tmp_path, latest)
     assert first == whole and first.config == at and first.pending_writes == [("task", "a", 300)]
     assert heads <= 8, heads
+    # The newest ten, from the tail too; filtered, from the tail if it
+    # holds ten that match, else from the whole thread.
+    def newest(filter=None):
+        return lambda saver, config: list(saver.list(config, limit=10, filter=filter))
+    first, whole, heads = _read_back(tmp_path, latest, newest())
+    assert first == whole and [t.metadata["step"] for t in first] == list(range(300, 290, -1))
+    assert heads <= 84, heads  # pages of 4, 16 and 64
+    first, whole, heads = _read_back(tmp_path, latest, lambda saver, config: [
+        saver.get_tuple(config), *newest()(saver, config)])  # the tail read again, deeper
+    assert first == whole and heads <= 4 + 84, heads
+    first, whole, heads = _read_back(tmp_path, latest, newest({"source": "loop"}))
+    assert first == whole and len(first) == 10 and heads <= 84, heads
+    first, whole, heads = _read_back(tmp_path, latest, newest({"step": 7}))
+    assert first == whole and [t.metadata["step"] for t in first] == [7] and heads > 900, heads
     # An older checkpoint, named, is read from the whole thread.
-    old = {"configurable": {**latest["configurable"], **first.parent_config["configurable"]}}
+    old = {"configurable": {**latest["configurable"], **first[0].config["configurable"]}}
     first, whole, heads = _read_back(tmp_path, old)
-    assert first == whole and first.pending_writes == [("next", "b", 299), ("task", "a", 299)]
+    assert first == whole and first.pending_writes == [("next", "b", 7), ("task", "a", 8)]
     assert heads > 900, heads
 
 
@@ -392,6 +418,12 @@ def test_a_tail_that_cannot_answer_is_read_whole(tmp_path):
     assert first == whole and first.pending_writes == [("task", "a", "named")]
     first, whole, _ = _read_back(tmp_path, cfg("target"))
     assert first == whole and first.metadata["step"] == 1
+    # And so does a listing of the newest few, as a first call.
+    for thread in ["early", "again", "order", "dropped", "named", "target"]:
+        for limit in (1, 3):
+            first, whole, _ = _read_back(tmp_path, cfg(thread), lambda saver, config: list(
+                saver.list(config, limit=limit)))
+            assert first == whole, (thread, limit)
 
 
 def test_one_store_serves_tasks_sessions_and_graphs(tmp_path):

@@ -406,7 +406,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         was the top; None if one was not (or says nothing: written before
         these fields), since then the tail cannot know the latest: the
         caller reads the whole thread instead."""
-        records: list[tuple[int, dict[str, Any]]] = []
+        pages: list[list[tuple[int, dict[str, Any]]]] = []
         tops: dict[str, list[tuple[str, str]]] = {ns: [] for ns in wanted}
         left, floor, before, n = dict(wanted), None, None, _FIRST_PAGE
         while True:
@@ -422,7 +422,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
                     if not left[ns]:
                         del left[ns]
                     floor = since if floor is None else min(floor, since)
-            records[:0] = page
+            pages.append(page)
             if len(page) < n:
                 # The thread's start: all of it is here.
                 thread = _Thread()
@@ -432,8 +432,9 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
                 thread = _Thread(False, {ns: _Base(found[-1][1], frozenset(c for c, _ in found), len(found))
                                          for ns, found in tops.items()})
                 break
-        for seq, record in records:
-            thread.apply_record(seq, record, b"", whole=False)
+        for page in reversed(pages):
+            for seq, record in page:
+                thread.apply_record(seq, record, b"", whole=False)
         return thread
 
     def _append(self, thread_id: str, thread: _Thread, records: list[_Record]) -> None:
@@ -474,9 +475,11 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
             for seq in thread.unread.pop(key):
                 head, _, body = self._record(thread_id, seq).partition(b"\n")
                 thread.apply_writes(json.loads(head), body)
+        writes: list[_Write] = []
         stored = thread.writes.get(key)
-        writes = [w for _, w in sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][4], kv[0][0], kv[0][1]))
-                  ] if stored else []
+        if stored:
+            ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][4], kv[0][0], kv[0][1]))
+            writes = [w for _, w in ordered]
         return thread_id, ns, cid, c.parent, c.type, data, c.metadata, writes
 
     # The sync interface.
@@ -526,9 +529,10 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         found: list[tuple[Any, ...]] = []
         for thread_id in thread_ids:
             with self._lock(thread_id):
-                if ns_wanted is not None and limit and not before_id and not cid_wanted:
-                    # The newest of one namespace: from the thread's tail, if
-                    # that holds them.
+                if (ns_wanted is not None and limit is not None and 0 < limit <= _MAX_PAGE
+                        and not before_id and not cid_wanted):
+                    # The newest few of one namespace: from the thread's
+                    # tail, if that holds them.
                     thread = self._thread(thread_id, ns_wanted, limit)
                     newest = thread.newest(ns_wanted, limit, filter)
                     if newest is not None:

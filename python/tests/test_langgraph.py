@@ -349,7 +349,8 @@ def test_a_tail_that_cannot_answer_is_read_whole(tmp_path):
     alone answers as a read of the whole thread does, and as it should:
     writes before their checkpoint's put, an id put again, ids put out of
     order, a drop of the newest, an id named before the newest put and put
-    after it from a tail, a copy onto a thread with newer checkpoints."""
+    after it from a tail, a filter's match below the tail, a copy onto a
+    thread with newer checkpoints."""
     def cfg(thread, cid=None):
         c = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         if cid:
@@ -395,6 +396,11 @@ def test_a_tail_that_cannot_answer_is_read_whole(tmp_path):
     saver.put_writes(cfg("named", named), [("a", "named")], "task", "")
     pad(saver, first_put)
     saver.put(cfg("named"), _checkpoint(newest), {}, {})
+    # A match for a filter far below the newest puts, none between.
+    sparse = saver.put(cfg("sparse"), _checkpoint(step=0), {"pick": True}, {})
+    pad(saver, sparse, 100)
+    for step in (1, 2, 3):
+        saver.put(cfg("sparse"), _checkpoint(step=step), {"pick": step == 3}, {})
     # A copy of an older thread onto one with newer checkpoints.
     saver.put(cfg("source"), _checkpoint(step=0), {"step": 0}, {})
     pad(saver, saver.put(cfg("target"), _checkpoint(step=1), {"step": 1}, {}))
@@ -418,8 +424,11 @@ def test_a_tail_that_cannot_answer_is_read_whole(tmp_path):
     assert first == whole and first.pending_writes == [("task", "a", "named")]
     first, whole, _ = _read_back(tmp_path, cfg("target"))
     assert first == whole and first.metadata["step"] == 1
+    first, whole, heads = _read_back(tmp_path, cfg("sparse"), lambda saver, config: list(
+        saver.list(config, limit=3, filter={"pick": True})))
+    assert first == whole and [t.metadata for t in first] == [{"pick": True}] * 2 and heads > 100, heads
     # And so does a listing of the newest few, as a first call.
-    for thread in ["early", "again", "order", "dropped", "named", "target"]:
+    for thread in ["early", "again", "order", "dropped", "named", "sparse", "target"]:
         for limit in (1, 3):
             first, whole, _ = _read_back(tmp_path, cfg(thread), lambda saver, config: list(
                 saver.list(config, limit=limit)))

@@ -300,7 +300,8 @@ def test_a_graphs_first_read_of_a_thread_reads_its_tail_only(tmp_path):
         # As a graph does: writes to the checkpoint, and to the next one
         # before it is put.
         nxt = str(uuid6(clock_seq=-1))
-        saver.put_writes(at, [("a", step)], "task", "") if step else None
+        if step:
+            saver.put_writes(at, [("a", step)], "task", "")
         saver.put_writes({"configurable": {**at["configurable"], "checkpoint_id": nxt}}, [("b", step)], "next", "")
         at = saver.put(at, _checkpoint(nxt, step), {"source": "loop", "step": step}, {})
     saver.close()

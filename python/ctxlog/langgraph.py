@@ -78,9 +78,10 @@ __all__ = ["CtxlogSaver", "AsyncCtxlogSaver"]
 
 _STRIPES = 64
 # The records read by the first page when a thread's tail is read
-# backwards (a graph's newest put is a few records from the end), and the
-# most read by one page: each page reads four times its predecessor.
-_FIRST_PAGE = 4
+# backwards, for each put wanted: a graph writes about two records a
+# checkpoint (its put, right after the writes naming it first). Each page
+# after reads four times as many as the one before it, up to `_MAX_PAGE`.
+_FIRST_PAGE = 2
 _MAX_PAGE = 1024
 # The fields of a put's header that say what a tail of the thread holds.
 _MARKS = ("top", "hi", "since")
@@ -408,7 +409,8 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         caller reads the whole thread instead."""
         pages: list[list[tuple[int, dict[str, Any]]]] = []
         tops: dict[str, list[tuple[str, str]]] = {ns: [] for ns in wanted}
-        left, floor, before, n = dict(wanted), None, None, _FIRST_PAGE
+        left, floor, before = dict(wanted), None, None
+        n = min(_FIRST_PAGE * max(wanted.values()), _MAX_PAGE)
         while True:
             page = self._heads(thread_id, n, before)
             for seq, record in reversed(page):

@@ -157,18 +157,24 @@ class _Thread:
         base = self.base.get(ns)
         return base is not None and (cid in base.sure or cid > base.hi)
 
-    def newest(self, ns: str, limit: int, filter: dict[str, Any] | None) -> list[str] | None:
-        """The ids of the `limit` newest checkpoints of `ns` that match
-        `filter`, newest first, if this holds all of them and all of each
-        (always, when whole); else None."""
-        out = []
-        for cid in reversed(self.order.get(ns, [])):
+    def newest(self, ns: str, limit: int | None, filter: dict[str, Any] | None,
+               before: str | None = None, only: str | None = None) -> list[str] | None:
+        """The ids of the `limit` (None: all) newest checkpoints of `ns`
+        below `before` that match `filter` (and are `only`, if given),
+        newest first, if this holds all of them and all of each (always,
+        when whole); else None."""
+        ids = self.order.get(ns, [])
+        out: list[str] = []
+        for i in range(bisect.bisect_left(ids, before) if before else len(ids), 0, -1):
+            cid = ids[i - 1]
             if len(out) == limit:
                 break
             if not self.complete(ns, cid):
                 # Below what the tail holds: ids it does not have may
                 # come before this one.
                 return None
+            if only and cid != only:
+                continue
             metadata = self.checkpoints[ns][cid].metadata
             if not filter or all(metadata.get(k) == v for k, v in filter.items()):
                 out.append(cid)
@@ -541,24 +547,10 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
                         found.extend(self._entry(thread_id, thread, ns_wanted, cid) for cid in newest)
                         continue
                 thread = self._thread(thread_id)
-                # Newest first across the namespaces asked for: each list of
-                # ids is ascending, walked from its end.
-                walks = [(ns, ids) for ns, ids in thread.order.items() if ns_wanted in (None, ns)]
-                candidates = []
-                for ns, ids in walks:
-                    end = bisect.bisect_left(ids, before_id) if before_id else len(ids)
-                    taken = 0
-                    for i in range(end - 1, -1, -1):
-                        cid = ids[i]
-                        if limit is not None and taken >= limit:
-                            break
-                        if cid_wanted and cid != cid_wanted:
-                            continue
-                        c = thread.checkpoints[ns][cid]
-                        if filter and not all(c.metadata.get(k) == v for k, v in filter.items()):
-                            continue
-                        candidates.append((cid, ns))
-                        taken += 1
+                # Newest first across the namespaces asked for (whole, so
+                # `newest` has every answer).
+                candidates = [(cid, ns) for ns in thread.order if ns_wanted in (None, ns)
+                              for cid in thread.newest(ns, limit, filter, before_id, cid_wanted) or ()]
                 candidates.sort(reverse=True)
                 if limit is not None:
                     candidates = candidates[:limit]

@@ -100,9 +100,10 @@ pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
 #[cfg(feature = "replicate")]
 pub use replicate::{Replicate, ReplicationStatus};
 pub use store::{
-    Appended, CompactReport, ContextInfo, ContextPage, EventRecord, Item, ItemKind, ListTasksQuery,
-    MessageBuf, MessageIds, PushConfig, Receipt, Stats, Store, StoredMessage, StoredMessageRef,
-    TaskProgress, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PUSH_CONFIG_ID,
+    Appended, CompactReport, ContextInfo, ContextPage, EventRecord, InlinePush, Item, ItemKind,
+    ListTasksQuery, MessageBuf, MessageIds, PushConfig, Receipt, Stats, Store, StoredMessage,
+    StoredMessageRef, TaskProgress, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
+    MAX_PUSH_CONFIG_ID,
 };
 
 /// The README's Rust examples, compiled and run as doc-tests.

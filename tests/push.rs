@@ -405,3 +405,116 @@ mod model {
         }
     }
 }
+
+fn message(id: &str, task: Option<&str>) -> Vec<u8> {
+    let task = task.map_or(String::new(), |t| format!(r#","taskId":"{t}""#));
+    format!(r#"{{"messageId":"{id}","role":"ROLE_USER","parts":[{{"text":"hi"}}]{task}}}"#)
+        .into_bytes()
+}
+
+#[test]
+fn a_config_received_with_its_message_is_the_one_set_after_it() {
+    use ctxlog::{InlinePush, MessageIds};
+    let ids = MessageIds::Idempotent;
+    let (_dir, store) = common::buffered_store();
+    let push = |id| InlinePush {
+        config_id: id,
+        config: HOOK,
+    };
+    // A new task's config: named by the task's id when it names none.
+    let (r, config) = store
+        .receive_with_push("acme", &message("m1", None), ids, false, push(None))
+        .unwrap();
+    let config = config.unwrap();
+    assert_eq!(
+        (config.config_id.as_str(), config.start_after),
+        (r.task_id.as_str(), 1)
+    );
+    assert_eq!(store.push_configs("acme", &r.task_id).unwrap(), [config]);
+    work(&store, &r, TaskState::InputRequired);
+    // A follow-up's: delivered after the follow-up's event, beside the first.
+    let follow = message("m2", Some(&r.task_id));
+    let (again, second) = store
+        .receive_with_push("acme", &follow, ids, false, push(Some("b")))
+        .unwrap();
+    assert_eq!((again.event, second.clone().unwrap().start_after), (3, 3));
+    // What setting the config after the message would have stored.
+    let (_twin_dir, twin) = common::buffered_store();
+    let t = twin.receive_message("acme", &message("m1", None)).unwrap();
+    twin.set_push_config("acme", &t.task_id, &t.task_id, HOOK, Some(1))
+        .unwrap();
+    let but_id = |c: &(String, Vec<u8>, u64, u64)| (c.1.clone(), c.2, c.3);
+    assert_eq!(
+        but_id(&configs(&twin, &t.task_id)[0]),
+        but_id(&configs(&store, &r.task_id)[0])
+    );
+    let stored = store.push_configs("acme", &r.task_id).unwrap();
+    assert_eq!(stored.last(), second.as_ref());
+    // The message is a task event, the config is not.
+    assert_eq!(store.task_progress("acme", &r.task_id).unwrap().events, 3);
+    work(&store, &again, TaskState::Working);
+    let version = second.unwrap().version;
+    assert!(store
+        .push_delivered("acme", &r.task_id, "b", version, 4)
+        .unwrap());
+    // A resend stores nothing: its config is the caller's to set.
+    let (dup, none) = store
+        .receive_with_push("acme", &follow, ids, false, push(Some("c")))
+        .unwrap();
+    assert!(dup.duplicate && none.is_none());
+    assert_eq!(store.push_configs("acme", &r.task_id).unwrap().len(), 2);
+    // A bad config id stores neither the message nor the config.
+    let long = "x".repeat(ctxlog::MAX_PUSH_CONFIG_ID + 1);
+    let refused =
+        store.receive_with_push("acme", &message("m3", None), ids, false, push(Some(&long)));
+    assert!(matches!(
+        refused,
+        Err(Error::InvalidParams { field: "id", .. })
+    ));
+    assert!(store
+        .find_received("acme", &message("m3", None))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_crash_keeps_a_received_message_without_its_config_never_the_reverse() {
+    use ctxlog::{InlinePush, MessageIds};
+    let dir = common::tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let push = InlinePush {
+        config_id: Some("a"),
+        config: HOOK,
+    };
+    let raw = message("m1", None);
+    let (r, _) = store
+        .receive_with_push("acme", &raw, MessageIds::Idempotent, false, push)
+        .unwrap();
+    let copy = common::crash_copy(dir.path());
+    let whole = Store::open(copy.path(), Options::default()).unwrap();
+    assert_eq!(whole.push_configs("acme", &r.task_id).unwrap().len(), 1);
+    let crashed = common::crash_copy(dir.path());
+    let (seg, bytes) = common::tear_newest_segment(crashed.path(), &[]);
+    // Every place the write could have stopped, from its end back to
+    // before the message.
+    let (mut both, mut alone) = (0, 0);
+    for cut in (0..bytes.len()).rev() {
+        std::fs::write(&seg, &bytes[..cut]).unwrap();
+        // The last open's checkpoint knew a longer log: read it again.
+        let _ = std::fs::remove_file(crashed.path().join("CHECKPOINT"));
+        let Ok(reopened) = Store::open(crashed.path(), Options::default()) else {
+            break;
+        };
+        let kept = reopened.find_received("acme", &raw).unwrap();
+        let Some(kept) = kept else { break };
+        assert_eq!(kept.task_id, r.task_id);
+        match reopened.push_configs("acme", &r.task_id).unwrap().len() {
+            1 => both += 1,
+            _ => alone += 1,
+        }
+        reopened.close().unwrap();
+    }
+    // Cut inside the config: the message alone; never a config without it.
+    assert!(alone > 0, "some cut keeps the message alone");
+    assert_eq!(both, 0, "a cut before the end loses the config's record");
+}

@@ -130,6 +130,8 @@ struct Begun {
     receipt: Receipt,
     /// Follows the task; taken before the turn starts.
     events: Follower,
+    /// The push config given with the message, as stored with it.
+    push: Option<ctxlog::PushConfig>,
 }
 
 /// `SendMessage`.
@@ -141,12 +143,17 @@ pub(crate) async fn send(
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?
-        .map(|p| p.by_v03_client(params.v03));
+    let push_config = config.task_push_notification_config.as_ref();
+    let push = crate::push::check_inline(shared, push_config, params.v03)?;
     crate::media::check_parts(params.message.get(), &shared.input_modes, params.v03)?;
     let history = history_length(config.history_length)?;
-    let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
-    push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
+    let inbound = Inbound {
+        message: &params.message,
+        v03: params.v03,
+        push,
+    };
+    let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
+    push_inline(shared, tenant, &inbound, &mut begun).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -174,12 +181,17 @@ pub(crate) async fn send_streaming(
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let push = crate::push::check_inline(shared, config.task_push_notification_config.as_ref())?
-        .map(|p| p.by_v03_client(params.v03));
+    let push_config = config.task_push_notification_config.as_ref();
+    let push = crate::push::check_inline(shared, push_config, params.v03)?;
     crate::media::check_parts(params.message.get(), &shared.input_modes, params.v03)?;
     let history = history_length(config.history_length)?;
-    let begun = begin_keyed(shared, tenant, &params.message, params.v03, key).await?;
-    push_inline(shared, tenant, push.as_ref(), &begun.receipt).await?;
+    let inbound = Inbound {
+        message: &params.message,
+        v03: params.v03,
+        push,
+    };
+    let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
+    push_inline(shared, tenant, &inbound, &mut begun).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -198,17 +210,29 @@ pub(crate) async fn send_streaming(
     ))
 }
 
-/// Stores the push config given with a send (read by
-/// `push::check_inline` before the message was) for the task the message
-/// went to, before the send is answered.
+/// What a send brings: its message, in v1.0's form or (`v03`) v0.3's, and
+/// the push config given with it (read by `push::check_inline` before the
+/// message is received).
+struct Inbound<'a> {
+    message: &'a RawValue,
+    v03: bool,
+    push: Option<crate::push::Inline>,
+}
+
+/// Delivers the push config given with a send to the task the message
+/// went to (stored with the message, or now, before the send is
+/// answered).
 async fn push_inline(
     shared: &Arc<Shared>,
     tenant: &str,
-    config: Option<&crate::push::ConfigIn>,
-    receipt: &Receipt,
+    inbound: &Inbound<'_>,
+    begun: &mut Begun,
 ) -> Result<(), A2aError> {
-    match config {
-        Some(config) => crate::push::set_inline(shared, tenant, receipt, config).await,
+    match &inbound.push {
+        Some(config) => {
+            let stored = begun.push.take();
+            crate::push::set_inline(shared, tenant, &begun.receipt, config, stored).await
+        }
         None => Ok(()),
     }
 }
@@ -220,8 +244,7 @@ async fn push_inline(
 async fn begin_keyed(
     shared: &Arc<Shared>,
     tenant: &str,
-    message: &RawValue,
-    v03: bool,
+    inbound: &Inbound<'_>,
     key: Option<Key>,
 ) -> Result<Begun, A2aError> {
     let claim = match &key {
@@ -239,7 +262,7 @@ async fn begin_keyed(
         None => None,
     };
     let replay = claim.as_ref().is_some_and(|c| c.replay);
-    let begun = begin(shared, tenant, message, v03, replay).await;
+    let begun = begin(shared, tenant, inbound, replay).await;
     drop(claim);
     begun
 }
@@ -253,10 +276,11 @@ async fn begin_keyed(
 async fn begin(
     shared: &Arc<Shared>,
     tenant: &str,
-    message: &RawValue,
-    v03: bool,
+    inbound: &Inbound<'_>,
     replay: bool,
 ) -> Result<Begun, A2aError> {
+    let v03 = inbound.v03;
+    let push = inbound.push.clone();
     let permit = shared.turns.permit();
     let ids = match shared.config.idempotency {
         Idempotency::MessageId => MessageIds::Idempotent,
@@ -265,7 +289,7 @@ async fn begin(
     // Whether a message received before answers this one.
     let look_up = replay || ids == MessageIds::Idempotent;
     let at_bound = permit.is_none();
-    let raw = message.get().as_bytes().to_vec();
+    let raw = inbound.message.get().as_bytes().to_vec();
     let t = tenant.to_string();
     let single = shared.config.single_active_turn;
     let locks = shared.clone();
@@ -276,18 +300,23 @@ async fn begin(
         .blocking_raw(move |store| {
             if (at_bound && look_up) || replay {
                 if let Some(r) = find_received(store, &t, &raw, v03)? {
-                    return Ok(Some((r, None, None)));
+                    return Ok(Some(((r, None), None, None)));
                 }
             }
             if at_bound {
                 return Ok(None);
             }
-            let received = if single {
-                receive_single(store, &locks, &t, &raw, ids, v03)
-            } else {
-                receive(store, &t, &raw, ids, v03).map(|r| (r, None))
+            let message = Incoming {
+                raw: &raw,
+                v03,
+                push: push.as_ref(),
             };
-            let (receipt, lease) = match received {
+            let received = if single {
+                receive_single(store, &locks, &t, &message, ids)
+            } else {
+                receive(store, &t, &message, ids).map(|r| (r, None))
+            };
+            let ((receipt, pushed), lease) = match received {
                 // A direct reply's task was never the client's.
                 Err(ctxlog::Error::UnsupportedOperation { .. })
                     if names_direct_reply(store, &t, &raw) =>
@@ -302,14 +331,14 @@ async fn begin(
                     turn::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
                 }
             };
-            Ok(Some((receipt, lease, prepared)))
+            Ok(Some(((receipt, pushed), lease, prepared)))
         })
         .await
         .map_err(|e| match e {
             ctxlog::Error::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
             e => from_store(e),
         })?;
-    let Some((receipt, lease, prepared)) = received else {
+    let Some(((receipt, push), lease, prepared)) = received else {
         return Err(A2aError::Overloaded(shared.turns.max()));
     };
     crate::crashpoint::point("received");
@@ -317,20 +346,41 @@ async fn begin(
     if let (false, Some(permit)) = (receipt.duplicate, permit) {
         start_turn(shared, tenant, &receipt, lease, permit, prepared);
     }
-    Ok(Begun { receipt, events })
+    Ok(Begun {
+        receipt,
+        events,
+        push,
+    })
 }
 
-/// Receives the message, in v1.0's form or (`v03`) one of v0.3's.
+/// A message to receive: its bytes, in v1.0's form or (`v03`) v0.3's,
+/// and the push config that came with it.
+struct Incoming<'a> {
+    raw: &'a [u8],
+    v03: bool,
+    push: Option<&'a crate::push::Inline>,
+}
+
+/// A message received, and its push config as stored with it (if it
+/// came with one and was new: a resend stores none).
+type Received = (Receipt, Option<ctxlog::PushConfig>);
+
+/// Receives the message, with its push config in the same durable write.
 fn receive(
     store: &ctxlog::Store,
     tenant: &str,
-    raw: &[u8],
+    message: &Incoming<'_>,
     ids: MessageIds,
-    v03: bool,
-) -> ctxlog::Result<Receipt> {
-    match v03 {
-        false => store.receive_message_with(tenant, raw, ids),
-        true => store.receive_v03_message(tenant, raw, ids),
+) -> ctxlog::Result<Received> {
+    let (raw, v03) = (message.raw, message.v03);
+    match (message.push, v03) {
+        (Some(push), _) => store.receive_with_push(tenant, raw, ids, v03, push.with_message()),
+        (None, false) => store
+            .receive_message_with(tenant, raw, ids)
+            .map(|r| (r, None)),
+        (None, true) => store
+            .receive_v03_message(tenant, raw, ids)
+            .map(|r| (r, None)),
     }
 }
 
@@ -384,10 +434,10 @@ fn receive_single(
     store: &ctxlog::Store,
     shared: &Shared,
     tenant: &str,
-    raw: &[u8],
+    message: &Incoming<'_>,
     ids: MessageIds,
-    v03: bool,
-) -> ctxlog::Result<(Receipt, Option<TurnGuard>)> {
+) -> ctxlog::Result<(Received, Option<TurnGuard>)> {
+    let (raw, v03) = (message.raw, message.v03);
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Named {
@@ -410,25 +460,27 @@ fn receive_single(
     };
     let Some(context) = context else {
         // A new context (nobody holds its turn), or a resend.
-        let receipt = receive(store, tenant, raw, ids, v03)?;
-        if receipt.duplicate {
-            return Ok((receipt, None));
+        let received = receive(store, tenant, message, ids)?;
+        if received.0.duplicate {
+            return Ok((received, None));
         }
+        let receipt = &received.0;
         let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
-        return Ok((receipt, Some(lease)));
+        return Ok((received, Some(lease)));
     };
     shared.context_locks.with(tenant, &context, || {
         if ids == MessageIds::Idempotent {
             if let Some(receipt) = find_received(store, tenant, raw, v03)? {
-                return Ok((receipt, None));
+                return Ok(((receipt, None), None));
             }
         }
         if let Some((task_id, since_ms)) = store.turn_holder(tenant, &context)? {
             return Err(ctxlog::Error::ContextBusy { task_id, since_ms });
         }
-        let receipt = receive(store, tenant, raw, ids, v03)?;
+        let received = receive(store, tenant, message, ids)?;
+        let receipt = &received.0;
         let lease = store.begin_turn(tenant, &receipt.context_id, &receipt.task_id)?;
-        Ok((receipt, Some(lease)))
+        Ok((received, Some(lease)))
     })
 }
 

@@ -214,37 +214,86 @@ async fn set(
     Ok(stored)
 }
 
-/// A config given with `SendMessage`, read and checked before the message
-/// is received (a bad one stores nothing); `None` for none.
+/// A config given with `SendMessage`, checked before its message is
+/// received: stored with the message when that is new
+/// ([`ctxlog::Store::receive_with_push`]), or by [`set_inline`].
+#[derive(Debug, Clone)]
+pub(crate) struct Inline {
+    /// The id it names; `None`: the task's.
+    id: Option<String>,
+    json: Vec<u8>,
+}
+
+impl Inline {
+    /// The config as the engine takes it with a message.
+    pub(crate) fn with_message(&self) -> ctxlog::InlinePush<'_> {
+        ctxlog::InlinePush {
+            config_id: self.id.as_deref(),
+            config: &self.json,
+        }
+    }
+}
+
+/// A config given with `SendMessage` (by a v0.3 client when `v03`), read
+/// and checked before the message is received (a bad one stores nothing);
+/// `None` for none.
 pub(crate) fn check_inline(
     shared: &Shared,
     config: Option<&Value>,
-) -> Result<Option<ConfigIn>, A2aError> {
+    v03: bool,
+) -> Result<Option<Inline>, A2aError> {
     let Some(config) = config.filter(|v| !v.is_null()) else {
         return Ok(None);
     };
     enabled(shared)?;
     let mut parsed = ConfigIn::deserialize(config)
-        .map_err(|e| A2aError::invalid(format!("taskPushNotificationConfig: {e}")))?;
+        .map_err(|e| A2aError::invalid(format!("taskPushNotificationConfig: {e}")))?
+        .by_v03_client(v03);
     // The task is not known yet (and the spec has the client leave its
     // id empty here).
     parsed.task_id = None;
-    check(shared, &parsed, "")?;
-    Ok(Some(parsed))
+    let checked = check(shared, &parsed, "")?;
+    if let Some(id) = parsed.id.as_deref() {
+        if id.len() > ctxlog::MAX_PUSH_CONFIG_ID {
+            return Err(A2aError::invalid(format!(
+                "id: a push notification config id is at most {} bytes",
+                ctxlog::MAX_PUSH_CONFIG_ID
+            )));
+        }
+    }
+    Ok(Some(Inline {
+        id: parsed.id.filter(|i| !i.is_empty()),
+        json: checked.json,
+    }))
 }
 
-/// Stores a config given with `SendMessage` (as [`check_inline`] read it)
-/// for the task the message went to: delivered from the first event after
-/// the message.
+/// Delivers a config given with `SendMessage` to the task its message
+/// went to: the config `stored` with the message, or (a resent message,
+/// which stored none) `config` stored now, delivered from the first event
+/// after the message.
 pub(crate) async fn set_inline(
     shared: &Arc<Shared>,
     tenant: &str,
     receipt: &ctxlog::Receipt,
-    config: &ConfigIn,
+    config: &Inline,
+    stored: Option<ctxlog::PushConfig>,
 ) -> Result<(), A2aError> {
-    let checked = check(shared, config, &receipt.task_id)?;
-    let after = Some(receipt.event);
-    set(shared, tenant, &receipt.task_id, checked, after).await?;
+    let task_id = &receipt.task_id;
+    if let Some(stored) = stored {
+        spawn(
+            shared,
+            tenant,
+            task_id,
+            &stored.config_id,
+            Some(stored.clone()),
+        );
+        return Ok(());
+    }
+    let checked = Checked {
+        id: config.id.clone().unwrap_or_else(|| task_id.clone()),
+        json: config.json.clone(),
+    };
+    set(shared, tenant, task_id, checked, Some(receipt.event)).await?;
     Ok(())
 }
 

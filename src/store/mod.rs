@@ -41,7 +41,7 @@ use crate::MAX_RECORD_BYTES;
 pub use compact::{CompactReport, CompactStep};
 pub use messages::{MessageBuf, StoredMessageRef};
 pub use portable::{Item, ItemKind};
-pub use push::{PushConfig, MAX_PUSH_CONFIG_ID};
+pub use push::{InlinePush, PushConfig, MAX_PUSH_CONFIG_ID};
 pub use tasks::{EventRecord, ListTasksQuery, MessageIds, Receipt, TaskProgress, TaskRef};
 pub use turns::TurnGuard;
 

@@ -5,11 +5,11 @@
 //! held in memory: the index keeps each record as a 16-byte entry under no
 //! task, and a read folds the context's push records in log order.
 
-use super::tasks::TaskRef;
+use super::tasks::{Form, MessageIds, Receipt, TaskRef};
 use super::{next_timestamp, now_ms, Hints, Store};
 use crate::error::{Error, Result};
 use crate::index::{ContextSlot, Life};
-use crate::log::record::{PushChange, RecordKind};
+use crate::log::record::{ContextName, PushChange, RecordBody, RecordKind};
 
 /// The longest config id taken, in bytes.
 pub const MAX_PUSH_CONFIG_ID: usize = 1024;
@@ -34,7 +34,143 @@ pub struct PushConfig {
     pub version: u64,
 }
 
+/// A push-notification config that comes with a message (A2A's
+/// `SendMessage` may carry one), for
+/// [`Store::receive_with_push`].
+#[derive(Debug, Clone, Copy)]
+pub struct InlinePush<'a> {
+    /// The config's id; `None`: the id of the task the message goes to.
+    pub config_id: Option<&'a str>,
+    /// The config, kept byte for byte as [`Store::set_push_config`] keeps
+    /// one.
+    pub config: &'a [u8],
+}
+
+/// A received message's record, as a receive is about to append it.
+pub(super) struct Received<'a> {
+    pub(super) opens: Option<ContextName>,
+    pub(super) kind: RecordKind,
+    pub(super) raw: &'a [u8],
+    pub(super) timestamp_ms: u64,
+    pub(super) hints: Hints,
+}
+
 impl Store {
+    /// Receives a message as [`receive_message_with`](Self::receive_message_with)
+    /// does (or, with `v03`, as [`receive_v03_message`](Self::receive_v03_message)
+    /// does) and stores `push` as a config of the task the message goes to,
+    /// in the same durable write: one sync for both, and a crash keeps the
+    /// message alone or both, never the config alone. The config's delivery
+    /// starts after the message's event. A resent message is answered as
+    /// a resend (its receipt says `duplicate`) and stores no config: the
+    /// second of the pair is `None`, and the caller may then set it as
+    /// [`set_push_config`](Self::set_push_config) does. An invalid config
+    /// id stores nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// use ctxlog::{InlinePush, MessageIds};
+    /// let msg = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    /// let push = InlinePush { config_id: None, config: br#"{"url":"https://hook.example"}"# };
+    /// let (receipt, config) = store.receive_with_push("acme", msg, MessageIds::Idempotent, false, push)?;
+    /// let config = config.expect("a new message stores its config");
+    /// assert_eq!(config.config_id, receipt.task_id);
+    /// assert_eq!(store.push_configs("acme", &receipt.task_id)?, [config]);
+    /// let (again, none) = store.receive_with_push("acme", msg, MessageIds::Idempotent, false, push)?;
+    /// assert!(again.duplicate && none.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn receive_with_push(
+        &self,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+        v03: bool,
+        push: InlinePush<'_>,
+    ) -> Result<(Receipt, Option<PushConfig>)> {
+        if let Some(id) = push.config_id {
+            check_config_id(id)?;
+        }
+        let form = if v03 { Form::V03 } else { Form::V1 };
+        let receipt = self.receive_as(tenant, raw, ids, form, Some(push))?;
+        if receipt.duplicate {
+            return Ok((receipt, None));
+        }
+        // The config's record follows the message's (`append_received`).
+        let config = PushConfig {
+            config_id: push.config_id.unwrap_or(&receipt.task_id).to_string(),
+            config: push.config.to_vec(),
+            start_after: receipt.event,
+            delivered: receipt.event,
+            version: receipt.seq + 1,
+        };
+        Ok((receipt, Some(config)))
+    }
+
+    /// Appends a received message's record (task `task_id`'s event
+    /// `event`) and, with `push`, the record setting that config right
+    /// after it (at the next seq), with one sync for both; returns the
+    /// message's seq. The caller holds the context's write lock.
+    pub(super) fn append_received(
+        &self,
+        slot: &ContextSlot,
+        received: Received<'_>,
+        task_id: &str,
+        event: u64,
+        push: Option<InlinePush<'_>>,
+    ) -> Result<u64> {
+        let Received {
+            opens,
+            kind,
+            raw,
+            timestamp_ms,
+            hints,
+        } = received;
+        let Some(push) = push else {
+            return self.append_record(slot, opens, kind, raw, timestamp_ms, hints);
+        };
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.check_fenced()?;
+        let seq = slot.state.read().next_seq;
+        super::room_for(seq, 2)?;
+        let message = RecordBody {
+            seq,
+            timestamp_ms,
+            opens,
+            kind,
+        };
+        let config = RecordBody {
+            seq: seq + 1,
+            timestamp_ms,
+            opens: None,
+            kind: RecordKind::Push {
+                task_id: task_id.to_string(),
+                config_id: push.config_id.unwrap_or(task_id).to_string(),
+                change: PushChange::Set { through: event },
+            },
+        };
+        let payloads = [
+            self.encode(&slot.key, &message, raw)?,
+            self.encode(&slot.key, &config, push.config)?,
+        ];
+        let locs = self.writer.append_all(&payloads)?;
+        {
+            let mut state = slot.state.write();
+            let applied = [(&message, hints), (&config, Hints::default())];
+            for ((body, hints), &loc) in applied.into_iter().zip(&locs) {
+                super::apply(&self.index, slot, &mut state, body, loc, hints);
+            }
+        }
+        let bytes = payloads.iter().map(|p| p.len() as u64).sum();
+        self.after_publish(slot, &locs, bytes)?;
+        Ok(seq)
+    }
+
     /// Sets task `task_id`'s push-notification config `config_id` (creates
     /// it, or replaces the one of that id), durably, and returns it as
     /// stored: its delivery starts after event `after`, or after the

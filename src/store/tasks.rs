@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+use super::push::{InlinePush, Received};
 use super::{
     bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms,
     ContextRecords, Hints, Store,
@@ -236,7 +237,7 @@ impl Store {
         raw: &[u8],
         ids: MessageIds,
     ) -> Result<Receipt> {
-        self.receive_as(tenant, raw, ids, Form::V1)
+        self.receive_as(tenant, raw, ids, Form::V1, None)
     }
 
     /// [`receive_message_with`](Self::receive_message_with) of a message in
@@ -270,10 +271,19 @@ impl Store {
         raw: &[u8],
         ids: MessageIds,
     ) -> Result<Receipt> {
-        self.receive_as(tenant, raw, ids, Form::V03)
+        self.receive_as(tenant, raw, ids, Form::V03, None)
     }
 
-    fn receive_as(&self, tenant: &str, raw: &[u8], ids: MessageIds, form: Form) -> Result<Receipt> {
+    /// Receives a message in `form`; a new one's `push` config (see
+    /// [`receive_with_push`](Self::receive_with_push)) is stored with it.
+    pub(super) fn receive_as(
+        &self,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+        form: Form,
+        push: Option<InlinePush<'_>>,
+    ) -> Result<Receipt> {
         check_tenant(tenant)?;
         let (msg, digest) = parse_inbound(raw, form)?;
         let _owner = match ids {
@@ -296,8 +306,8 @@ impl Store {
             }
         };
         match &msg.task_id {
-            Some(task_id) => self.receive_into_task(tenant, &msg, task_id, raw, digest),
-            None => self.receive_new_task(tenant, &msg, raw, digest),
+            Some(task_id) => self.receive_into_task(tenant, &msg, task_id, raw, digest, push),
+            None => self.receive_new_task(tenant, &msg, raw, digest, push),
         }
     }
 
@@ -325,6 +335,7 @@ impl Store {
         task_id: &str,
         raw: &[u8],
         digest: [u8; 32],
+        push: Option<InlinePush<'_>>,
     ) -> Result<Receipt> {
         let slot = self.task_slot(tenant, task_id)?;
         let _turn = slot.write.lock();
@@ -340,8 +351,14 @@ impl Store {
             (context_id.to_string(), next_timestamp(&state), event)
         };
         let kind = inbound(task_id, false, msg, digest);
-        let hints = Hints::default();
-        let seq = self.append_record(&slot, None, kind, raw, timestamp_ms, hints)?;
+        let received = Received {
+            opens: None,
+            kind,
+            raw,
+            timestamp_ms,
+            hints: Hints::default(),
+        };
+        let seq = self.append_received(&slot, received, task_id, event, push)?;
         Ok(Receipt {
             context_id,
             task_id: task_id.to_string(),
@@ -360,6 +377,7 @@ impl Store {
         msg: &Message,
         raw: &[u8],
         digest: [u8; 32],
+        push: Option<InlinePush<'_>>,
     ) -> Result<Receipt> {
         let context_id = match &msg.context_id {
             Some(c) => {
@@ -381,12 +399,17 @@ impl Store {
             tenant: tenant.to_string(),
             context_id: context_id.clone(),
         });
-        let kind = inbound(&task_id, true, msg, digest);
-        let hints = Hints {
-            tenant_scoped: msg.context_id.is_none(),
-            ..Hints::default()
+        let received = Received {
+            opens: name,
+            kind: inbound(&task_id, true, msg, digest),
+            raw,
+            timestamp_ms,
+            hints: Hints {
+                tenant_scoped: msg.context_id.is_none(),
+                ..Hints::default()
+            },
         };
-        let seq = self.append_record(&slot, name, kind, raw, timestamp_ms, hints)?;
+        let seq = self.append_received(&slot, received, &task_id, 1, push)?;
         Ok(Receipt {
             context_id,
             task_id,

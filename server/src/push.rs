@@ -186,7 +186,7 @@ async fn set(
     after: Option<u64>,
 ) -> Result<ctxlog::PushConfig, A2aError> {
     let (t, id, config_id) = (tenant.to_string(), task_id.to_string(), checked.id.clone());
-    let stored = shared
+    let (stored, fresh) = shared
         .store
         .blocking(move |store| {
             if after.is_none() {
@@ -198,12 +198,24 @@ async fn set(
                     .into_iter()
                     .find(|c| c.config_id == config_id && c.config == checked.json);
                 if let Some(same) = same {
-                    return Ok(same);
+                    return Ok((same, false));
                 }
             }
-            store.set_push_config(&t, &id, &config_id, &checked.json, after)
+            let stored = store.set_push_config(&t, &id, &config_id, &checked.json, after)?;
+            Ok((stored, true))
         })
         .await?;
+    let key = (
+        tenant.to_string(),
+        task_id.to_string(),
+        stored.config_id.clone(),
+    );
+    // The delivery under way for a config that stands goes on from where
+    // it got (one started again would resend what it has not yet written
+    // down as delivered).
+    if !fresh && shared.pushes.running(&key) {
+        return Ok(stored);
+    }
     spawn(
         shared,
         tenant,

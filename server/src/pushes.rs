@@ -176,6 +176,11 @@ impl Pushes {
         delivery
     }
 
+    /// Whether a delivery runs for `key`.
+    pub(crate) fn running(&self, key: &DeliveryKey) -> bool {
+        lock(&self.deliveries).contains_key(key)
+    }
+
     /// Stops the delivery for `key`, if one runs (a config deleted).
     pub(crate) fn stop(&self, key: &DeliveryKey) {
         if let Some(old) = lock(&self.deliveries).remove(key) {

@@ -101,6 +101,46 @@ fn delivered(hook: &Hook, path: &str) -> Vec<(u64, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_send_keeps_its_config_and_is_delivered_to_once() {
+    let gated = Gated::new(1);
+    let server = push_server(&gated).await;
+    let (hook, base) = Hook::start(Answer::Ok).await;
+    let c = Client::new(&server.url, None);
+    let config = json!({ "id": "c1", "url": format!("{base}/h") });
+    let task = begin(&c, "m1", Some(config.clone())).await;
+    // The same message and config again: the same task, the config that
+    // was stored with the message.
+    assert_eq!(begin(&c, "m1", Some(config)).await, task);
+    // With another config, the resend's is set beside it.
+    let other = json!({ "id": "c2", "url": format!("{base}/h2") });
+    assert_eq!(begin(&c, "m1", Some(other)).await, task);
+    let (_, list) = c
+        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
+        .await;
+    let ids: Vec<&str> = list["result"]["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2"]);
+    gated.open();
+    for path in ["/h", "/h2"] {
+        assert!(
+            hook.wait_for_state(path, "TASK_STATE_COMPLETED", WAIT)
+                .await,
+            "{path}: {:?}",
+            hook.got()
+        );
+    }
+    // WORKING, one chunk, COMPLETED, once each, to each config.
+    let first = delivered(&hook, "/h");
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(delivered(&hook, "/h2"), first);
+    assert_eq!(hook.got().len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_arrives_once_in_order_with_its_headers() {
     let gated = Gated::new(2);
     let server = push_server(&gated).await;

@@ -479,7 +479,7 @@ fn main() {
         );
     }
     if process::runs("paced") {
-        let (blocks, per_block) = if quick { (4, 250) } else { (8, 500) };
+        let (blocks, per_block) = if quick { (4, 250) } else { (10, 800) };
         paced_table(&runtime, tmp.path(), &script, blocks, per_block);
     }
     if process::runs("dead") {

@@ -33,6 +33,13 @@ const IDLE_CHECK: Duration = Duration::from_secs(60);
 /// How long a delivery with nothing to send waits for more before it
 /// writes its position: a burst of events costs one position record.
 const LINGER: Duration = Duration::from_secs(1);
+/// Once woken, a delivery reads when its task has written nothing more
+/// for this long...
+const GATHER_QUIET: Duration = Duration::from_millis(1);
+/// ...or this long after the wake, whichever comes first: a turn's burst
+/// of events is read in one page, after the turn's writes rather than
+/// between them.
+const GATHER_MOST: Duration = Duration::from_millis(10);
 /// The header that carries the event's number in its task.
 const SEQ_HEADER: &str = "ctxlog-event-seq";
 
@@ -239,7 +246,7 @@ async fn run(
             let moved = at.delivered > at.written;
             let idle = if moved { LINGER } else { IDLE_CHECK };
             tokio::select! {
-                _ = woken => {}
+                _ = woken => gather(shared, delivery, wake).await,
                 _ = tokio::time::sleep(idle) => {
                     if moved {
                         at.write(shared, delivery, key).await;
@@ -247,6 +254,22 @@ async fn run(
                 }
                 _ = interrupted(shared, delivery) => {}
             }
+        }
+    }
+}
+
+/// After a wake: waits until the task has written nothing for
+/// [`GATHER_QUIET`], or [`GATHER_MOST`] has passed, or the delivery is
+/// interrupted. Whatever was written meanwhile is in the next read.
+async fn gather(shared: &Shared, delivery: &Delivery, wake: &crate::hub::Wake) {
+    let most = tokio::time::sleep(GATHER_MOST);
+    tokio::pin!(most);
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(GATHER_QUIET) => return,
+            _ = &mut most => return,
+            _ = interrupted(shared, delivery) => return,
         }
     }
 }

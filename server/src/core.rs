@@ -143,17 +143,8 @@ pub(crate) async fn send(
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let push_config = config.task_push_notification_config.as_ref();
-    let push = crate::push::check_inline(shared, push_config, params.v03)?;
-    crate::media::check_parts(params.message.get(), &shared.input_modes, params.v03)?;
-    let history = history_length(config.history_length)?;
-    let inbound = Inbound {
-        message: &params.message,
-        v03: params.v03,
-        push,
-    };
-    let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
-    push_inline(shared, tenant, &inbound, &mut begun).await?;
+    let (begun, history) =
+        begin_send(shared, tenant, &params.message, params.v03, &config, key).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -181,17 +172,8 @@ pub(crate) async fn send_streaming(
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let push_config = config.task_push_notification_config.as_ref();
-    let push = crate::push::check_inline(shared, push_config, params.v03)?;
-    crate::media::check_parts(params.message.get(), &shared.input_modes, params.v03)?;
-    let history = history_length(config.history_length)?;
-    let inbound = Inbound {
-        message: &params.message,
-        v03: params.v03,
-        push,
-    };
-    let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
-    push_inline(shared, tenant, &inbound, &mut begun).await?;
+    let (begun, history) =
+        begin_send(shared, tenant, &params.message, params.v03, &config, key).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -219,22 +201,30 @@ struct Inbound<'a> {
     push: Option<crate::push::Inline>,
 }
 
-/// Delivers the push config given with a send to the task the message
-/// went to (stored with the message, or now, before the send is
-/// answered).
-async fn push_inline(
+/// What both sends do first: check the message and the push config given
+/// with it, receive the message (with the config when it is new), and
+/// deliver the config to the task the message went to (stored with the
+/// message, or now, before the send is answered). The history length the
+/// answer wants comes back with the turn begun.
+async fn begin_send(
     shared: &Arc<Shared>,
     tenant: &str,
-    inbound: &Inbound<'_>,
-    begun: &mut Begun,
-) -> Result<(), A2aError> {
-    match &inbound.push {
-        Some(config) => {
-            let stored = begun.push.take();
-            crate::push::set_inline(shared, tenant, &begun.receipt, config, stored).await
-        }
-        None => Ok(()),
+    message: &RawValue,
+    v03: bool,
+    config: &SendConfig,
+    key: Option<Key>,
+) -> Result<(Begun, Option<usize>), A2aError> {
+    let push_config = config.task_push_notification_config.as_ref();
+    let push = crate::push::check_inline(shared, push_config, v03)?;
+    crate::media::check_parts(message.get(), &shared.input_modes, v03)?;
+    let history = history_length(config.history_length)?;
+    let inbound = Inbound { message, v03, push };
+    let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
+    if let Some(config) = &inbound.push {
+        let stored = begun.push.take();
+        crate::push::set_inline(shared, tenant, &begun.receipt, config, stored).await?;
     }
+    Ok((begun, history))
 }
 
 /// [`begin`] under the request's `Idempotency-Key`, if it has one: a new

@@ -100,6 +100,19 @@ fn delivered(hook: &Hook, path: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// The ids of a task's configs, as JSON-RPC lists them.
+async fn config_ids(c: &Client, task: &str) -> Vec<String> {
+    let (_, list) = c
+        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
+        .await;
+    let configs = list["result"]["configs"].as_array();
+    let configs = configs.unwrap_or_else(|| panic!("a listing: {list}"));
+    configs
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_send_keeps_its_config_and_is_delivered_to_once() {
     let gated = Gated::new(1);
@@ -114,16 +127,7 @@ async fn a_resent_send_keeps_its_config_and_is_delivered_to_once() {
     // With another config, the resend's is set beside it.
     let other = json!({ "id": "c2", "url": format!("{base}/h2") });
     assert_eq!(begin(&c, "m1", Some(other)).await, task);
-    let (_, list) = c
-        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
-        .await;
-    let ids: Vec<&str> = list["result"]["configs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["c1", "c2"]);
+    assert_eq!(config_ids(&c, &task).await, ["c1", "c2"]);
     gated.open();
     for path in ["/h", "/h2"] {
         assert!(
@@ -219,16 +223,7 @@ async fn every_event_arrives_once_in_order_with_its_headers() {
     assert_eq!(hook.got().len(), 4 + 3 + 3);
 
     // Reads over both bindings give the same configs.
-    let (_, list) = c
-        .rpc("ListTaskPushNotificationConfigs", json!({ "taskId": task }))
-        .await;
-    let ids: Vec<&str> = list["result"]["configs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, [task.as_str(), "rpc", "rest"]);
+    assert_eq!(config_ids(&c, &task).await, [task.as_str(), "rpc", "rest"]);
     let (status, got) = c
         .rest(
             "GET",

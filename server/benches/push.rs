@@ -154,7 +154,7 @@ async fn sends(url: &str, n: usize, hook: Option<&str>, round: usize) -> Vec<Dur
 
 /// `n` blocking sends of "five" at `rate` a second, each on its own
 /// (an open loop: a slow answer does not hold back the next send), with a
-/// push config to `hook` if given: their latencies, sorted.
+/// push config to `hook` if given: their latencies, in the order sent.
 async fn paced(url: &str, n: usize, rate: f64, hook: Option<&str>, round: usize) -> Vec<Duration> {
     let http = reqwest::Client::new();
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
@@ -177,7 +177,6 @@ async fn paced(url: &str, n: usize, rate: f64, hook: Option<&str>, round: usize)
     for s in sends {
         all.push(s.await.unwrap());
     }
-    all.sort_unstable();
     all
 }
 

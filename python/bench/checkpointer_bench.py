@@ -13,6 +13,12 @@ each with its durable default.
    checkpoints (500 calls each).
 
     python checkpointer_bench.py [--steps 200] [--checkpoints 10000]
+    python checkpointer_bench.py --breakdown [--steps 200]
+
+``--breakdown`` runs the graph of 1. on CtxlogSaver alone and splits its
+writes' time: how long each call waited for the thread's lock (held by
+another call of the same thread, from LangGraph's background threads),
+and how long each append to the store took (with its sync).
 
 Durability: CtxlogSaver's default ("sync") makes each put and put_writes
 durable with one fdatasync before it returns; SqliteSaver commits in WAL
@@ -134,6 +140,38 @@ def graph_run(kind: str, where: str, steps: int) -> dict:
             "bytes": disk_bytes(where), "checkpoints": len(puts)}
 
 
+def breakdown(where: str, steps: int) -> dict[str, list[float]]:
+    """The graph of `graph_run` on CtxlogSaver, timing its lock waits and
+    its store appends beside its puts and put_writes."""
+    saver = CtxlogSaver(where)
+    out: dict[str, list[float]] = {"put": [], "put_writes": [], "lock wait": [], "store append": []}
+    timing(saver, "put", out["put"])
+    timing(saver, "put_writes", out["put_writes"])
+    timing(saver.store, "append_messages", out["store append"])
+    timing(saver.store, "append_message", out["store append"])
+    locks = saver._lock
+
+    class Timed:
+        def __init__(self, lock) -> None:
+            self.lock = lock
+
+        def __enter__(self) -> None:
+            t = time.perf_counter()
+            self.lock.acquire()
+            out["lock wait"].append(time.perf_counter() - t)
+
+        def __exit__(self, *exc) -> None:
+            self.lock.release()
+
+    saver._lock = lambda thread_id: Timed(locks(thread_id))
+    app = build(saver)
+    config = {"configurable": {"thread_id": "conversation"}}
+    for _ in range(steps):
+        app.invoke({"messages": ["user: where is my order?"]}, config)
+    close(saver)
+    return out
+
+
 def lists(kind: str, where: str, sizes: list[int]) -> dict[int, list[float]]:
     saver = open_saver(kind, where)
     out = {}
@@ -164,7 +202,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--checkpoints", type=int, default=10_000)
+    parser.add_argument("--breakdown", action="store_true")
     args = parser.parse_args()
+    if args.breakdown:
+        with tempfile.TemporaryDirectory() as tmp:
+            parts = breakdown(os.path.join(tmp, "ctxlog"), args.steps)
+        print(f"CtxlogSaver, a 3-node graph, {args.steps} invokes on one thread; ms")
+        print(f"{'':>24} {'calls':>6} {'p50':>7} {'p90':>7} {'p99':>7}")
+        for label, samples in parts.items():
+            print(f"{label:>24} {len(samples):>6} {pct(samples, .5):>7.3f} {pct(samples, .9):>7.3f} "
+                  f"{pct(samples, .99):>7.3f}")
+        return
     header = f"{'':>24} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
     with tempfile.TemporaryDirectory() as tmp:
         mine = graph_run("ctxlog", os.path.join(tmp, "ctxlog"), args.steps)

@@ -31,6 +31,7 @@ import operator
 import os
 import sqlite3
 import tempfile
+import threading
 import time
 from typing import Annotated, TypedDict
 
@@ -140,13 +141,32 @@ def graph_run(kind: str, where: str, steps: int) -> dict:
             "bytes": disk_bytes(where), "checkpoints": len(puts)}
 
 
-def breakdown(where: str, steps: int) -> dict[str, list[float]]:
+def breakdown(where: str, steps: int) -> tuple[dict[str, list[float]], list[int]]:
     """The graph of `graph_run` on CtxlogSaver, timing its lock waits and
-    its store appends beside its puts and put_writes."""
+    its store appends beside its puts and put_writes; and for each write,
+    how many other writes were in flight when it began (one thread)."""
     saver = CtxlogSaver(where)
     out: dict[str, list[float]] = {"put": [], "put_writes": [], "lock wait": [], "store append": []}
     timing(saver, "put", out["put"])
     timing(saver, "put_writes", out["put_writes"])
+    others: list[int] = []
+    flight = [0, threading.Lock()]
+
+    def counted(name: str) -> None:
+        inner = getattr(saver, name)
+
+        def call(*args, **kwargs):
+            with flight[1]:
+                others.append(flight[0])
+                flight[0] += 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                with flight[1]:
+                    flight[0] -= 1
+        setattr(saver, name, call)
+    counted("put")
+    counted("put_writes")
     timing(saver.store, "append_messages", out["store append"])
     timing(saver.store, "append_message", out["store append"])
     locks = saver._lock
@@ -169,7 +189,7 @@ def breakdown(where: str, steps: int) -> dict[str, list[float]]:
     for _ in range(steps):
         app.invoke({"messages": ["user: where is my order?"]}, config)
     close(saver)
-    return out
+    return out, others
 
 
 def lists(kind: str, where: str, sizes: list[int]) -> dict[int, list[float]]:
@@ -206,12 +226,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.breakdown:
         with tempfile.TemporaryDirectory() as tmp:
-            parts = breakdown(os.path.join(tmp, "ctxlog"), args.steps)
+            parts, others = breakdown(os.path.join(tmp, "ctxlog"), args.steps)
         print(f"CtxlogSaver, a 3-node graph, {args.steps} invokes on one thread; ms")
         print(f"{'':>24} {'calls':>6} {'p50':>7} {'p90':>7} {'p99':>7}")
         for label, samples in parts.items():
             print(f"{label:>24} {len(samples):>6} {pct(samples, .5):>7.3f} {pct(samples, .9):>7.3f} "
                   f"{pct(samples, .99):>7.3f}")
+        counts = [sum(1 for n in others if n == k) for k in (0, 1)] + [sum(1 for n in others if n >= 2)]
+        print(f"writes that began with 0, 1, 2 or more others of the thread in flight: "
+              f"{counts[0]}, {counts[1]}, {counts[2]}")
         return
     header = f"{'':>24} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
     with tempfile.TemporaryDirectory() as tmp:

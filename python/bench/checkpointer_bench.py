@@ -150,20 +150,22 @@ def breakdown(where: str, steps: int) -> tuple[dict[str, list[float]], list[int]
     timing(saver, "put", out["put"])
     timing(saver, "put_writes", out["put_writes"])
     others: list[int] = []
-    flight = [0, threading.Lock()]
+    in_flight = 0
+    flight_lock = threading.Lock()
 
     def counted(name: str) -> None:
         inner = getattr(saver, name)
 
         def call(*args, **kwargs):
-            with flight[1]:
-                others.append(flight[0])
-                flight[0] += 1
+            nonlocal in_flight
+            with flight_lock:
+                others.append(in_flight)
+                in_flight += 1
             try:
                 return inner(*args, **kwargs)
             finally:
-                with flight[1]:
-                    flight[0] -= 1
+                with flight_lock:
+                    in_flight -= 1
         setattr(saver, name, call)
     counted("put")
     counted("put_writes")

@@ -18,7 +18,9 @@ each with its durable default.
 ``--breakdown`` runs the graph of 1. on CtxlogSaver alone and splits its
 writes' time: how long each call waited for the thread's lock (held by
 another call of the same thread, from LangGraph's background threads),
-and how long each append to the store took (with its sync).
+how long it then waited for its queued record to be durable, and how long
+each append to the store took (with its sync); and counts how many
+records each append of the thread carried.
 
 Durability: CtxlogSaver's default ("sync") makes each put and put_writes
 durable with one fdatasync before it returns; SqliteSaver commits in WAL
@@ -141,12 +143,15 @@ def graph_run(kind: str, where: str, steps: int) -> dict:
             "bytes": disk_bytes(where), "checkpoints": len(puts)}
 
 
-def breakdown(where: str, steps: int) -> tuple[dict[str, list[float]], list[int]]:
-    """The graph of `graph_run` on CtxlogSaver, timing its lock waits and
-    its store appends beside its puts and put_writes; and for each write,
-    how many other writes were in flight when it began (one thread)."""
+def breakdown(where: str, steps: int) -> tuple[dict[str, list[float]], list[int], list[int]]:
+    """The graph of `graph_run` on CtxlogSaver, timing its lock waits,
+    its waits for its queued records and its store appends beside its
+    puts and put_writes; for each write, how many other writes were in
+    flight when it began (one thread); and the records of each append of
+    the thread."""
     saver = CtxlogSaver(where)
-    out: dict[str, list[float]] = {"put": [], "put_writes": [], "lock wait": [], "store append": []}
+    out: dict[str, list[float]] = {"put": [], "put_writes": [], "lock wait": [], "durable wait": [],
+                                   "store append": []}
     timing(saver, "put", out["put"])
     timing(saver, "put_writes", out["put_writes"])
     others: list[int] = []
@@ -169,6 +174,14 @@ def breakdown(where: str, steps: int) -> tuple[dict[str, list[float]], list[int]
         setattr(saver, name, call)
     counted("put")
     counted("put_writes")
+    timing(saver._queue, "wait", out["durable wait"])
+    batches: list[int] = []
+    append = saver.store.append_messages
+
+    def counted_append(tenant, context, raws):
+        batches.append(len(raws))
+        return append(tenant, context, raws)
+    saver.store.append_messages = counted_append
     timing(saver.store, "append_messages", out["store append"])
     timing(saver.store, "append_message", out["store append"])
     locks = saver._lock
@@ -191,7 +204,7 @@ def breakdown(where: str, steps: int) -> tuple[dict[str, list[float]], list[int]
     for _ in range(steps):
         app.invoke({"messages": ["user: where is my order?"]}, config)
     close(saver)
-    return out, others
+    return out, others, batches
 
 
 def lists(kind: str, where: str, sizes: list[int]) -> dict[int, list[float]]:
@@ -228,7 +241,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.breakdown:
         with tempfile.TemporaryDirectory() as tmp:
-            parts, others = breakdown(os.path.join(tmp, "ctxlog"), args.steps)
+            parts, others, batches = breakdown(os.path.join(tmp, "ctxlog"), args.steps)
         print(f"CtxlogSaver, a 3-node graph, {args.steps} invokes on one thread; ms")
         print(f"{'':>24} {'calls':>6} {'p50':>7} {'p90':>7} {'p99':>7}")
         for label, samples in parts.items():
@@ -237,6 +250,8 @@ def main() -> None:
         counts = [sum(1 for n in others if n == k) for k in (0, 1)] + [sum(1 for n in others if n >= 2)]
         print(f"writes that began with 0, 1, 2 or more others of the thread in flight: "
               f"{counts[0]}, {counts[1]}, {counts[2]}")
+        print(f"appends of the thread's records: {len(batches)} for {sum(batches)} records "
+              f"({sum(1 for b in batches if b > 1)} of two or more)")
         return
     header = f"{'':>24} {'ctxlog p50':>10} {'p99':>7} {'sqlite p50':>10} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,8 +24,13 @@ only those threads.
 A thread is read from the store once, on its first use in a process, and
 then kept in memory (the most recently used ``cache_size`` threads), so
 ``get_tuple`` and ``list`` never read the store again: ``list(limit=10)``
-costs the same on a thread of 10 or 10,000 checkpoints. Every write goes to
-the store first and to memory after, under a lock per thread.
+costs the same on a thread of 10 or 10,000 checkpoints. Writes to a thread
+take turns under a lock per thread: each builds its record from the thread
+in memory, applies it there, queues it and lets the lock go, then waits
+until it is durable; whoever flushes first appends every record queued for
+the thread with one sync, so writes that overlap (LangGraph makes them from
+several threads at once) share it. A read flushes first, so it sees nothing
+that is not on disk (``ctxlog._queue`` says how a failed flush is undone).
 
 A graph's first call on a thread is ``get_tuple`` of its latest checkpoint,
 then writes; ``get_state_history`` lists the newest few: for those, only
@@ -72,6 +77,7 @@ from langgraph.checkpoint.base import (
 )
 
 from . import ContextNotFound, Store
+from ._queue import Ticket, WriteQueue
 from ._workers import StoreUser
 
 __all__ = ["CtxlogSaver", "AsyncCtxlogSaver"]
@@ -125,7 +131,7 @@ class _Base(NamedTuple):
 class _Thread:
     """What a thread holds, as its records replayed say."""
 
-    __slots__ = ("checkpoints", "order", "writes", "unread", "runs", "hi", "first", "whole", "base")
+    __slots__ = ("checkpoints", "order", "writes", "unread", "runs", "hi", "first", "whole", "base", "last")
 
     def __init__(self, whole: bool = True, base: dict[str, _Base] | None = None) -> None:
         # namespace -> checkpoint id -> checkpoint; and the ids, ascending.
@@ -148,6 +154,9 @@ class _Thread:
         # holding of each namespace in `base` what that says.
         self.whole = whole
         self.base = base or {}
+        # The seq of the newest record applied (queued ones included);
+        # None if none was (the next one's seq is not known).
+        self.last: int | None = None
 
     def complete(self, ns: str, cid: str) -> bool:
         """Whether every record naming checkpoint `cid` is among those
@@ -210,6 +219,8 @@ class _Thread:
 
     def apply_record(self, seq: int, record: dict[str, Any], body: bytes, whole: bool = True) -> None:
         """Applies a record already parsed: its header and its bytes."""
+        if self.last is None or seq > self.last:
+            self.last = seq
         op = record.get("o")
         if op == "put":
             ns, cid, metadata = record["ns"], record["id"], record["metadata"]
@@ -337,6 +348,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._queue = WriteQueue(self._store, tenant, _STRIPES, self._stripe, self._drop)
 
     def __enter__(self) -> CtxlogSaver:
         return self
@@ -352,8 +364,21 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
 
     # Threads in memory.
 
+    @staticmethod
+    def _stripe(thread_id: str) -> int:
+        return hash(thread_id) % _STRIPES
+
     def _lock(self, thread_id: str) -> threading.RLock:
-        return self._stripes[hash(thread_id) % _STRIPES]
+        return self._stripes[self._stripe(thread_id)]
+
+    def _drop(self, thread_id: str) -> None:
+        """Forgets the thread's copy in memory: the next use reads it."""
+        with self._cache_lock:
+            self._threads.pop(thread_id, None)
+
+    def _cached(self, thread_id: str, thread: _Thread) -> bool:
+        with self._cache_lock:
+            return self._threads.get(thread_id) is thread
 
     def _thread(self, thread_id: str, ns: str | None = None, count: int = 1) -> _Thread:
         """The thread, read from the store on first use (the caller holds
@@ -365,6 +390,8 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
                 self._threads.move_to_end(thread_id)
                 if cached.whole or (ns is not None and ns in cached.base and cached.base[ns].count >= count):
                     return cached
+        # What is queued is read back with the rest.
+        self._queue.flush(thread_id)
         thread = None
         if ns is not None:
             wanted = {n: b.count for n, b in cached.base.items()} if cached else {}
@@ -446,13 +473,32 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         return thread
 
     def _append(self, thread_id: str, thread: _Thread, records: list[_Record]) -> None:
-        """Stores `records` durably, then applies them as built (the caller
-        holds the thread's lock)."""
+        """Stores `records` durably, after what is queued, then applies
+        them as built (the caller holds the thread's lock)."""
         if not records:
             return
+        self._queue.flush(thread_id)
         appended = self._store.append_messages(self._tenant, thread_id, [_dump(r) for r in records])
         for (seq, _), (head, body) in zip(appended, records):
             thread.apply_record(seq, head, body)
+
+    def _write(self, thread_id: str, thread: _Thread, record: _Record, queue: bool = True) -> Ticket | None:
+        """Queues `record` and applies it with the seq it will get (the
+        caller holds the thread's lock, and waits for the ticket once it
+        has let it go); or, when that seq is not known or `queue` is
+        False, stores it now (the ticket is done). None if the queue
+        refused it: `thread` is no longer the copy in memory, and the
+        caller builds the record again on the one read now."""
+        if not queue or thread.last is None:
+            self._append(thread_id, thread, [record])
+            done = Ticket()
+            done.done = True
+            return done
+        seq = thread.last + 1
+        ticket = self._queue.put(thread_id, _dump(record), seq, lambda: self._cached(thread_id, thread))
+        if ticket is not None:
+            thread.apply_record(seq, *record)
+        return ticket
 
     def _note_runs(self, thread_id: str, thread: _Thread, run_ids: set[str]) -> None:
         """Lists the thread under each run it has no checkpoint of yet
@@ -496,6 +542,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         thread_id = str(config["configurable"]["thread_id"])
         ns = config["configurable"].get("checkpoint_ns", "")
         with self._lock(thread_id):
+            self._queue.flush(thread_id)
             thread, cid = self._known(thread_id, ns, get_checkpoint_id(config))
             if cid is None or cid not in thread.checkpoints.get(ns, {}):
                 return None
@@ -537,6 +584,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         found: list[tuple[Any, ...]] = []
         for thread_id in thread_ids:
             with self._lock(thread_id):
+                self._queue.flush(thread_id)
                 if (ns_wanted is not None and limit is not None and 0 < limit <= _MAX_PAGE
                         and not before_id and not cid_wanted):
                     # The newest few of one namespace: from the thread's
@@ -582,16 +630,21 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         ns = config["configurable"].get("checkpoint_ns", "")
         type_, data = self.serde.dumps_typed(checkpoint)
         meta = json.loads(json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False))
-        record = _put_record(ns, checkpoint["id"], config["configurable"].get("checkpoint_id"), type_, data, meta)
+        head, _ = record = _put_record(ns, checkpoint["id"], config["configurable"].get("checkpoint_id"),
+                                       type_, data, meta)
         run_id = meta.get("run_id") if isinstance(meta, dict) else None
+        ticket, queue = None, True
         with self._lock(thread_id):
-            thread, _ = self._known(thread_id, ns, None)
-            if not thread.complete(ns, checkpoint["id"]):
-                thread = self._thread(thread_id)
-            record[0].update(thread.marks(ns, checkpoint["id"]))
-            if isinstance(run_id, str):
-                self._note_runs(thread_id, thread, {run_id})
-            self._append(thread_id, thread, [record])
+            while ticket is None:  # the second try stores the record itself
+                thread, _ = self._known(thread_id, ns, None)
+                if not thread.complete(ns, checkpoint["id"]):
+                    thread = self._thread(thread_id)
+                if isinstance(run_id, str):
+                    self._note_runs(thread_id, thread, {run_id})
+                ticket = self._write(thread_id, thread, ({**head, **thread.marks(ns, checkpoint["id"])}, data),
+                                     queue)
+                queue = False
+        self._queue.wait(thread_id, ticket)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def put_writes(
@@ -612,12 +665,17 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         encoded = [(WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
                    for idx, (channel, value) in enumerate(writes)]
         record = _writes_record(ns, cid, task_id, task_path, replace, encoded)
+        ticket, queue = None, True
         with self._lock(thread_id):
-            self._append(thread_id, self._thread(thread_id, ns), [record])
+            while ticket is None:  # the second try stores the record itself
+                ticket = self._write(thread_id, self._thread(thread_id, ns), record, queue)
+                queue = False
+        self._queue.wait(thread_id, ticket)
 
     def delete_thread(self, thread_id: str) -> None:
         thread_id = str(thread_id)
         with self._lock(thread_id):
+            self._queue.flush(thread_id)
             try:
                 self._store.empty_context(self._tenant, thread_id)
             except ContextNotFound:
@@ -648,6 +706,7 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
         if source == target:
             return
         with self._lock(source):
+            self._queue.flush(source)
             try:
                 raws = [raw.partition(b"\n") for _, _, raw in self._store.history(self._tenant, source)]
                 # What a put's marks say of the source is not true of the

@@ -62,8 +62,11 @@ class _Held:
         saver._queue.wait = waiting_for
 
 
-def _write_from_threads(saver, config, tasks):
-    """put_writes of each task from a thread of its own; the errors."""
+def _held_writes(saver, config, tasks, fail=False):
+    """put_writes of each task from a thread of its own, all queued while
+    the first append is held, then let go: the appends' sizes and the
+    calls' errors."""
+    held = _Held(saver, len(tasks), fail)
     errors = {}
 
     def write(task):
@@ -75,27 +78,29 @@ def _write_from_threads(saver, config, tasks):
     threads = [threading.Thread(target=write, args=(task,)) for task in tasks]
     for t in threads:
         t.start()
-    return threads, errors
+    # All queued: the first flushes (and is held), the others wait.
+    assert held.queued.wait(TIMEOUT)
+    held.release.set()
+    for t in threads:
+        t.join(TIMEOUT)
+    return held.batches, errors
+
+
+def _reopened_agrees(saver, where, config, expected):
+    assert _pending(saver, config) == expected
+    saver.close()
+    with CtxlogSaver(where) as reopened:
+        assert _pending(reopened, config) == expected
 
 
 def test_writes_that_overlap_share_one_append(tmp_path):
     where = str(tmp_path / "store")
     saver = CtxlogSaver(where)
     config = _put(saver, "t", 0)
-    held = _Held(saver, 3)
-    threads, errors = _write_from_threads(saver, config, ["a", "b", "c"])
-    # All three queued: the first flushes (and is held), the others wait.
-    assert held.queued.wait(TIMEOUT)
-    held.release.set()
-    for t in threads:
-        t.join(TIMEOUT)
+    batches, errors = _held_writes(saver, config, ["a", "b", "c"])
     assert not errors
-    assert sorted(held.batches) == [1, 2]
-    expected = [(task, "messages", f"from {task}") for task in "abc"]
-    assert _pending(saver, config) == expected
-    saver.close()
-    with CtxlogSaver(where) as reopened:
-        assert _pending(reopened, config) == expected
+    assert sorted(batches) == [1, 2]
+    _reopened_agrees(saver, where, config, [(task, "messages", f"from {task}") for task in "abc"])
 
 
 def test_a_failed_flush_fails_every_write_queued_behind_it(tmp_path):
@@ -103,24 +108,15 @@ def test_a_failed_flush_fails_every_write_queued_behind_it(tmp_path):
     saver = CtxlogSaver(where)
     config = _put(saver, "t", 0)
     saver.put_writes(config, [("messages", "before")], "z")
-    held = _Held(saver, 3, fail=True)
-    threads, errors = _write_from_threads(saver, config, ["a", "b", "c"])
-    assert held.queued.wait(TIMEOUT)
-    held.release.set()
-    for t in threads:
-        t.join(TIMEOUT)
+    batches, errors = _held_writes(saver, config, ["a", "b", "c"], fail=True)
     # The first failed, and the two queued behind it were built on it.
     assert sorted(errors) == ["a", "b", "c"]
     assert all("the disk is full" in str(e) for e in errors.values())
-    assert held.batches == [1]
+    assert batches == [1]
     # Nothing of them is seen, and the thread takes writes again.
     assert _pending(saver, config) == [("z", "messages", "before")]
     saver.put_writes(config, [("messages", "after")], "y")
-    expected = [("y", "messages", "after"), ("z", "messages", "before")]
-    assert _pending(saver, config) == expected
-    saver.close()
-    with CtxlogSaver(where) as reopened:
-        assert _pending(reopened, config) == expected
+    _reopened_agrees(saver, where, config, [("y", "messages", "after"), ("z", "messages", "before")])
 
 
 def test_a_thread_written_by_another_saver_is_read_again(tmp_path):
@@ -137,9 +133,7 @@ def test_a_thread_written_by_another_saver_is_read_again(tmp_path):
     assert _pending(saver, config) == expected
     later = _put(saver, "t", 1)
     assert saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}).config == later
-    saver.close()
-    with CtxlogSaver(where) as reopened:
-        assert _pending(reopened, config) == expected
+    _reopened_agrees(saver, where, config, expected)
 
 
 @pytest.mark.parametrize("cache_size", [1, 1024])

@@ -94,6 +94,13 @@ _MARKS = ("top", "hi", "since")
 # The bytes of each record read when a thread is read back: its header
 # (the bytes after it are read when asked for).
 _HEAD = 1024
+# Of the checkpoints a thread writes, the bytes kept in memory: the newest
+# of each namespace's, and of the `_KEPT - 1` below it as many as fit in
+# `_KEPT_BYTES` together, newest first, so that a `list(limit=10)` of
+# small checkpoints reads nothing from the store. The rest are read from
+# the store when asked for.
+_KEPT = 10
+_KEPT_BYTES = 16 * 1024
 
 
 class _Checkpoint:
@@ -103,8 +110,9 @@ class _Checkpoint:
                  first: int) -> None:
         self.parent = parent
         self.type = type_
-        # The serialized checkpoint; kept for the newest of its namespace
-        # only, the others read from the store when asked for.
+        # The serialized checkpoint; kept for the newest few of its
+        # namespace only (`_KEPT`), the others read from the store when
+        # asked for.
         self.data = data
         self.metadata = metadata
         self.seq = seq
@@ -173,8 +181,15 @@ class _Thread:
         newest first, if this holds all of them and all of each (always,
         when whole); else None."""
         ids = self.order.get(ns, [])
-        out: list[str] = []
-        for i in range(bisect.bisect_left(ids, before) if before else len(ids), 0, -1):
+        end = bisect.bisect_left(ids, before) if before else len(ids)
+        if not filter and not only:
+            # Every id matches: the newest `limit` below `before`.
+            out = ids[max(end - limit, 0) if limit is not None else 0:end][::-1]
+            if not self.whole and not all(self.complete(ns, cid) for cid in out):
+                return None
+            return out if self.whole or len(out) == limit else None
+        out = []
+        for i in range(end, 0, -1):
             cid = ids[i - 1]
             if len(out) == limit:
                 break
@@ -237,11 +252,9 @@ class _Thread:
             hi = record.get("hi")
             if isinstance(hi, str) and hi > self.hi[ns]:
                 self.hi[ns] = hi
-            # Bytes are kept for the newest checkpoint of the namespace only.
             if ids[-1] != cid:
                 by_id[cid].data = None
-            elif len(ids) > 1:
-                by_id[ids[-2]].data = None
+            self.trim(by_id, ids)
             if isinstance(metadata, dict) and isinstance(metadata.get("run_id"), str):
                 self.runs.add(metadata["run_id"])
         elif op == "writes":
@@ -261,6 +274,23 @@ class _Thread:
                     del ids[bisect.bisect_left(ids, cid)]
                 self.writes.pop((ns, cid), None)
                 self.unread.pop((ns, cid), None)
+
+    @staticmethod
+    def trim(by_id: dict[str, _Checkpoint], ids: list[str]) -> None:
+        """Keeps bytes for a namespace's newest checkpoint and for those
+        of the `_KEPT - 1` below it that fit in `_KEPT_BYTES`, newest
+        first. A put moves an id by one place at most, so the one just
+        past the `_KEPT` newest is the only one beyond them that can hold
+        bytes."""
+        if len(ids) > _KEPT:
+            by_id[ids[-_KEPT - 1]].data = None
+        left = _KEPT_BYTES
+        for cid in reversed(ids[-_KEPT:-1]):
+            c = by_id[cid]
+            if c.data is not None:
+                left -= len(c.data)
+                if left < 0:
+                    c.data = None
 
     def apply_writes(self, record: dict[str, Any], body: bytes) -> None:
         stored = self.writes.setdefault((record["ns"], record["id"]), {})

@@ -101,6 +101,10 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
     # threads are read from their tails too.
     first_page = ctxlog.langgraph._FIRST_PAGE
     ctxlog.langgraph._FIRST_PAGE = 1
+    # Bytes kept for the newest 3 (within 600 bytes), so that these short
+    # threads are listed partly from memory and partly from the store.
+    kept = ctxlog.langgraph._KEPT, ctxlog.langgraph._KEPT_BYTES
+    ctxlog.langgraph._KEPT, ctxlog.langgraph._KEPT_BYTES = 3, 600
     try:
         for step in ops:
             name = step[0]
@@ -119,6 +123,11 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
                 assert mine.put(parent, checkpoint, metadata, {}) == theirs.put(parent, checkpoint, metadata, {})
                 if checkpoint["id"] not in ids:
                     ids.append(checkpoint["id"])
+                # Bytes are kept for the newest few only.
+                held = mine._threads.get(thread)
+                if held is not None and ns in held.order:
+                    newest = held.order[ns][-3:]
+                    assert all(cid in newest for cid, c in held.checkpoints[ns].items() if c.data is not None)
             elif name == "writes":
                 _, thread, ns, i, writes, task, path = step
                 if not made.get((thread, ns)):
@@ -152,6 +161,7 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
             assert list(mine.list(config(thread, None))) == list(theirs.list(config(thread, None)))
     finally:
         ctxlog.langgraph._FIRST_PAGE = first_page
+        ctxlog.langgraph._KEPT, ctxlog.langgraph._KEPT_BYTES = kept
         mine.close()
         conn.close()
 
@@ -257,19 +267,20 @@ def _checkpoint(cid=None, step=0):
     return checkpoint
 
 
-def _count_heads(saver):
+def _count_heads(saver, heads=True):
     """A list the saver's store adds each record to whose header alone it
-    reads (a thread read back), from now on."""
-    history, heads = saver._store.history, []
+    reads (a thread read back), from now on; or with `heads` False, each
+    record it reads whole."""
+    history, counted_reads = saver._store.history, []
 
     def counted(*args, **kwargs):
         page = history(*args, **kwargs)
-        if kwargs.get("head") is not None:
-            heads.extend(page)
+        if (kwargs.get("head") is not None) == heads:
+            counted_reads.extend(page)
         return page
 
     saver._store.history = counted
-    return heads
+    return counted_reads
 
 
 def _read_back(where, config, call=None):
@@ -343,6 +354,31 @@ def test_a_graphs_first_read_of_a_thread_reads_its_tail_only(tmp_path):
     first, whole, heads = _read_back(tmp_path, old)
     assert first == whole and first.pending_writes == [("next", "b", 7), ("task", "a", 8)]
     assert heads > 900, heads
+
+
+@pytest.mark.parametrize("size, read", [(100, 0), (20_000, 9)])
+def test_the_newest_small_checkpoints_are_listed_from_memory(tmp_path, size, read):
+    """list(limit=10) of checkpoints of `size` bytes reads `read` of them
+    from the store: none while the ten fit in the bytes kept, all but the
+    newest when they do not; either way, what a reopened saver lists. The
+    bytes kept stay within their bound."""
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    saver = CtxlogSaver(tmp_path)
+    at = config
+    for step in range(30):
+        checkpoint = _checkpoint(step=step)
+        checkpoint["channel_values"]["blob"] = "x" * size
+        at = saver.put(at, checkpoint, {"source": "loop", "step": step}, {})
+    kept = [c.data for c in saver._threads["t"].checkpoints[""].values() if c.data is not None]
+    assert sum(map(len, kept)) <= size + 1024 + ctxlog.langgraph._KEPT_BYTES
+    assert len(kept) == (10 if read == 0 else 1)
+    reads = _count_heads(saver, heads=False)
+    listed = list(saver.list(config, limit=10))
+    assert [t.metadata["step"] for t in listed] == list(range(29, 19, -1))
+    assert len(reads) == read, len(reads)
+    saver.close()
+    with CtxlogSaver(tmp_path) as reopened:
+        assert list(reopened.list(config, limit=10)) == listed
 
 
 def test_a_tail_that_cannot_answer_is_read_whole(tmp_path):

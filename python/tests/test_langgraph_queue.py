@@ -2,9 +2,15 @@
 one sync, a failed flush fails every write queued behind it and nothing of
 them stays in memory, a thread written by someone else meanwhile is read
 again, and writes from many threads at once all land, as a reopened
-saver reads them."""
+saver reads them, also after a SIGKILL in the middle of them."""
 
+import os
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -172,3 +178,56 @@ def test_writes_from_many_threads_all_land(tmp_path, cache_size):
     saver.close()
     with CtxlogSaver(where) as reopened:
         assert everything(reopened) == seen
+
+
+# Eight threads writing to one checkpoint of one thread, each write
+# acknowledged on stdout once put_writes returned.
+_WRITER = """
+import sys, threading
+from langgraph.checkpoint.base import empty_checkpoint
+from ctxlog.langgraph import CtxlogSaver
+
+saver = CtxlogSaver(sys.argv[1])
+checkpoint = empty_checkpoint()
+checkpoint["id"] = "1"
+config = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, {}, {})
+said = threading.Lock()
+
+def write(n):
+    for step in range(100_000):
+        saver.put_writes(config, [("messages", step)], f"{n}/{step}")
+        with said:
+            sys.stdout.write(f"{n}/{step}\\n")
+            sys.stdout.flush()
+
+for n in range(8):
+    threading.Thread(target=write, args=(n,)).start()
+"""
+
+
+def test_every_acknowledged_write_outlives_a_kill(tmp_path):
+    # Killed once 400 writes were acknowledged, in the middle of others;
+    # each acknowledged one is read back by a new process.
+    where = str(tmp_path / "store")
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, where], stdout=subprocess.PIPE, text=True)
+    acked = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(acked) < 400:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([writer.stdout], [], [], left)[0], "the writer stalled"
+            line = writer.stdout.readline()
+            assert line, "the writer died"
+            acked.append(line.strip())
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(timeout=TIMEOUT)
+    # What it said before it died was acknowledged too.
+    acked.extend(line.strip() for line in writer.stdout.read().splitlines())
+    writer.stdout.close()
+    assert writer.returncode == -signal.SIGKILL
+    with CtxlogSaver(where) as reopened:
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "1"}}
+        stored = {task for task, _, _ in reopened.get_tuple(config).pending_writes}
+    missing = [task for task in acked if task not in stored]
+    assert not missing, missing[:10]

@@ -3,9 +3,10 @@ under its lock, then appended together, so that calls on one context that
 overlap share one sync.
 
 A caller builds its record from the context as it is in memory, queued
-records included, under the context's lock; applies it there with the
-seq it predicts (the last seq it knows, plus one); queues it here
-(:meth:`WriteQueue.put`); lets the context's lock go; and then waits
+records included, under the context's lock; queues it here with the seq
+it predicts for it (the last seq it knows, plus one:
+:meth:`WriteQueue.put`) and applies it there with that seq; lets the
+context's lock go; and then waits
 (:meth:`WriteQueue.wait`) until a flush has made its record durable. One
 caller at a time (per stripe of contexts) flushes: it takes every record
 queued for the context and appends them with one ``append_messages``, so
@@ -87,8 +88,8 @@ class WriteQueue:
         """Queues `record`, predicted to get seq `seq`, if `valid()` says
         the copy it was built on is still the owner's (checked with the
         queue held, so a failed flush cannot come in between); else
-        None. The caller holds the context's lock and has applied the
-        record to its copy."""
+        None. The caller holds the context's lock, and applies the record
+        to its copy once it is queued."""
         s = self._stripes[self._stripe(context)]
         with s.mutex:
             if not valid():

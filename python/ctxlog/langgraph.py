@@ -356,7 +356,9 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
             another tenant), since it keeps the threads in memory.
         durability: for a directory: ``"sync"`` (default: every change is
             on disk before the call returns), ``"group"`` or ``"buffered"``.
-        cache_size: how many threads are kept in memory once read.
+        cache_size: how many threads are kept in memory once read (each
+            with its index and, of each namespace, the newest
+            checkpoint's bytes and up to 16 KiB of the nine below it).
     """
 
     def __init__(

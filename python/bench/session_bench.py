@@ -3,7 +3,8 @@ file-backed, each with its durable default.
 
 1. ``add_items`` of one turn (3 items: the user's input, a tool call's
    output, the reply) on a session already holding 10, 1,000 and 10,000
-   items: p50 and p99 of ``--turns`` turns each.
+   items: p50 and p99 of ``--turns`` turns each, the stores taking turns
+   in rounds of 30.
 2. ``get_items(limit=20)`` on ``--sessions`` sessions of 100 items, each
    session read once in a random order: p50 and p99, warm and after a
    reopen.
@@ -75,12 +76,24 @@ class Floor:
         self.store.close()
 
 
-async def adds(kind: str, where: str, size: int, turns: int) -> list[float]:
-    kinds = {"ctxlog": CtxlogSession, "sqlite": SQLiteSession}
-    session = Floor(where) if kind == "floor" else kinds[kind]("s", where)
-    await fill(session, size)
-    samples = [await timed(session.add_items, turn(n)) for n in range(turns)]
-    session.close()
+# The turns of part 1 are timed in rounds of this many per session,
+# taking turns, so that the three meet the machine in the same state (it
+# drifts, and one process's timings can differ from the next's by half).
+ROUND = 30
+
+
+async def adds(where: str, size: int, turns: int) -> dict[str, list[float]]:
+    sessions = {"ctxlog": CtxlogSession("s", os.path.join(where, f"c{size}")),
+                "sqlite": SQLiteSession("s", os.path.join(where, f"s{size}.db")),
+                "floor": Floor(os.path.join(where, f"f{size}"))}
+    samples: dict[str, list[float]] = {kind: [] for kind in sessions}
+    for session in sessions.values():
+        await fill(session, size)
+    for start in range(0, turns, ROUND):
+        for kind, session in sessions.items():
+            samples[kind] += [await timed(session.add_items, turn(n)) for n in range(start, min(turns, start + ROUND))]
+    for session in sessions.values():
+        session.close()
     return samples
 
 
@@ -139,9 +152,8 @@ async def main() -> None:
             f" {'floor p50':>9} {'p99':>7} {'p50 ×':>6} {'p99 ×':>6}"
         )
         for size in (10, 1_000, 10_000):
-            mine = await adds("ctxlog", os.path.join(tmp, f"c{size}"), size, args.turns)
-            theirs = await adds("sqlite", os.path.join(tmp, f"s{size}.db"), size, args.turns)
-            floor = await adds("floor", os.path.join(tmp, f"f{size}"), size, args.turns)
+            timings = await adds(tmp, size, args.turns)
+            mine, theirs, floor = timings["ctxlog"], timings["sqlite"], timings["floor"]
             m50, m99, t50, t99 = pct(mine, .5), pct(mine, .99), pct(theirs, .5), pct(theirs, .99)
             f50, f99 = pct(floor, .5), pct(floor, .99)
             print(

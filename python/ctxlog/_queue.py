@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from . import Store
 
-__all__ = ["Ticket", "WriteQueue"]
+__all__ = ["DONE", "Ticket", "WriteQueue"]
 
 
 class Ticket:
@@ -47,6 +47,12 @@ class Ticket:
     def __init__(self) -> None:
         self.done = False
         self.error: BaseException | None = None
+
+
+# The ticket of a record stored at once, not queued: waiting for it
+# returns at once (no flush ever changes it).
+DONE = Ticket()
+DONE.done = True
 
 
 class _Pending:

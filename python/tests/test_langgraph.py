@@ -19,6 +19,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+import ctxlog._threads
 import ctxlog.langgraph
 from ctxlog.langgraph import AsyncCtxlogSaver, CtxlogSaver
 
@@ -103,8 +104,8 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
     ctxlog.langgraph._FIRST_PAGE = 1
     # Bytes kept for the newest 3 (within 600 bytes), so that these short
     # threads are listed partly from memory and partly from the store.
-    kept = ctxlog.langgraph._KEPT, ctxlog.langgraph._KEPT_BYTES
-    ctxlog.langgraph._KEPT, ctxlog.langgraph._KEPT_BYTES = 3, 600
+    kept = ctxlog._threads._KEPT, ctxlog._threads._KEPT_BYTES
+    ctxlog._threads._KEPT, ctxlog._threads._KEPT_BYTES = 3, 600
     try:
         for step in ops:
             name = step[0]
@@ -161,7 +162,7 @@ def test_every_answer_equals_sqlite_savers(tmp_path_factory, ops):
             assert list(mine.list(config(thread, None))) == list(theirs.list(config(thread, None)))
     finally:
         ctxlog.langgraph._FIRST_PAGE = first_page
-        ctxlog.langgraph._KEPT, ctxlog.langgraph._KEPT_BYTES = kept
+        ctxlog._threads._KEPT, ctxlog._threads._KEPT_BYTES = kept
         mine.close()
         conn.close()
 
@@ -370,7 +371,7 @@ def test_the_newest_small_checkpoints_are_listed_from_memory(tmp_path, size, rea
         checkpoint["channel_values"]["blob"] = "x" * size
         at = saver.put(at, checkpoint, {"source": "loop", "step": step}, {})
     kept = [c.data for c in saver._threads["t"].checkpoints[""].values() if c.data is not None]
-    assert sum(map(len, kept)) <= size + 1024 + ctxlog.langgraph._KEPT_BYTES
+    assert sum(map(len, kept)) <= size + 1024 + ctxlog._threads._KEPT_BYTES
     assert len(kept) == (10 if read == 0 else 1)
     reads = _count_heads(saver, heads=False)
     listed = list(saver.list(config, limit=10))

@@ -27,8 +27,10 @@ mod open;
 use open::{holds_store, lock_dir, moved_under, READ_ONLY_TRIES};
 pub(crate) mod portable;
 mod push;
+mod receive;
 #[cfg(feature = "replicate")]
 pub(crate) mod replica;
+mod task_reads;
 mod tasks;
 mod turns;
 mod wait;

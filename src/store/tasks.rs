@@ -1,31 +1,27 @@
-//! The A2A task model on top of the store: receiving messages under the A2A
-//! rules, status and artifact events, cancel, reads and listings.
+//! The A2A task model on top of the store: its types, status and artifact
+//! events, cancel, and the helpers receiving (`receive.rs`) and reading
+//! (`task_reads.rs`) share.
 
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use super::push::{InlinePush, Received};
 use super::{
-    bad_cursor, check_page_size, decode_cursor, encode_cursor, next_timestamp, now_ms,
-    ContextRecords, Hints, Store,
+    bad_cursor, decode_cursor, encode_cursor, next_timestamp, ContextRecords, Hints, Store,
 };
 use crate::a2a::json::{self, Members};
 use crate::a2a::lifecycle::Op;
 use crate::a2a::DIRECT_REPLY;
 use crate::a2a::{
-    Artifact, DamagedTask, ListTasksResponse, Message, Part, Role, Stored, StreamResponse, Task,
-    TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    Artifact, Message, Part, Role, Stored, StreamResponse, Task, TaskArtifactUpdateEvent,
+    TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::error::{Error, Result};
-use crate::index::context::TaskView;
 use crate::index::tasks::IdKey;
-use crate::index::{prefix_of_id, ContextSlot, IdemStart, Life};
-use crate::log::record::{ContextName, RecordKind, TaskLink};
+use crate::index::{prefix_of_id, ContextSlot, Life};
+use crate::log::record::{RecordKind, TaskLink};
 use crate::log::segments::RecordLoc;
-use crate::namespace::{
-    check_context_id, check_tenant, context_message_key, message_key, task_key, ContextKey,
-};
+use crate::namespace::{task_key, ContextKey};
 use crate::time::iso8601_ms;
 
 /// What receiving a message did.
@@ -137,333 +133,6 @@ pub struct ListTasksQuery {
 }
 
 impl Store {
-    /// The receipt of an inbound message received before (marked
-    /// `duplicate`), without storing anything: `None` if its messageId is
-    /// new for the tenant (or its context is gone). Checks the message as
-    /// [`receive_message`](Self::receive_message) does, and answers
-    /// `IdempotencyConflict` for a messageId received with other content.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
-    /// assert!(store.find_received("acme", raw)?.is_none()); // new: and nothing is stored
-    /// let receipt = store.receive_message("acme", raw)?;
-    /// let again = store.find_received("acme", raw)?.unwrap();
-    /// assert!(again.duplicate && again.task_id == receipt.task_id);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn find_received(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
-        self.find_received_as(tenant, raw, Form::V1)
-    }
-
-    /// [`find_received`](Self::find_received) of a message in A2A v0.3's
-    /// form (see [`receive_v03_message`](Self::receive_v03_message)).
-    pub fn find_received_v03(&self, tenant: &str, raw: &[u8]) -> Result<Option<Receipt>> {
-        self.find_received_as(tenant, raw, Form::V03)
-    }
-
-    fn find_received_as(&self, tenant: &str, raw: &[u8], form: Form) -> Result<Option<Receipt>> {
-        check_tenant(tenant)?;
-        let (msg, digest) = parse_inbound(raw, form)?;
-        let idem = match self.idem_key(tenant, &msg) {
-            Ok(idem) => idem,
-            // Its task is not this tenant's, or is gone: nothing was
-            // received there (the receive answers why).
-            Err(Error::TaskNotFound) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        match self.index.idem_lookup(idem) {
-            Some((slot, seq)) if self.life(&slot) == Life::Live => self
-                .duplicate(&msg.message_id, &slot, seq, &digest)
-                .map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// Receives an inbound A2A message (JSON, as it came from the client)
-    /// under the A2A rules, and saves it exactly as received, durably, before
-    /// returning. See DESIGN.md, "The task model", for the rules. A resend
-    /// of a messageId is recognised in the context the message names (or
-    /// its task's), and within the tenant for a message that names neither
-    /// ([`MessageIds::Idempotent`]; [`receive_message_with`](Self::receive_message_with)
-    /// takes messageIds as labels instead).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"Refund order 123"}]}"#;
-    /// let receipt = store.receive_message("acme", raw)?; // durable here
-    /// assert!(receipt.new_context && receipt.new_task);
-    /// // A resend is recognised: nothing is stored, the same task answers.
-    /// let again = store.receive_message("acme", raw)?;
-    /// assert!(again.duplicate && again.task_id == receipt.task_id);
-    /// // The same messageId with other content is refused.
-    /// let changed = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"Refund order 456"}]}"#;
-    /// assert!(matches!(
-    ///     store.receive_message("acme", changed),
-    ///     Err(ctxlog::Error::IdempotencyConflict { .. })
-    /// ));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn receive_message(&self, tenant: &str, raw: &[u8]) -> Result<Receipt> {
-        self.receive_message_with(tenant, raw, MessageIds::Idempotent)
-    }
-
-    /// [`receive_message`](Self::receive_message), with messageIds taken as
-    /// `ids` says: as the message's identity (a resend is recognised), or
-    /// as the client's labels (every message is new, however many share a
-    /// messageId; each is stored, and the history keeps them all).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::MessageIds;
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
-    /// let first = store.receive_message_with("acme", raw, MessageIds::Labels)?;
-    /// let second = store.receive_message_with("acme", raw, MessageIds::Labels)?;
-    /// assert!(!second.duplicate && second.task_id != first.task_id);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn receive_message_with(
-        &self,
-        tenant: &str,
-        raw: &[u8],
-        ids: MessageIds,
-    ) -> Result<Receipt> {
-        self.receive_as(tenant, raw, ids, Form::V1, None)
-    }
-
-    /// [`receive_message_with`](Self::receive_message_with) of a message in
-    /// A2A v0.3's form (`"role": "user"`, parts with a `kind`), for a
-    /// server that speaks v0.3 too. The bytes are stored exactly as
-    /// received (an export and [`last_messages`](Self::last_messages) give them
-    /// back); the checks, the messageId's digest (so a resend in either
-    /// form is recognised) and every read of the task model
-    /// ([`get_task`](Self::get_task) and the rest) take the message in
-    /// v1.0's form, [`a2a::v03::message_to_v1`](crate::a2a::v03::message_to_v1).
-    /// [`receive_message`](Self::receive_message) keeps refusing v0.3.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// use ctxlog::MessageIds;
-    /// let v03 = br#"{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"hi"}]}"#;
-    /// let r = store.receive_v03_message("acme", v03, MessageIds::Idempotent)?;
-    /// let task = store.get_task("acme", &r.task_id, None, false)?;
-    /// assert_eq!(task.history[0].parts[0].text.as_deref(), Some("hi"));
-    /// // The same message in v1.0's form is its resend.
-    /// let v1 = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
-    /// assert!(store.receive_message("acme", v1)?.duplicate);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn receive_v03_message(
-        &self,
-        tenant: &str,
-        raw: &[u8],
-        ids: MessageIds,
-    ) -> Result<Receipt> {
-        self.receive_as(tenant, raw, ids, Form::V03, None)
-    }
-
-    /// Receives a message in `form`; a new one's `push` config (see
-    /// [`receive_with_push`](Self::receive_with_push)) is stored with it.
-    pub(super) fn receive_as(
-        &self,
-        tenant: &str,
-        raw: &[u8],
-        ids: MessageIds,
-        form: Form,
-        push: Option<InlinePush<'_>>,
-    ) -> Result<Receipt> {
-        check_tenant(tenant)?;
-        let (msg, digest) = parse_inbound(raw, form)?;
-        let _owner = match ids {
-            MessageIds::Labels => None,
-            MessageIds::Idempotent => {
-                let idem = self.idem_key(tenant, &msg)?;
-                loop {
-                    match self.index.idem_start(idem) {
-                        IdemStart::Done(slot, seq) => {
-                            if self.life(&slot) == Life::Live {
-                                return self.duplicate(&msg.message_id, &slot, seq, &digest);
-                            }
-                            // Its context is gone: the messageId is free again.
-                            self.index.idem_forget(idem);
-                        }
-                        IdemStart::Wait(gate) => gate.wait(),
-                        IdemStart::Owner(guard) => break Some(guard),
-                    }
-                }
-            }
-        };
-        match &msg.task_id {
-            Some(task_id) => self.receive_into_task(tenant, &msg, task_id, raw, digest, push),
-            None => self.receive_new_task(tenant, &msg, raw, digest, push),
-        }
-    }
-
-    /// The key a message's messageId is recognised by: within the context
-    /// it names, or its task's (`TaskNotFound` if the tenant has no such
-    /// task), or within the tenant for a message that names neither.
-    fn idem_key(&self, tenant: &str, msg: &Message) -> Result<[u8; 32]> {
-        if let Some(task_id) = &msg.task_id {
-            let slot = self.task_slot(tenant, task_id)?;
-            return Ok(context_message_key(&slot.key, &msg.message_id));
-        }
-        if let Some(context_id) = &msg.context_id {
-            check_context_id(context_id)?;
-            let key = ContextKey::derive(tenant, context_id)?;
-            return Ok(context_message_key(&key, &msg.message_id));
-        }
-        Ok(message_key(tenant, &msg.message_id))
-    }
-
-    /// A message that names its task joins it.
-    fn receive_into_task(
-        &self,
-        tenant: &str,
-        msg: &Message,
-        task_id: &str,
-        raw: &[u8],
-        digest: [u8; 32],
-        push: Option<InlinePush<'_>>,
-    ) -> Result<Receipt> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let _turn = slot.write.lock();
-        let (context_id, timestamp_ms, event) = {
-            let state = slot.state.read();
-            let context_id = context_of(&state)?;
-            if msg.context_id.as_deref().is_some_and(|c| c != context_id) {
-                return Err(mismatch());
-            }
-            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-            task.check(Op::Message)?;
-            let event = task.event_count() as u64 + 1;
-            (context_id.to_string(), next_timestamp(&state), event)
-        };
-        let kind = inbound(task_id, false, msg, digest);
-        let received = Received {
-            opens: None,
-            kind,
-            raw,
-            timestamp_ms,
-            hints: Hints::default(),
-        };
-        let seq = self.append_received(&slot, received, task_id, event, push)?;
-        Ok(Receipt {
-            context_id,
-            task_id: task_id.to_string(),
-            seq,
-            duplicate: false,
-            new_context: false,
-            new_task: false,
-            event,
-        })
-    }
-
-    /// A message without a task opens one, in its context or a new one.
-    fn receive_new_task(
-        &self,
-        tenant: &str,
-        msg: &Message,
-        raw: &[u8],
-        digest: [u8; 32],
-        push: Option<InlinePush<'_>>,
-    ) -> Result<Receipt> {
-        let context_id = match &msg.context_id {
-            Some(c) => {
-                check_context_id(c)?;
-                c.clone()
-            }
-            None => self.fresh_context_id(tenant)?,
-        };
-        let key = ContextKey::derive(tenant, &context_id)?;
-        let slot = self.index.get_or_insert(&key);
-        let _turn = slot.write.lock();
-        self.refuse_if_gone(&slot)?;
-        let (new_context, timestamp_ms) = {
-            let state = slot.state.read();
-            (state.meta.is_none(), next_timestamp(&state))
-        };
-        let task_id = self.fresh_task_id(tenant, &slot)?;
-        let name = new_context.then(|| ContextName {
-            tenant: tenant.to_string(),
-            context_id: context_id.clone(),
-        });
-        let received = Received {
-            opens: name,
-            kind: inbound(&task_id, true, msg, digest),
-            raw,
-            timestamp_ms,
-            hints: Hints {
-                tenant_scoped: msg.context_id.is_none(),
-                ..Hints::default()
-            },
-        };
-        let seq = self.append_received(&slot, received, &task_id, 1, push)?;
-        Ok(Receipt {
-            context_id,
-            task_id,
-            seq,
-            duplicate: false,
-            new_context,
-            new_task: true,
-            event: 1,
-        })
-    }
-
-    /// The first receipt of an already received messageId, if the content is the same.
-    fn duplicate(
-        &self,
-        message_id: &str,
-        slot: &ContextSlot,
-        seq: u64,
-        digest: &[u8; 32],
-    ) -> Result<Receipt> {
-        let state = slot.state.read();
-        let context_id = context_of(&state)?.to_string();
-        let loc = state.message_at(seq).ok_or(Error::TaskNotFound)?;
-        let link = self.with_record(&slot.key, loc, |body, _| match &body.kind {
-            RecordKind::Message { task: Some(link) } => Some(link.clone()),
-            _ => None,
-        })?;
-        let link = link.ok_or_else(|| {
-            Error::corrupt(
-                loc.segment,
-                u64::from(loc.offset),
-                "idempotency entry is not a message",
-            )
-        })?;
-        if &link.digest != digest || link.message_id != message_id {
-            return Err(Error::IdempotencyConflict {
-                message_id: message_id.to_string(),
-            });
-        }
-        // Its place among its task's events.
-        let event = state
-            .task(&link.task_id)
-            .and_then(|t| t.events().iter().position(|l| *l == loc))
-            .map_or(0, |at| at as u64 + 1);
-        Ok(Receipt {
-            context_id,
-            task_id: link.task_id,
-            seq,
-            duplicate: true,
-            new_context: false,
-            new_task: false,
-            event,
-        })
-    }
-
     /// Applies the agent's status update. A status message joins the history.
     ///
     /// # Examples
@@ -657,538 +326,6 @@ impl Store {
         self.get_task(tenant, task_id, None, true)
     }
 
-    /// A task, with the last `history_length` messages of its history (unset:
-    /// all; 0: none) and, if asked, its artifacts. Reads only what it returns.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// // The last 10 messages, no artifacts.
-    /// let task = store.get_task("acme", &r.task_id, Some(10), false)?;
-    /// assert_eq!((task.id.as_str(), task.history.len()), (r.task_id.as_str(), 1));
-    /// // Another tenant's task answers as a missing one.
-    /// assert!(matches!(
-    ///     store.get_task("other", &r.task_id, None, false),
-    ///     Err(ctxlog::Error::TaskNotFound)
-    /// ));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn get_task(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        history_length: Option<usize>,
-        include_artifacts: bool,
-    ) -> Result<Task> {
-        self.task_snapshot(tenant, task_id, history_length, include_artifacts)
-            .map(|(task, _)| task)
-    }
-
-    /// A task as [`get_task`](Self::get_task) returns it, with the number
-    /// of its events so far, read together: the events after that number
-    /// ([`events_since`](Self::events_since)) are exactly those the
-    /// snapshot does not reflect (for a subscriber that starts from it).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// let (task, events) = store.task_snapshot("acme", &r.task_id, Some(0), false)?;
-    /// assert_eq!(events, 1);
-    /// // A subscriber that starts from the snapshot goes on after `events`.
-    /// assert!(store.events_since("acme", &task.id, events)?.is_empty());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn task_snapshot(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        history_length: Option<usize>,
-        include_artifacts: bool,
-    ) -> Result<(Task, u64)> {
-        let slot = self.task_slot(tenant, task_id)?;
-        // Records are read under the context's read lock, so a compaction
-        // cannot move them in between (it remaps under the write lock).
-        let state = slot.state.read();
-        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        let at = Place {
-            key: &slot.key,
-            context_id: context_of(&state)?,
-        };
-        let events = task.event_count() as u64;
-        Ok((
-            self.read_task(at, task, history_length, include_artifacts)?,
-            events,
-        ))
-    }
-
-    /// The task's state and how many events it has, from memory (no record
-    /// is read): what a stream checks before it reads events it may
-    /// already have.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::a2a::TaskState;
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// let progress = store.task_progress("acme", &r.task_id)?;
-    /// assert_eq!((progress.state, progress.events), (TaskState::Submitted, 1));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn task_progress(&self, tenant: &str, task_id: &str) -> Result<TaskProgress> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let state = slot.state.read();
-        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        Ok(TaskProgress {
-            state: task.state(),
-            events: task.event_count() as u64,
-            direct_reply: task.is_direct_reply(),
-        })
-    }
-
-    /// The latest message a client sent into the task (a received message,
-    /// not an agent's status message), with its seq in its context: what a
-    /// turn interrupted by a crash was processing, and where its history
-    /// ends (`render_history(.., before: Some(seq), ..)`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// let (seq, message) = store.latest_received("acme", &r.task_id)?.unwrap();
-    /// assert_eq!((seq, message.message_id.as_str()), (r.seq, "m1"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn latest_received(
-        &self,
-        tenant: &str,
-        task_id: &str,
-    ) -> Result<Option<(u64, Stored<Message>)>> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let state = slot.state.read();
-        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        for loc in task.history_newest() {
-            let found = self.with_record(&slot.key, loc, |body, blob| match body.kind {
-                RecordKind::Message { .. } => Some((body.seq, stored_message(blob))),
-                _ => None,
-            })?;
-            if let Some((seq, message)) = found {
-                let message =
-                    message.map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))?;
-                return Ok(Some((seq, message)));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Every live task, of every tenant, whose state is one of `states`
-    /// (for a server that resolves, on start, the turns a crash left
-    /// running).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::a2a::TaskState;
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// // After a crash: the tasks whose turn was running.
-    /// let running = store.tasks_in(&[TaskState::Submitted, TaskState::Working]);
-    /// assert_eq!(running[0].task_id, r.task_id);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn tasks_in(&self, states: &[TaskState]) -> Vec<TaskRef> {
-        let now = now_ms();
-        let mut found = Vec::new();
-        for slot in self.index.all_slots() {
-            let state = slot.state.read();
-            if state.life(now, self.options.retention) != Life::Live {
-                continue;
-            }
-            let Some(meta) = &state.meta else { continue };
-            found.extend(
-                state
-                    .tasks()
-                    .filter(|t| states.contains(&t.state()))
-                    .map(|t| TaskRef {
-                        tenant: meta.tenant().to_string(),
-                        context_id: meta.context_id().to_string(),
-                        task_id: t.id().to_string(),
-                        state: t.state(),
-                    }),
-            );
-        }
-        found
-    }
-
-    /// The tenant's tasks, filtered, newest status first (ties by id), in
-    /// pages with cursor tokens. See [`ListTasksQuery`]. A task whose turn
-    /// ended in a direct reply is never listed (the client got a message,
-    /// not a task).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::a2a::TaskState;
-    /// use ctxlog::ListTasksQuery;
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// for id in ["m1", "m2", "m3"] {
-    ///     let raw = format!(r#"{{"messageId":"{id}","role":"ROLE_USER","parts":[{{"text":"hi"}}]}}"#);
-    ///     store.receive_message("acme", raw.as_bytes())?;
-    /// }
-    /// let query = ListTasksQuery {
-    ///     status: Some(TaskState::Submitted),
-    ///     page_size: Some(2),
-    ///     ..Default::default()
-    /// };
-    /// let page = store.list_tasks("acme", &query)?;
-    /// assert_eq!((page.tasks.len(), page.total_size), (2, 3));
-    /// let next = ListTasksQuery { page_token: Some(page.next_page_token), ..query };
-    /// let last = store.list_tasks("acme", &next)?;
-    /// assert_eq!((last.tasks.len(), last.next_page_token.as_str()), (1, ""));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn list_tasks(&self, tenant: &str, query: &ListTasksQuery) -> Result<ListTasksResponse> {
-        let page_size = query.page_size.unwrap_or(super::DEFAULT_PAGE_SIZE);
-        check_page_size(page_size, "pageSize")?;
-        let after = query
-            .page_token
-            .as_deref()
-            .map(decode_task_token)
-            .transpose()?;
-        // (status time, task id, its context's place in `slots`)
-        let mut found: Vec<(u64, String, usize)> = Vec::new();
-        let now = now_ms();
-        let slots = self.tenant_contexts(tenant, query.context_id.as_deref())?;
-        for (place, slot) in slots.iter().enumerate() {
-            let state = slot.state.read();
-            if state.life(now, self.options.retention) != Life::Live {
-                continue;
-            }
-            found.extend(
-                state
-                    .tasks()
-                    // A direct reply's task was never the client's.
-                    .filter(|t| !t.is_direct_reply())
-                    .filter(|t| query.status.is_none_or(|s| s == t.state()))
-                    .filter(|t| {
-                        query
-                            .status_timestamp_after_ms
-                            .is_none_or(|a| t.status_ms() >= a)
-                    })
-                    .map(|t| (t.status_ms(), t.id().to_string(), place)),
-            );
-        }
-        found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        let total_size = found.len();
-        let start = after.map_or(0, |(ms, id)| {
-            found.partition_point(|(m, i, _)| *m > ms || (*m == ms && *i <= id))
-        });
-        let page: Vec<_> = found.iter().skip(start).take(page_size).collect();
-        let more = start + page.len() < total_size;
-        let next_page_token = match page.last() {
-            Some((ms, id, _)) if more => encode_task_token(*ms, id),
-            _ => String::new(),
-        };
-        let mut tasks = Vec::with_capacity(page.len());
-        let mut damaged = Vec::new();
-        for (_, id, place) in page {
-            let Some(slot) = slots.get(*place) else {
-                continue;
-            };
-            let state = slot.state.read();
-            let Some(task) = state.task(id) else { continue };
-            let at = Place {
-                key: &slot.key,
-                context_id: context_of(&state)?,
-            };
-            match self.read_task(at, task, query.history_length, query.include_artifacts) {
-                Ok(task) => tasks.push(task),
-                // One unreadable task never hides the others: it is left
-                // out of the page and reported beside it.
-                Err(e @ Error::Corrupt { .. }) => damaged.push(DamagedTask {
-                    task_id: id.clone(),
-                    reason: e.to_string(),
-                }),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(ListTasksResponse {
-            tasks,
-            next_page_token,
-            page_size: page_size as u32,
-            total_size: u32::try_from(total_size).unwrap_or(u32::MAX),
-            damaged,
-        })
-    }
-
-    /// The task's events after per-task sequence number `after` (0: all), in
-    /// order, for a subscriber that reconnects.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::a2a::{TaskState, TaskStatus};
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
-    /// let events = store.events_since("acme", &r.task_id, 1)?; // after the message
-    /// assert_eq!(events.len(), 1);
-    /// assert_eq!(events[0].0, 2);
-    /// assert!(events[0].1.status_update.is_some());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn events_since(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        after: u64,
-    ) -> Result<Vec<(u64, StreamResponse)>> {
-        self.events_page(tenant, task_id, after, usize::MAX)
-    }
-
-    /// The first of the task's events after `after`, as
-    /// [`events_since`](Self::events_since) gives them, up to about `bytes`
-    /// of stored records (always one, if there is one): a page, for a
-    /// reader that must bound what it holds (a stream to a slow client).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::a2a::{TaskState, TaskStatus};
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
-    /// let page = store.events_page("acme", &r.task_id, 0, 1)?; // one record's worth
-    /// assert_eq!(page.len(), 1);
-    /// assert_eq!(store.events_page("acme", &r.task_id, 1, 1 << 20)?.len(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn events_page(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        after: u64,
-        bytes: usize,
-    ) -> Result<Vec<(u64, StreamResponse)>> {
-        self.page(tenant, task_id, after, bytes, true)
-    }
-
-    /// [`events_page`](Self::events_page) without the messages the client
-    /// sent (the agent's status updates and artifact chunks only, with
-    /// their numbers): what a stream sends, which passes over the client's
-    /// own messages. Those are neither read nor counted in `bytes`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ctxlog::a2a::{TaskState, TaskStatus};
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
-    /// let page = store.updates_page("acme", &r.task_id, 0, 1 << 20)?;
-    /// assert_eq!(page.len(), 1);
-    /// assert_eq!(page[0].0, 2); // the message, event 1, is passed over
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn updates_page(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        after: u64,
-        bytes: usize,
-    ) -> Result<Vec<(u64, StreamResponse)>> {
-        self.page(tenant, task_id, after, bytes, false)
-    }
-
-    fn page(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        after: u64,
-        bytes: usize,
-        messages: bool,
-    ) -> Result<Vec<(u64, StreamResponse)>> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let state = slot.state.read();
-        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        let skip = usize::try_from(after).unwrap_or(usize::MAX);
-        let at = Place {
-            key: &slot.key,
-            context_id: context_of(&state)?,
-        };
-        let mut taken = 0usize;
-        task.events_with_kind()
-            .into_iter()
-            .enumerate()
-            .skip(skip)
-            .filter(|(_, (_, sent))| messages || !sent)
-            .map(|(i, (loc, _))| (i, loc))
-            .take_while(|(_, loc)| {
-                let first = taken == 0;
-                taken = taken.saturating_add(loc.len as usize);
-                first || taken <= bytes
-            })
-            .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(at, loc, task_id)?)))
-            .collect()
-    }
-
-    /// The task's events after per-task sequence number `after`, as
-    /// [`events_since`](Self::events_since) gives them, once there is at
-    /// least one: waits (without polling) until another thread stores one
-    /// or `timeout` passes, and then answers with whatever there is (empty
-    /// on a timeout). A task with events past `after` already answers at
-    /// once. For an async program, call it from a blocking thread
-    /// (`tokio::task::spawn_blocking`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use ctxlog::a2a::{TaskState, TaskStatus};
-    /// # let dir = tempfile::tempdir()?;
-    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
-    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
-    /// let store = Arc::new(store);
-    /// let waiter = {
-    ///     let (store, task) = (store.clone(), r.task_id.clone());
-    ///     std::thread::spawn(move || store.wait_for_events("acme", &task, 1, Duration::from_secs(10)))
-    /// };
-    /// store.update_status("acme", &r.status_update(TaskStatus::new(TaskState::Working)))?;
-    /// let events = waiter.join().unwrap()?;
-    /// assert_eq!(events[0].0, 2);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn wait_for_events(
-        &self,
-        tenant: &str,
-        task_id: &str,
-        after: u64,
-        timeout: std::time::Duration,
-    ) -> Result<Vec<(u64, StreamResponse)>> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let now = std::time::Instant::now();
-        // A timeout too far to add is as good as forever: a year.
-        let deadline = now
-            .checked_add(timeout)
-            .unwrap_or(now + std::time::Duration::from_secs(365 * 86_400));
-        let more = || -> Result<bool> {
-            let state = slot.state.read();
-            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-            Ok(task.event_count() as u64 > after)
-        };
-        match self.waits.wait(slot.number, deadline, more)? {
-            true => self.events_since(tenant, task_id, after),
-            false => Ok(Vec::new()),
-        }
-    }
-
-    fn read_event(&self, at: Place<'_>, loc: RecordLoc, task_id: &str) -> Result<StreamResponse> {
-        let bad = |e: String| Error::corrupt(loc.segment, u64::from(loc.offset), e);
-        let context_id = at.context_id;
-        let event = self.with_record(
-            at.key,
-            loc,
-            |body, blob| -> std::result::Result<_, String> {
-                let mut out = StreamResponse::default();
-                match &body.kind {
-                    RecordKind::Message { .. } => out.message = Some(from_json(blob)?),
-                    RecordKind::Status { .. } => {
-                        out.status_update = Some(TaskStatusUpdateEvent {
-                            task_id: task_id.to_string(),
-                            context_id: context_id.to_string(),
-                            status: from_json(blob)?,
-                            metadata: None,
-                        })
-                    }
-                    RecordKind::Gone { .. } | RecordKind::Hide { .. } | RecordKind::Push { .. } => {
-                        return Err("a task event points at a record of no task".into())
-                    }
-                    RecordKind::Artifact {
-                        append, last_chunk, ..
-                    } => {
-                        out.artifact_update = Some(TaskArtifactUpdateEvent {
-                            task_id: task_id.to_string(),
-                            context_id: context_id.to_string(),
-                            artifact: from_json(blob)?,
-                            append: *append,
-                            last_chunk: *last_chunk,
-                            metadata: None,
-                        })
-                    }
-                }
-                Ok(out)
-            },
-        )?;
-        event.map_err(bad)
-    }
-
-    /// A task as A2A shows it, read straight from its records (the caller
-    /// holds the context's read lock): the latest status, the last
-    /// `history_length` messages of its history, and, if asked, its artifacts.
-    fn read_task(
-        &self,
-        at: Place<'_>,
-        task: TaskView<'_>,
-        history_length: Option<usize>,
-        include_artifacts: bool,
-    ) -> Result<Task> {
-        // The task's records, read under one lock of the segment set.
-        let mut records = self.context_records(at.key);
-        // A task the client wrote to since its latest status reads as its
-        // state says (SUBMITTED, or WORKING on the client's answer), not as
-        // that status: its question is answered.
-        let status = match task.status_record() {
-            Some(loc) => read_json(&mut records, loc)?,
-            None => Stored::new(TaskStatus {
-                state: task.state(),
-                message: None,
-                timestamp: Some(iso8601_ms(task.status_ms())),
-                extra: Default::default(),
-            }),
-        };
-        // The newest `history_length` messages, walking back from the end.
-        let mut history = task
-            .history_newest()
-            .take(history_length.unwrap_or(usize::MAX))
-            .map(|loc| {
-                records
-                    .message(loc, |_, bytes| stored_message(bytes))?
-                    .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        history.reverse();
-        let artifacts = include_artifacts
-            .then(|| {
-                task.artifacts()
-                    .map(|chunks| read_artifact(&mut records, &chunks))
-                    .collect::<Result<Vec<_>>>()
-            })
-            .transpose()?;
-        Ok(Task {
-            id: task.id().to_string(),
-            context_id: at.context_id.to_string(),
-            status,
-            artifacts,
-            history,
-            metadata: None,
-        })
-    }
-
     /// The slot of the live context of a task of this tenant.
     pub(super) fn task_slot(&self, tenant: &str, task_id: &str) -> Result<Arc<ContextSlot>> {
         let slot = self.find_task(tenant, task_id).ok_or(Error::TaskNotFound)?;
@@ -1220,7 +357,7 @@ impl Store {
     /// A task id no task of this tenant has, for a new task in the context
     /// of `slot` (whose write lock the caller holds): the context's prefix
     /// and 64 random bits.
-    fn fresh_task_id(&self, tenant: &str, slot: &ContextSlot) -> Result<String> {
+    pub(super) fn fresh_task_id(&self, tenant: &str, slot: &ContextSlot) -> Result<String> {
         loop {
             let random = crate::random::bytes("draw a random task id")?;
             let id = slot.state.read().task_id_with(random);
@@ -1253,7 +390,7 @@ impl Store {
 
     /// The slots of the tenant's listed contexts (only `context_id`'s, if
     /// given); the caller checks that each is still live.
-    fn tenant_contexts(
+    pub(super) fn tenant_contexts(
         &self,
         tenant: &str,
         context_id: Option<&str>,
@@ -1274,7 +411,7 @@ impl Store {
     }
 
     /// A store-made contextId no context of this tenant has.
-    fn fresh_context_id(&self, tenant: &str) -> Result<String> {
+    pub(super) fn fresh_context_id(&self, tenant: &str) -> Result<String> {
         loop {
             let id = random_id()?;
             let key = ContextKey::derive(tenant, &id)?;
@@ -1283,14 +420,6 @@ impl Store {
             }
         }
     }
-}
-
-/// A context as its records are read: its key (every record read must name
-/// it) and its id (for the objects built around the records).
-#[derive(Clone, Copy)]
-struct Place<'a> {
-    key: &'a ContextKey,
-    context_id: &'a str,
 }
 
 /// What checking an operation on a task gives the event it records.
@@ -1337,7 +466,7 @@ pub(super) fn context_of(state: &crate::index::ContextState) -> Result<&str> {
         .ok_or(Error::TaskNotFound)
 }
 
-fn mismatch() -> Error {
+pub(super) fn mismatch() -> Error {
     Error::InvalidParams {
         field: "contextId",
         reason: "it does not match the task's context; omit it or send the task's contextId".into(),
@@ -1422,7 +551,7 @@ pub(super) fn stored_form(raw: &[u8]) -> Form {
 /// received in v0.3's translated ([`Store::receive_v03_message`]). Only a
 /// blob that v1.0 does not read is tried as v0.3 (the translation refuses
 /// what is not v0.3); one that is neither answers v1.0's error.
-fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
+pub(super) fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
     from_json::<Message>(bytes).or_else(|v1_error| match crate::a2a::v03::message_to_v1(bytes) {
         Ok(v1) => from_json::<Message>(v1.as_bytes()),
         Err(_) => Err(v1_error),
@@ -1484,7 +613,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
 }
 
 /// A stored object, kept with its text (see [`Stored`]).
-fn from_json<T: serde::de::DeserializeOwned>(
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
 ) -> std::result::Result<Stored<T>, String> {
     Stored::from_json(&blob_text(bytes)?)
@@ -1524,7 +653,10 @@ fn status_blob(status: &Stored<TaskStatus>, timestamp_ms: u64) -> Result<Vec<u8>
 /// every later chunk's parts appended (each part's text as stored), and
 /// any other member a later chunk sets (not to `null` or `[]`) taking
 /// that chunk's value.
-fn read_artifact(records: &mut ContextRecords, chunks: &[RecordLoc]) -> Result<Stored<Artifact>> {
+pub(super) fn read_artifact(
+    records: &mut ContextRecords,
+    chunks: &[RecordLoc],
+) -> Result<Stored<Artifact>> {
     let texts = chunks
         .iter()
         .map(|&loc| {
@@ -1546,7 +678,7 @@ fn read_artifact(records: &mut ContextRecords, chunks: &[RecordLoc]) -> Result<S
 }
 
 /// The record at `loc` as JSON.
-fn read_json<T: serde::de::DeserializeOwned>(
+pub(super) fn read_json<T: serde::de::DeserializeOwned>(
     records: &mut ContextRecords,
     loc: RecordLoc,
 ) -> Result<Stored<T>> {
@@ -1587,11 +719,11 @@ pub(crate) fn random_id() -> Result<String> {
     crate::render::new_nonce()
 }
 
-fn encode_task_token(status_ms: u64, task_id: &str) -> String {
+pub(super) fn encode_task_token(status_ms: u64, task_id: &str) -> String {
     encode_cursor(status_ms, task_id.as_bytes())
 }
 
-fn decode_task_token(token: &str) -> Result<(u64, String)> {
+pub(super) fn decode_task_token(token: &str) -> Result<(u64, String)> {
     let (ms, id) = decode_cursor(token, "pageToken")?;
     let id = String::from_utf8(id).map_err(|_| bad_cursor("pageToken"))?;
     Ok((ms, id))

@@ -95,15 +95,16 @@ pub use import::{import_hermes, import_hermes_with, HermesImport, ImportReport, 
 pub use log::layout::{Foreign, Lost};
 pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
+pub use log::writer::Durable;
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
 pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
 #[cfg(feature = "replicate")]
 pub use replicate::{Replicate, ReplicationStatus};
 pub use store::{
     Appended, CompactReport, ContextInfo, ContextPage, EventRecord, InlinePush, Item, ItemKind,
-    ListTasksQuery, MessageBuf, MessageIds, PushConfig, Receipt, Stats, Store, StoredMessage,
-    StoredMessageRef, TaskProgress, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
-    MAX_PUSH_CONFIG_ID,
+    ListTasksQuery, MessageBuf, MessageIds, PendingWrite, PushConfig, Receipt, Stats, Store,
+    StoredMessage, StoredMessageRef, TaskProgress, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE, MAX_PUSH_CONFIG_ID,
 };
 
 /// The README's Rust examples, compiled and run as doc-tests.

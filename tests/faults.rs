@@ -394,3 +394,28 @@ fn verify_and_open_agree_on_the_torn_tail_a_full_disk_leaves() {
     let after = Store::verify_on(&disk, dir.path(), &mut |_, _| {}).unwrap();
     assert!(after.is_clean() && after.torn_tail.is_none(), "{after:?}");
 }
+
+#[test]
+fn a_failed_sync_fails_a_deferred_write_and_publishes_nothing() {
+    use ctxlog::a2a::{TaskState, TaskStatus};
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::GroupCommit);
+    let store = Arc::new(Store::open(dir.path(), options).unwrap());
+    let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    let r = store.receive_message("t", raw).unwrap();
+    plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+    let done = r.status_update(TaskStatus::new(TaskState::Completed));
+    let pending = store.update_status_deferred("t", &done).unwrap().unwrap();
+    assert!(matches!(
+        common::block_on(pending.durable()),
+        Err(Error::Poisoned)
+    ));
+    assert!(pending.publish().is_err());
+    let task = store.get_task("t", &r.task_id, Some(0), false).unwrap();
+    assert_eq!(task.status.state, TaskState::Submitted, "nothing published");
+    drop(Arc::try_unwrap(store).unwrap());
+    plan.crash();
+    let store = Store::open(dir.path(), plan.plain()).unwrap();
+    let task = store.get_task("t", &r.task_id, Some(0), false).unwrap();
+    assert_eq!(task.status.state, TaskState::Submitted, "nor stored");
+}

@@ -10,6 +10,7 @@ pub mod entries;
 pub mod idem_run;
 mod packed_map;
 pub mod tasks;
+pub mod write_lock;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,7 +47,7 @@ pub struct ContextSlot {
     pub number: u32,
     /// Held for a write's whole critical section (validate, append, publish):
     /// this is the per-context lock that orders a context's records.
-    pub write: Mutex<()>,
+    pub write: write_lock::WriteLock,
     /// What readers see; write-locked only briefly, to publish.
     pub state: RwLock<ContextState>,
 }
@@ -577,7 +578,7 @@ impl Index {
         let slot = Arc::new(ContextSlot {
             key: *key,
             number: u32::try_from(place).unwrap_or(u32::MAX),
-            write: Mutex::default(),
+            write: write_lock::WriteLock::default(),
             state: RwLock::new(state),
         });
         shard.push(slot.clone());

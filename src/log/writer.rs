@@ -12,9 +12,12 @@
 //! than there are CPUs, a waiter yields a bounded number of times before it
 //! sleeps on the condvar (see [`Options::commit_yields`]).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -82,6 +85,13 @@ pub struct LogWriter {
     syncer: Option<std::thread::JoinHandle<()>>,
 }
 
+impl LogWriter {
+    /// The log, shared (for a [`Durable`] that outlives a borrow).
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+}
+
 impl std::ops::Deref for LogWriter {
     type Target = Log;
 
@@ -138,6 +148,11 @@ pub struct Log {
     /// (segment, offset): a checkpoint taken while appends are
     /// in flight must resume from the earliest of them.
     in_flight: Mutex<std::collections::BTreeSet<(u64, u64)>>,
+    /// Tasks awaiting a [`Durable`], with the position each waits for:
+    /// woken by the sync that covers it, or when the log is poisoned.
+    /// Registered and drained under this lock, which is taken after
+    /// `synced` is advanced (or the log poisoned), so none is missed.
+    wakers: Mutex<Vec<(u64, Waker)>>,
 }
 
 impl LogWriter {
@@ -197,6 +212,7 @@ impl LogWriter {
             commit_yields: options.commit_yields,
             next_id: AtomicU64::new(next_id.max(id + 1)),
             in_flight: Mutex::new(std::collections::BTreeSet::new()),
+            wakers: Mutex::new(Vec::new()),
         });
         let syncer = (durability == Durability::GroupCommit).then(|| {
             let log = log.clone();
@@ -260,6 +276,33 @@ impl Log {
             locs.iter().for_each(|&loc| self.published(loc));
         }
         durable.map(|()| locs)
+    }
+
+    /// Appends one record without waiting for it to be durable (with
+    /// `Sync`, the append syncs its file before it returns, as
+    /// [`Log::append`] does); returns where it went and the log position
+    /// just past it, for [`Log::durable`] or [`Log::wait_until`]. The
+    /// caller publishes it as [`Log::append`]'s caller does, once durable
+    /// (on failure this does it).
+    pub fn append_deferred(&self, payload: &[u8]) -> Result<(RecordLoc, u64)> {
+        let (loc, file, end) = self.write(payload)?;
+        if self.durability == Durability::Sync {
+            if let Err(e) = self.sync_file(file.as_ref(), loc.segment, end) {
+                self.published(loc);
+                return Err(e);
+            }
+        }
+        Ok((loc, end))
+    }
+
+    /// Returns once every byte before log position `end` is as durable as
+    /// the store's durability promises (a thread's wait: see
+    /// [`Log::durable`] for a task's).
+    pub fn wait_until(&self, end: u64) -> Result<()> {
+        match self.durability {
+            Durability::GroupCommit => self.wait_durable(end),
+            Durability::Sync | Durability::Buffered => Ok(()),
+        }
     }
 
     /// The record at `loc` is published (or abandoned).
@@ -567,6 +610,41 @@ impl Log {
         self.synced.fetch_max(to, Ordering::AcqRel);
         drop(guard);
         self.synced_cv.notify_all();
+        self.wake(|end| end <= to);
+    }
+
+    /// Wakes (and forgets) every [`Durable`] whose position `covered` says
+    /// is now settled.
+    fn wake(&self, covered: impl Fn(u64) -> bool) {
+        let woken: Vec<Waker> = {
+            let mut wakers = self.wakers.lock();
+            if wakers.is_empty() {
+                return;
+            }
+            let mut woken = Vec::new();
+            wakers.retain(|(end, waker)| {
+                let settled = covered(*end);
+                if settled {
+                    woken.push(waker.clone());
+                }
+                !settled
+            });
+            woken
+        };
+        woken.into_iter().for_each(Waker::wake);
+    }
+
+    /// A future that resolves once every byte before log position `end`
+    /// is as durable as the store's durability promises (at once with
+    /// `Sync`, whose append synced itself, and with `Buffered`), or with
+    /// `Poisoned` if a sync failed first. With `GroupCommit` it asks the
+    /// syncer for a sync covering `end` and is woken by it: the awaiting
+    /// task parks no thread.
+    pub fn durable(self: &Arc<Self>, end: u64) -> Durable {
+        Durable {
+            log: self.clone(),
+            end,
+        }
     }
 
     /// `GroupCommit`: ask the syncer for a sync covering `end`, and wait.
@@ -665,6 +743,7 @@ impl Log {
         }
         drop(self.sync.lock());
         self.synced_cv.notify_all();
+        self.wake(|_| true);
     }
 
     fn path(&self, id: u64) -> PathBuf {
@@ -689,6 +768,58 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.counter.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What [`Log::durable`] returns.
+pub struct Durable {
+    log: Arc<Log>,
+    end: u64,
+}
+
+impl Durable {
+    /// Settled: `Some` once the position is durable or the log poisoned.
+    fn settled(&self) -> Option<Result<()>> {
+        if self.log.durability != Durability::GroupCommit
+            || self.log.synced.load(Ordering::Acquire) >= self.end
+        {
+            Some(Ok(()))
+        } else if self.log.poisoned.load(Ordering::Acquire) {
+            Some(Err(Error::Poisoned))
+        } else {
+            None
+        }
+    }
+}
+
+impl Future for Durable {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Some(settled) = self.settled() {
+            return Poll::Ready(settled);
+        }
+        {
+            let mut state = self.log.sync.lock();
+            if state.requested < self.end {
+                state.requested = self.end;
+                self.log.work.notify_one();
+            }
+        }
+        let mut wakers = self.log.wakers.lock();
+        // Checked again under the lock the syncer drains under: a sync
+        // that landed since is seen here, or finds this waker there.
+        if let Some(settled) = self.settled() {
+            return Poll::Ready(settled);
+        }
+        match wakers
+            .iter_mut()
+            .find(|(end, w)| *end == self.end && w.will_wake(cx.waker()))
+        {
+            Some(_) => {}
+            None => wakers.push((self.end, cx.waker().clone())),
+        }
+        Poll::Pending
     }
 }
 

@@ -38,6 +38,11 @@ impl Link {
         self.control.fenced.load(Ordering::Acquire)
     }
 
+    /// Whether a write waits for a restore point to cover it.
+    pub fn synchronous(&self) -> bool {
+        self.synchronous
+    }
+
     /// After a write that left the log synced up to `end`: with
     /// synchronous replication, waits until a restore point covers it;
     /// otherwise asks for a round at once when a batch of bytes waits

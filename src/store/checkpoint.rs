@@ -104,13 +104,27 @@ impl super::Shared {
     /// the last one (see `Options::checkpoint_interval`); never while a
     /// compaction runs. Failures are left for the close to report.
     pub(crate) fn maybe_checkpoint(&self, appended: u64) {
+        if self.count_appended(appended) {
+            self.write_due_checkpoint();
+        }
+    }
+
+    /// Counts `appended` bytes towards the next checkpoint; whether one is
+    /// due.
+    pub(crate) fn count_appended(&self, appended: u64) -> bool {
         use std::sync::atomic::Ordering;
         let Some(interval) = self.options.checkpoint_interval else {
-            return;
+            return false;
         };
         let since = self.since_checkpoint.fetch_add(appended, Ordering::AcqRel) + appended;
-        let due = interval.max(self.checkpoint_size.load(Ordering::Acquire));
-        if since < due || self.checkpointing.swap(true, Ordering::AcqRel) {
+        since >= interval.max(self.checkpoint_size.load(Ordering::Acquire))
+    }
+
+    /// Writes the periodic checkpoint if one is due (see
+    /// [`maybe_checkpoint`](Self::maybe_checkpoint)).
+    pub(crate) fn write_due_checkpoint(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.count_appended(0) || self.checkpointing.swap(true, Ordering::AcqRel) {
             return;
         }
         self.since_checkpoint.store(0, Ordering::Release);

@@ -19,6 +19,7 @@ use crate::log::writer::LogWriter;
 mod batch;
 pub(crate) mod checkpoint;
 mod compact;
+mod deferred;
 mod hide;
 mod history;
 mod maintain;
@@ -40,6 +41,7 @@ use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind, Vie
 use crate::namespace::{context_message_key, message_key, ContextKey};
 use crate::options::Options;
 pub use compact::{CompactReport, CompactStep};
+pub use deferred::PendingWrite;
 pub use messages::{MessageBuf, StoredMessageRef};
 pub use portable::{Item, ItemKind};
 pub use push::{InlinePush, PushConfig, MAX_PUSH_CONFIG_ID};
@@ -489,13 +491,25 @@ impl Store {
     /// With synchronous replication, returns once a restore point covers
     /// them (an error past its timeout: they stay stored).
     fn after_publish(&self, slot: &ContextSlot, locs: &[RecordLoc], bytes: u64) -> Result<()> {
+        self.published(slot, locs);
+        self.maybe_checkpoint(bytes);
+        self.after_replicated()
+    }
+
+    /// The writer lets go of the records of `slot` at `locs`, waiters on
+    /// the context are told, and they are counted.
+    fn published(&self, slot: &ContextSlot, locs: &[RecordLoc]) {
         for &loc in locs {
             self.writer.published(loc);
         }
         self.waits.notify(slot.number);
         self.records
             .fetch_add(locs.len() as u64, std::sync::atomic::Ordering::AcqRel);
-        self.maybe_checkpoint(bytes);
+    }
+
+    /// With synchronous replication, returns once a restore point covers
+    /// what is synced; otherwise asks for a round when a batch waits.
+    fn after_replicated(&self) -> Result<()> {
         #[cfg(feature = "replicate")]
         if let Some(replica) = self.replica.get() {
             return replica.after_write(self.writer.synced_position());

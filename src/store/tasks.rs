@@ -162,36 +162,23 @@ impl Store {
     ) -> Result<EventRecord> {
         let slot = self.task_slot(tenant, &event.task_id)?;
         let _turn = slot.write.lock();
+        self.status_event(&slot, event)?.append(self, &slot)
+    }
+
+    /// The record of a status update, checked (the caller holds the
+    /// context's lock).
+    pub(super) fn status_event(
+        &self,
+        slot: &ContextSlot,
+        event: &TaskStatusUpdateEvent,
+    ) -> Result<Event> {
         let checked = self.check_task_op(
-            &slot,
+            slot,
             &event.task_id,
             Some(&event.context_id),
             Op::Status(event.status.state),
         )?;
-        self.write_status(&slot, &event.task_id, &event.status, checked)
-    }
-
-    fn write_status(
-        &self,
-        slot: &ContextSlot,
-        task_id: &str,
-        status: &Stored<TaskStatus>,
-        checked: Checked,
-    ) -> Result<EventRecord> {
-        let timestamp_ms = checked.timestamp_ms;
-        let blob = status_blob(status, timestamp_ms)?;
-        let kind = RecordKind::Status {
-            task_id: task_id.to_string(),
-            state: status.state,
-            with_message: status.message.is_some(),
-        };
-        let hints = Hints {
-            direct_reply: status.state == TaskState::Completed
-                && status.extra.get(DIRECT_REPLY) == Some(&serde_json::Value::Bool(true)),
-            ..Hints::default()
-        };
-        self.append_record(slot, None, kind, &blob, timestamp_ms, hints)?;
-        Ok(checked.record(task_id))
+        status_record(&event.task_id, &event.status, checked)
     }
 
     /// Applies an artifact chunk: `append: false` creates or replaces the
@@ -219,14 +206,24 @@ impl Store {
         tenant: &str,
         event: &TaskArtifactUpdateEvent,
     ) -> Result<EventRecord> {
-        let artifact_id = &event.artifact.artifact_id;
         let slot = self.task_slot(tenant, &event.task_id)?;
         let _turn = slot.write.lock();
+        self.artifact_event(&slot, event)?.append(self, &slot)
+    }
+
+    /// The record of an artifact chunk, checked (the caller holds the
+    /// context's lock).
+    pub(super) fn artifact_event(
+        &self,
+        slot: &ContextSlot,
+        event: &TaskArtifactUpdateEvent,
+    ) -> Result<Event> {
+        let artifact_id = &event.artifact.artifact_id;
         let op = Op::Artifact {
             artifact_id,
             append: event.append,
         };
-        let checked = self.check_task_op(&slot, &event.task_id, Some(&event.context_id), op)?;
+        let checked = self.check_task_op(slot, &event.task_id, Some(&event.context_id), op)?;
         let blob = match event.artifact.raw_json() {
             Some(raw) => raw.as_bytes().to_vec(),
             None => to_json(&*event.artifact)?,
@@ -237,15 +234,13 @@ impl Store {
             append: event.append,
             last_chunk: event.last_chunk,
         };
-        self.append_record(
-            &slot,
-            None,
+        Ok(Event {
             kind,
-            &blob,
-            checked.timestamp_ms,
-            Hints::default(),
-        )?;
-        Ok(checked.record(&event.task_id))
+            blob,
+            hints: Hints::default(),
+            checked,
+            task_id: event.task_id.clone(),
+        })
     }
 
     /// Applies one agent event given as an A2A `StreamResponse` (JSON) that
@@ -321,7 +316,7 @@ impl Store {
                 timestamp: None,
                 extra: Default::default(),
             };
-            self.write_status(&slot, task_id, &Stored::new(status), checked)?;
+            status_record(task_id, &Stored::new(status), checked)?.append(self, &slot)?;
         }
         self.get_task(tenant, task_id, None, true)
     }
@@ -424,21 +419,62 @@ impl Store {
 
 /// What checking an operation on a task gives the event it records.
 #[derive(Debug, Clone, Copy)]
-struct Checked {
+pub(super) struct Checked {
     /// The timestamp for its record.
-    timestamp_ms: u64,
+    pub(super) timestamp_ms: u64,
     /// Its per-task sequence number: one past the task's events so far.
     event_seq: u64,
 }
 
 impl Checked {
     /// The record of the event, once appended.
-    fn record(self, task_id: &str) -> EventRecord {
+    pub(super) fn record(self, task_id: &str) -> EventRecord {
         EventRecord {
             task_id: task_id.to_string(),
             seq: self.event_seq,
         }
     }
+}
+
+/// A task event checked under its context's lock: the record to append,
+/// and what it answers once appended.
+pub(super) struct Event {
+    pub(super) kind: RecordKind,
+    pub(super) blob: Vec<u8>,
+    pub(super) hints: Hints,
+    pub(super) checked: Checked,
+    pub(super) task_id: String,
+}
+
+impl Event {
+    /// Appends it (durably; the caller holds the context's lock).
+    fn append(self, store: &Store, slot: &ContextSlot) -> Result<EventRecord> {
+        let at = self.checked.timestamp_ms;
+        store.append_record(slot, None, self.kind, &self.blob, at, self.hints)?;
+        Ok(self.checked.record(&self.task_id))
+    }
+}
+
+/// The record of a status of task `task_id`.
+fn status_record(task_id: &str, status: &Stored<TaskStatus>, checked: Checked) -> Result<Event> {
+    let blob = status_blob(status, checked.timestamp_ms)?;
+    let kind = RecordKind::Status {
+        task_id: task_id.to_string(),
+        state: status.state,
+        with_message: status.message.is_some(),
+    };
+    let hints = Hints {
+        direct_reply: status.state == TaskState::Completed
+            && status.extra.get(DIRECT_REPLY) == Some(&serde_json::Value::Bool(true)),
+        ..Hints::default()
+    };
+    Ok(Event {
+        kind,
+        blob,
+        hints,
+        checked,
+        task_id: task_id.to_string(),
+    })
 }
 
 /// The record kind of a received message, joining or opening `task_id`.

@@ -63,3 +63,36 @@ pub fn tear_newest_segment(dir: &Path, junk: &[u8]) -> (PathBuf, Vec<u8>) {
     std::fs::write(&seg, &bytes).expect("write the segment");
     (seg, bytes)
 }
+
+/// Runs `future` on this thread to its end, parking between polls; fails
+/// if a poll's wake-up never comes (a missed wake-up would hang here).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread, std::sync::atomic::AtomicBool);
+    impl Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.0.unpark();
+        }
+    }
+    let unpark = std::sync::Arc::new(Unpark(
+        std::thread::current(),
+        std::sync::atomic::AtomicBool::new(false),
+    ));
+    let waker = Waker::from(unpark.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        let start = std::time::Instant::now();
+        while !unpark.1.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "a pending future was never woken"
+            );
+            std::thread::park_timeout(std::time::Duration::from_secs(1));
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! The store every call uses: held in a cell so that a store poisoned by a
 //! failed write or sync can be taken out and opened again (see
-//! `health.rs`), and the way every call reaches it (on the blocking pool).
+//! `health.rs`), and the way every call reaches it (on the blocking pool,
+//! but a turn's events, written deferred on the async workers).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -104,6 +105,40 @@ impl StoreCell {
             self.check(&store, e);
         }
         result
+    }
+
+    /// A task event written deferred, on the calling async worker: `write`
+    /// checks and writes it (`Store::update_status_deferred` or
+    /// `add_artifact_deferred`), the task awaits its sync without parking a
+    /// thread, then it is published and `then` reads what the caller needs
+    /// of it, still on the worker (the records are fresh, in memory).
+    /// `None` when the event cannot be deferred (the context's lock is
+    /// held, the store is out, or writes wait for synchronous
+    /// replication): the caller writes it on the blocking pool. A
+    /// periodic checkpoint that fell due is written on the blocking pool.
+    pub(crate) async fn deferred<T>(
+        &self,
+        write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<ctxlog::PendingWrite>>,
+        then: impl FnOnce(&Store, ctxlog::EventRecord) -> ctxlog::Result<T>,
+    ) -> Option<ctxlog::Result<T>> {
+        let store = self.get()?;
+        let result = match write(&store) {
+            Ok(None) => return None,
+            Ok(Some(pending)) => {
+                // Its error, if the sync failed, is publish's too.
+                let _ = pending.durable().await;
+                pending.publish().and_then(|record| then(&store, record))
+            }
+            Err(e) => Err(e),
+        };
+        if store.checkpoint_due() {
+            let due = store.clone();
+            drop(tokio::task::spawn_blocking(move || due.checkpoint_if_due()));
+        }
+        if let Err(e) = &result {
+            self.check(&store, e);
+        }
+        Some(result)
     }
 
     /// [`blocking_raw`](Self::blocking_raw), its error as the caller sees it.

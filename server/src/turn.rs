@@ -223,11 +223,7 @@ impl Turn {
             .into(),
             metadata: None,
         };
-        let tenant = self.tenant.clone();
-        self.write(progress, Some(state), move |store| {
-            store.update_status(&tenant, &event)
-        })
-        .await
+        self.write(progress, Some(state), Sunk::Status(event)).await
     }
 
     pub(crate) async fn artifact(
@@ -252,11 +248,7 @@ impl Turn {
             last_chunk,
             metadata: None,
         };
-        let tenant = self.tenant.clone();
-        self.write(&mut progress, None, move |store| {
-            store.add_artifact(&tenant, &event)
-        })
-        .await
+        self.write(&mut progress, None, Sunk::Artifact(event)).await
     }
 
     pub(crate) async fn reply(&self, message: Message) -> Result<(), SinkError> {
@@ -320,28 +312,32 @@ impl Turn {
         &self,
         progress: &mut Progress,
         state: Option<TaskState>,
-        f: impl FnOnce(&ctxlog::Store) -> ctxlog::Result<EventRecord> + Send + 'static,
+        sunk: Sunk,
     ) -> Result<(), SinkError> {
         let (followed, streamed) = self.shared.hub.followers(&self.tenant, &self.task_id);
-        let waited = followed && state.is_some_and(crate::reply::settled);
-        let (tenant, task_id) = (self.tenant.clone(), self.task_id.clone());
-        let written = self
-            .shared
-            .store
-            .blocking_raw(move |store| {
-                let seq = f(store)?.seq;
-                // Read back for the task's streams, here, while the
-                // record is fresh and the call already off the async
-                // workers: they then send it without a read of their own.
-                let payload = streamed
-                    .then(|| crate::sse::written_payload(store, &tenant, &task_id, seq))
-                    .flatten();
-                let snapshot = waited
-                    .then(|| store.task_snapshot(&tenant, &task_id, None, true).ok())
-                    .flatten();
-                Ok((seq, payload, snapshot))
-            })
+        let back = ReadBack {
+            tenant: self.tenant.clone(),
+            task_id: self.task_id.clone(),
+            streamed,
+            waited: followed && state.is_some_and(crate::reply::settled),
+        };
+        let cell = &self.shared.store;
+        let deferred = cell
+            .deferred(
+                |store| sunk.deferred(store, &back.tenant),
+                |store, record| Ok(back.read(store, record.seq)),
+            )
             .await;
+        let written = match deferred {
+            Some(written) => written,
+            None => {
+                cell.blocking_raw(move |store| {
+                    let seq = sunk.blocking(store, &back.tenant)?.seq;
+                    Ok(back.read(store, seq))
+                })
+                .await
+            }
+        };
         match written {
             Ok((seq, payload, snapshot)) => {
                 if progress.events == 0 {
@@ -490,6 +486,62 @@ pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why:
                 }
             }
         }
+    }
+}
+
+/// An event of the turn's sink, to store.
+enum Sunk {
+    Status(TaskStatusUpdateEvent),
+    Artifact(TaskArtifactUpdateEvent),
+}
+
+impl Sunk {
+    /// Written deferred (see `StoreCell::deferred`).
+    fn deferred(
+        &self,
+        store: &Arc<ctxlog::Store>,
+        tenant: &str,
+    ) -> ctxlog::Result<Option<ctxlog::PendingWrite>> {
+        match self {
+            Sunk::Status(event) => store.update_status_deferred(tenant, event),
+            Sunk::Artifact(event) => store.add_artifact_deferred(tenant, event),
+        }
+    }
+
+    /// Written on the blocking pool.
+    fn blocking(&self, store: &ctxlog::Store, tenant: &str) -> ctxlog::Result<EventRecord> {
+        match self {
+            Sunk::Status(event) => store.update_status(tenant, event),
+            Sunk::Artifact(event) => store.add_artifact(tenant, event),
+        }
+    }
+}
+
+/// What is read back of a stored event, while its record is fresh, for
+/// those who follow the task: its SSE payload for its streams, and the
+/// task for a send that waits for the turn's end. They then answer
+/// without a read of their own.
+struct ReadBack {
+    tenant: String,
+    task_id: String,
+    streamed: bool,
+    waited: bool,
+}
+
+type Fresh = (u64, Option<Arc<crate::hub::Payload>>, Option<(Task, u64)>);
+
+impl ReadBack {
+    fn read(&self, store: &ctxlog::Store, seq: u64) -> Fresh {
+        let (tenant, task_id) = (&self.tenant, &self.task_id);
+        let payload = self
+            .streamed
+            .then(|| crate::sse::written_payload(store, tenant, task_id, seq))
+            .flatten();
+        let snapshot = self
+            .waited
+            .then(|| store.task_snapshot(tenant, task_id, None, true).ok())
+            .flatten();
+        (seq, payload, snapshot)
     }
 }
 

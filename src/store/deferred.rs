@@ -76,12 +76,9 @@ impl Store {
         tenant: &str,
         event: &TaskStatusUpdateEvent,
     ) -> Result<Option<PendingWrite>> {
-        let slot = self.task_slot(tenant, &event.task_id)?;
-        let Some(hold) = self.hold(&slot) else {
-            return Ok(None);
-        };
-        let event = self.status_event(&slot, event)?;
-        self.write_deferred(hold, event).map(Some)
+        self.defer(tenant, &event.task_id, |slot| {
+            self.status_event(slot, event)
+        })
     }
 
     /// [`add_artifact`](Self::add_artifact), deferred as
@@ -91,12 +88,9 @@ impl Store {
         tenant: &str,
         event: &TaskArtifactUpdateEvent,
     ) -> Result<Option<PendingWrite>> {
-        let slot = self.task_slot(tenant, &event.task_id)?;
-        let Some(hold) = self.hold(&slot) else {
-            return Ok(None);
-        };
-        let event = self.artifact_event(&slot, event)?;
-        self.write_deferred(hold, event).map(Some)
+        self.defer(tenant, &event.task_id, |slot| {
+            self.artifact_event(slot, event)
+        })
     }
 
     /// Writes the periodic checkpoint if one is due (see
@@ -111,6 +105,22 @@ impl Store {
     /// [`checkpoint_if_due`](Self::checkpoint_if_due)).
     pub fn checkpoint_due(&self) -> bool {
         self.count_appended(0)
+    }
+
+    /// Takes the lock of task `task_id`'s context (or answers `None`),
+    /// checks the event `event` builds, and writes it.
+    fn defer(
+        self: &Arc<Self>,
+        tenant: &str,
+        task_id: &str,
+        event: impl FnOnce(&ContextSlot) -> Result<Event>,
+    ) -> Result<Option<PendingWrite>> {
+        let slot = self.task_slot(tenant, task_id)?;
+        let Some(hold) = self.hold(&slot) else {
+            return Ok(None);
+        };
+        let event = event(&slot)?;
+        self.write_deferred(hold, event).map(Some)
     }
 
     /// The context's lock, if it is free and a deferred write may take it

@@ -771,7 +771,10 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// What [`Log::durable`] returns.
+/// A wait for the store's log to be durable up to a position, as a
+/// future: what [`PendingWrite::durable`](crate::PendingWrite::durable)
+/// returns. It resolves with `Poisoned` if a sync failed first, and parks
+/// no thread: the store's syncer wakes the task awaiting it.
 pub struct Durable {
     log: Arc<Log>,
     end: u64,

@@ -815,12 +815,11 @@ impl Future for Durable {
         if let Some(settled) = self.settled() {
             return Poll::Ready(settled);
         }
-        match wakers
-            .iter_mut()
-            .find(|(end, w)| *end == self.end && w.will_wake(cx.waker()))
+        if !wakers
+            .iter()
+            .any(|(end, w)| *end == self.end && w.will_wake(cx.waker()))
         {
-            Some(_) => {}
-            None => wakers.push((self.end, cx.waker().clone())),
+            wakers.push((self.end, cx.waker().clone()));
         }
         Poll::Pending
     }

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use super::tasks::Event;
-use super::{apply, room_for, Store};
+use super::{apply, Store};
 use crate::a2a::{TaskArtifactUpdateEvent, TaskStatusUpdateEvent};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::index::write_lock::WriteHold;
 use crate::index::ContextSlot;
 use crate::log::record::RecordBody;
@@ -136,20 +136,8 @@ impl Store {
     /// Writes `event`'s record (the context's lock held by `hold`), as
     /// `append_record` does up to its wait for the sync.
     fn write_deferred(self: &Arc<Self>, hold: WriteHold, event: Event) -> Result<PendingWrite> {
-        if self.options.read_only {
-            return Err(Error::ReadOnly);
-        }
-        self.check_fenced()?;
-        let slot = hold.slot().clone();
-        let seq = slot.state.read().next_seq;
-        room_for(seq, 1)?;
-        let body = RecordBody {
-            seq,
-            timestamp_ms: event.checked.timestamp_ms,
-            opens: None,
-            kind: event.kind,
-        };
-        let payload = self.encode(&slot.key, &body, &event.blob)?;
+        let at = event.checked.timestamp_ms;
+        let (body, payload) = self.next_record(hold.slot(), None, event.kind, &event.blob, at)?;
         let (loc, end) = self.writer.append_deferred(&payload)?;
         Ok(PendingWrite {
             store: self.clone(),

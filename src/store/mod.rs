@@ -445,6 +445,32 @@ impl Store {
         timestamp_ms: u64,
         hints: Hints,
     ) -> Result<u64> {
+        let (body, payload) = self.next_record(slot, opens, kind, blob, timestamp_ms)?;
+        let seq = body.seq;
+        let loc = self.writer.append(&payload)?;
+        apply(
+            &self.index,
+            slot,
+            &mut slot.state.write(),
+            &body,
+            loc,
+            hints,
+        );
+        self.after_publish(slot, std::slice::from_ref(&loc), payload.len() as u64)?;
+        Ok(seq)
+    }
+
+    /// The context's next record (the caller holds its write lock) and
+    /// its encoded payload, once the store takes writes and the context
+    /// has room for it.
+    fn next_record(
+        &self,
+        slot: &ContextSlot,
+        opens: Option<ContextName>,
+        kind: RecordKind,
+        blob: &[u8],
+        timestamp_ms: u64,
+    ) -> Result<(RecordBody, Vec<u8>)> {
         if self.options.read_only {
             return Err(Error::ReadOnly);
         }
@@ -458,17 +484,7 @@ impl Store {
             kind,
         };
         let payload = self.encode(&slot.key, &body, blob)?;
-        let loc = self.writer.append(&payload)?;
-        apply(
-            &self.index,
-            slot,
-            &mut slot.state.write(),
-            &body,
-            loc,
-            hints,
-        );
-        self.after_publish(slot, std::slice::from_ref(&loc), payload.len() as u64)?;
-        Ok(seq)
+        Ok((body, payload))
     }
 
     /// Fails once another writer has claimed the store's replica.

@@ -102,9 +102,9 @@ pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
 pub use replicate::{Replicate, ReplicationStatus};
 pub use store::{
     Appended, CompactReport, ContextInfo, ContextPage, EventRecord, InlinePush, Item, ItemKind,
-    ListTasksQuery, MessageBuf, MessageIds, PendingWrite, PushConfig, Receipt, Stats, Store,
-    StoredMessage, StoredMessageRef, TaskProgress, TaskRef, TurnGuard, DEFAULT_PAGE_SIZE,
-    MAX_PAGE_SIZE, MAX_PUSH_CONFIG_ID,
+    ListTasksQuery, MessageBuf, MessageIds, PendingReceive, PendingWrite, PushConfig, Receipt,
+    Stats, Store, StoredMessage, StoredMessageRef, TaskProgress, TaskRef, TurnGuard,
+    DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_PUSH_CONFIG_ID,
 };
 
 /// The README's Rust examples, compiled and run as doc-tests.

@@ -419,3 +419,40 @@ fn a_failed_sync_fails_a_deferred_write_and_publishes_nothing() {
     let task = store.get_task("t", &r.task_id, Some(0), false).unwrap();
     assert_eq!(task.status.state, TaskState::Submitted, "nor stored");
 }
+
+#[test]
+fn a_failed_sync_fails_a_deferred_receive_and_frees_its_message_id() {
+    let dir = common::tmp();
+    let (plan, options) = faulty(Durability::GroupCommit);
+    let store = Arc::new(Store::open(dir.path(), options).unwrap());
+    let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+    let pending = store
+        .receive_deferred("t", raw, ctxlog::MessageIds::Idempotent)
+        .unwrap()
+        .unwrap();
+    let task_id = pending.receipt().task_id.clone();
+    assert!(matches!(
+        common::block_on(pending.durable()),
+        Err(Error::Poisoned)
+    ));
+    assert!(pending.publish().is_err());
+    assert!(
+        store.get_task("t", &task_id, None, false).is_err(),
+        "nothing published"
+    );
+    // The claim was given back: a resend is refused for the poisoned
+    // store, not left waiting on it.
+    assert!(matches!(
+        store.receive_message("t", raw),
+        Err(Error::Poisoned)
+    ));
+    drop(Arc::try_unwrap(store).unwrap());
+    plan.crash();
+    let store = Store::open(dir.path(), plan.plain()).unwrap();
+    assert!(
+        store.get_task("t", &task_id, None, false).is_err(),
+        "nor stored"
+    );
+    assert!(!store.receive_message("t", raw).unwrap().duplicate);
+}

@@ -298,23 +298,31 @@ pub enum IdemStart<'a> {
 /// did not complete, and wakes every waiter.
 pub struct IdemGuard<'a> {
     index: &'a Index,
-    key: ShortKey,
-    gate: Arc<Gate>,
+    claim: Option<IdemClaim>,
+}
+
+impl IdemGuard<'_> {
+    /// The claim without the index: whoever takes it must give it back
+    /// with [`Index::idem_release`], or the messageId's waiters wait for
+    /// good (a deferred receive's pending write does, when it publishes).
+    pub fn into_claim(mut self) -> Option<IdemClaim> {
+        self.claim.take()
+    }
 }
 
 impl Drop for IdemGuard<'_> {
     fn drop(&mut self) {
-        let mut shard = self.index.idem_shard(&self.key).lock();
-        if shard
-            .pending
-            .get(&self.key)
-            .is_some_and(|g| Arc::ptr_eq(g, &self.gate))
-        {
-            shard.pending.remove(&self.key);
+        if let Some(claim) = self.claim.take() {
+            self.index.idem_release(claim);
         }
-        drop(shard);
-        self.gate.open();
     }
+}
+
+/// A pending messageId owned apart from the index (see
+/// [`IdemGuard::into_claim`]).
+pub struct IdemClaim {
+    key: ShortKey,
+    gate: Arc<Gate>,
 }
 
 /// The whole index.
@@ -485,9 +493,24 @@ impl Index {
         shard.pending.insert(key, gate.clone());
         IdemStart::Owner(IdemGuard {
             index: self,
-            key,
-            gate,
+            claim: Some(IdemClaim { key, gate }),
         })
+    }
+
+    /// Lets a claimed messageId go: its pending mark is removed if the
+    /// receive did not complete (a completed one left its entry), and
+    /// every waiter wakes to look again.
+    pub fn idem_release(&self, claim: IdemClaim) {
+        let mut shard = self.idem_shard(&claim.key).lock();
+        if shard
+            .pending
+            .get(&claim.key)
+            .is_some_and(|g| Arc::ptr_eq(g, &claim.gate))
+        {
+            shard.pending.remove(&claim.key);
+        }
+        drop(shard);
+        claim.gate.open();
     }
 
     /// Where a received messageId went (its context and seq), without

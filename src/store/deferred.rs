@@ -7,15 +7,17 @@
 
 use std::sync::Arc;
 
-use super::tasks::Event;
+use super::push::Received;
+use super::tasks::{parse_inbound, Event, Form, MessageIds, Receipt};
 use super::{apply, Store};
 use crate::a2a::{TaskArtifactUpdateEvent, TaskStatusUpdateEvent};
 use crate::error::Result;
 use crate::index::write_lock::WriteHold;
-use crate::index::ContextSlot;
+use crate::index::{ContextSlot, IdemClaim, IdemGuard, IdemStart, Life};
 use crate::log::record::RecordBody;
 use crate::log::segments::RecordLoc;
 use crate::log::writer::Durable;
+use crate::namespace::check_tenant;
 use crate::store::EventRecord;
 
 /// A task event written to the log and not yet published: the context's
@@ -25,14 +27,34 @@ use crate::store::EventRecord;
 /// lacks a record the log holds.
 #[must_use = "a pending write holds its context's lock until it is published"]
 pub struct PendingWrite {
+    pending: Pending,
+    record: EventRecord,
+}
+
+/// A received message written to the log and not yet published (or a
+/// resend, which wrote nothing): as [`PendingWrite`], and its messageId
+/// stays claimed until it is published, so a resend of it waits for this
+/// receive's end and is then answered as a resend.
+#[must_use = "a pending receive holds its context's lock until it is published"]
+pub struct PendingReceive {
+    /// `None` for a resend.
+    pending: Option<Pending>,
+    receipt: Receipt,
+    /// The store, for a resend's wait (which is over at once).
+    store: Arc<Store>,
+}
+
+/// A record written and not yet published, with the context's lock (and
+/// a received message's messageId claim) held until it is.
+struct Pending {
     store: Arc<Store>,
     hold: WriteHold,
+    claim: Option<IdemClaim>,
     body: RecordBody,
     loc: RecordLoc,
     hints: super::Hints,
     bytes: u64,
     end: u64,
-    record: EventRecord,
     done: bool,
 }
 
@@ -40,7 +62,16 @@ impl std::fmt::Debug for PendingWrite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingWrite")
             .field("record", &self.record)
-            .field("end", &self.end)
+            .field("end", &self.pending.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for PendingReceive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingReceive")
+            .field("receipt", &self.receipt)
+            .field("end", &self.pending.as_ref().map(|p| p.end))
             .finish_non_exhaustive()
     }
 }
@@ -93,6 +124,96 @@ impl Store {
         })
     }
 
+    /// [`receive_message_with`](Self::receive_message_with), deferred as
+    /// [`update_status_deferred`](Self::update_status_deferred) is: the
+    /// message is checked and written now and published by
+    /// [`PendingReceive::publish`] once durable. A resend is answered at
+    /// once (a pending receive that wrote nothing). `None` (nothing
+    /// written) where the blocking form would wait or write more: another
+    /// writer holds the context's lock, another receive of the messageId
+    /// is under way, the context is gone (its refusal may write its
+    /// tombstone), or writes wait for synchronous replication.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxlog::MessageIds;
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Arc::new(ctxlog::Store::open(dir.path(), ctxlog::Options::default())?);
+    /// let raw = br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#;
+    /// let pending = store.receive_deferred("acme", raw, MessageIds::Idempotent)?.expect("nobody else writes");
+    /// // An async caller awaits `pending.durable()` here.
+    /// let receipt = pending.publish()?;
+    /// assert!(store.receive_message("acme", raw)?.duplicate);
+    /// assert_eq!(store.get_task("acme", &receipt.task_id, None, false)?.history.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn receive_deferred(
+        self: &Arc<Self>,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+    ) -> Result<Option<PendingReceive>> {
+        self.receive_deferred_as(tenant, raw, ids, Form::V1)
+    }
+
+    /// [`receive_deferred`](Self::receive_deferred) of a message in A2A
+    /// v0.3's form (see [`receive_v03_message`](Self::receive_v03_message)).
+    pub fn receive_v03_deferred(
+        self: &Arc<Self>,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+    ) -> Result<Option<PendingReceive>> {
+        self.receive_deferred_as(tenant, raw, ids, Form::V03)
+    }
+
+    fn receive_deferred_as(
+        self: &Arc<Self>,
+        tenant: &str,
+        raw: &[u8],
+        ids: MessageIds,
+        form: Form,
+    ) -> Result<Option<PendingReceive>> {
+        check_tenant(tenant)?;
+        let (msg, digest) = parse_inbound(raw, form)?;
+        let owner = match ids {
+            MessageIds::Labels => None,
+            MessageIds::Idempotent => match self.index.idem_start(self.idem_key(tenant, &msg)?) {
+                IdemStart::Done(slot, seq) if self.life(&slot) == Life::Live => {
+                    let receipt = self.duplicate(&msg.message_id, &slot, seq, &digest)?;
+                    return Ok(Some(PendingReceive {
+                        pending: None,
+                        receipt,
+                        store: self.clone(),
+                    }));
+                }
+                // Its context is gone (the blocking form forgets it), or
+                // another receive of it is under way (and may be waited for).
+                IdemStart::Done(..) | IdemStart::Wait(_) => return Ok(None),
+                IdemStart::Owner(guard) => Some(guard),
+            },
+        };
+        let (slot, new_context_id) = self.slot_for(tenant, &msg)?;
+        let Some(hold) = self.hold(&slot) else {
+            return Ok(None);
+        };
+        if new_context_id.is_some() && matches!(self.life(&slot), Life::Gone(_)) {
+            return Ok(None);
+        }
+        let (received, mut receipt) =
+            self.plan(tenant, &slot, &msg, raw, digest, new_context_id)?;
+        let claim = owner.and_then(IdemGuard::into_claim);
+        let pending = self.write_pending(hold, claim, received)?;
+        receipt.seq = pending.body.seq;
+        Ok(Some(PendingReceive {
+            pending: Some(pending),
+            receipt,
+            store: self.clone(),
+        }))
+    }
+
     /// Writes the periodic checkpoint if one is due (see
     /// [`Options::checkpoint_interval`](crate::Options::checkpoint_interval)):
     /// what a deferred write leaves to its caller, to run where blocking is
@@ -137,17 +258,57 @@ impl Store {
     /// `append_record` does up to its wait for the sync.
     fn write_deferred(self: &Arc<Self>, hold: WriteHold, event: Event) -> Result<PendingWrite> {
         let at = event.checked.timestamp_ms;
-        let (body, payload) = self.next_record(hold.slot(), None, event.kind, &event.blob, at)?;
-        let (loc, end) = self.writer.append_deferred(&payload)?;
-        Ok(PendingWrite {
+        let record = event.checked.record(&event.task_id);
+        let received = Received {
+            opens: None,
+            kind: event.kind,
+            raw: &event.blob,
+            timestamp_ms: at,
+            hints: event.hints,
+        };
+        let pending = self.write_pending(hold, None, received)?;
+        Ok(PendingWrite { pending, record })
+    }
+
+    /// Writes a record to the log, not yet published (the context's lock
+    /// held by `hold`, a received message's messageId by `claim`).
+    fn write_pending(
+        self: &Arc<Self>,
+        hold: WriteHold,
+        claim: Option<IdemClaim>,
+        record: Received<'_>,
+    ) -> Result<Pending> {
+        let Received {
+            opens,
+            kind,
+            raw,
+            timestamp_ms,
+            hints,
+        } = record;
+        let written = self
+            .next_record(hold.slot(), opens, kind, raw, timestamp_ms)
+            .and_then(|(body, payload)| {
+                let (loc, end) = self.writer.append_deferred(&payload)?;
+                Ok((body, payload.len() as u64, loc, end))
+            });
+        let (body, bytes, loc, end) = match written {
+            Ok(written) => written,
+            Err(e) => {
+                if let Some(claim) = claim {
+                    self.index.idem_release(claim);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Pending {
             store: self.clone(),
             hold,
+            claim,
             body,
             loc,
-            hints: event.hints,
-            bytes: payload.len() as u64,
+            hints,
+            bytes,
             end,
-            record: event.checked.record(&event.task_id),
             done: false,
         })
     }
@@ -157,7 +318,7 @@ impl PendingWrite {
     /// Resolves once the record is durable (or with the error its sync
     /// failed with); it parks no thread.
     pub fn durable(&self) -> Durable {
-        self.store.writer.log().durable(self.end)
+        self.pending.durable()
     }
 
     /// Publishes the record and lets the context's lock go; returns what
@@ -165,12 +326,58 @@ impl PendingWrite {
     /// landed (at once after [`durable`](Self::durable) resolved). If the
     /// sync failed, nothing is published and the error is returned.
     pub fn publish(mut self) -> Result<EventRecord> {
-        self.finish()?;
-        Ok(self.record.clone())
+        self.pending.finish()?;
+        Ok(self.record)
+    }
+}
+
+impl PendingReceive {
+    /// The receipt the message will have once published (its seq, task
+    /// and event are final; nothing reads them before the publication).
+    pub fn receipt(&self) -> &Receipt {
+        &self.receipt
     }
 
+    /// Resolves once the message is durable (at once for a resend), as
+    /// [`PendingWrite::durable`] does.
+    pub fn durable(&self) -> Durable {
+        match &self.pending {
+            Some(pending) => pending.durable(),
+            None => self.store.writer.log().durable(0),
+        }
+    }
+
+    /// Publishes the message, lets its context's lock and its messageId
+    /// go, and returns its receipt, as [`PendingWrite::publish`] does.
+    pub fn publish(mut self) -> Result<Receipt> {
+        if let Some(pending) = &mut self.pending {
+            pending.finish()?;
+        }
+        Ok(self.receipt)
+    }
+}
+
+impl Pending {
+    fn durable(&self) -> Durable {
+        self.store.writer.log().durable(self.end)
+    }
+
+    /// Publishes the record once durable (or abandons it, if its sync
+    /// failed), then gives the messageId claim back; the lock goes with
+    /// the hold, after.
     fn finish(&mut self) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
         self.done = true;
+        let published = self.publish_record();
+        if let Some(claim) = self.claim.take() {
+            self.store.index.idem_release(claim);
+        }
+        published
+    }
+
+    fn publish_record(&self) -> Result<()> {
         let store = &self.store;
         if let Err(e) = store.writer.wait_until(self.end) {
             store.writer.published(self.loc);
@@ -193,12 +400,10 @@ impl PendingWrite {
     }
 }
 
-impl Drop for PendingWrite {
+impl Drop for Pending {
     fn drop(&mut self) {
-        if !self.done {
-            // Published (or abandoned, if its sync failed) before the hold
-            // lets the lock go, as `publish` does.
-            let _ = self.finish();
-        }
+        // Published (or abandoned, if its sync failed) before the hold
+        // lets the lock go, as `publish` does.
+        let _ = self.finish();
     }
 }

@@ -41,7 +41,7 @@ use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind, Vie
 use crate::namespace::{context_message_key, message_key, ContextKey};
 use crate::options::Options;
 pub use compact::{CompactReport, CompactStep};
-pub use deferred::PendingWrite;
+pub use deferred::{PendingReceive, PendingWrite};
 pub use messages::{MessageBuf, StoredMessageRef};
 pub use portable::{Item, ItemKind};
 pub use push::{InlinePush, PushConfig, MAX_PUSH_CONFIG_ID};

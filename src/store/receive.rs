@@ -1,6 +1,8 @@
 //! Receiving a client's message under the A2A rules: a new task, a task
 //! it joins, or a resend recognised by its messageId.
 
+use std::sync::Arc;
+
 use super::push::{InlinePush, Received};
 use super::tasks::{context_of, inbound, mismatch, parse_inbound, Form, MessageIds, Receipt};
 use super::{next_timestamp, Hints, Store};
@@ -182,16 +184,22 @@ impl Store {
                 }
             }
         };
-        match &msg.task_id {
-            Some(task_id) => self.receive_into_task(tenant, &msg, task_id, raw, digest, push),
-            None => self.receive_new_task(tenant, &msg, raw, digest, push),
+        let (slot, new_context_id) = self.slot_for(tenant, &msg)?;
+        let _turn = slot.write.lock();
+        if new_context_id.is_some() {
+            self.refuse_if_gone(&slot)?;
         }
+        let (received, mut receipt) =
+            self.plan(tenant, &slot, &msg, raw, digest, new_context_id)?;
+        receipt.seq =
+            self.append_received(&slot, received, &receipt.task_id, receipt.event, push)?;
+        Ok(receipt)
     }
 
     /// The key a message's messageId is recognised by: within the context
     /// it names, or its task's (`TaskNotFound` if the tenant has no such
     /// task), or within the tenant for a message that names neither.
-    fn idem_key(&self, tenant: &str, msg: &Message) -> Result<[u8; 32]> {
+    pub(super) fn idem_key(&self, tenant: &str, msg: &Message) -> Result<[u8; 32]> {
         if let Some(task_id) = &msg.task_id {
             let slot = self.task_slot(tenant, task_id)?;
             return Ok(context_message_key(&slot.key, &msg.message_id));
@@ -204,58 +212,17 @@ impl Store {
         Ok(message_key(tenant, &msg.message_id))
     }
 
-    /// A message that names its task joins it.
-    fn receive_into_task(
+    /// The context a message goes to: its task's, if it names one, else
+    /// the context it names or a new one (whose id comes back: the
+    /// message opens a task there).
+    pub(super) fn slot_for(
         &self,
         tenant: &str,
         msg: &Message,
-        task_id: &str,
-        raw: &[u8],
-        digest: [u8; 32],
-        push: Option<InlinePush<'_>>,
-    ) -> Result<Receipt> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let _turn = slot.write.lock();
-        let (context_id, timestamp_ms, event) = {
-            let state = slot.state.read();
-            let context_id = context_of(&state)?;
-            if msg.context_id.as_deref().is_some_and(|c| c != context_id) {
-                return Err(mismatch());
-            }
-            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
-            task.check(Op::Message)?;
-            let event = task.event_count() as u64 + 1;
-            (context_id.to_string(), next_timestamp(&state), event)
-        };
-        let kind = inbound(task_id, false, msg, digest);
-        let received = Received {
-            opens: None,
-            kind,
-            raw,
-            timestamp_ms,
-            hints: Hints::default(),
-        };
-        let seq = self.append_received(&slot, received, task_id, event, push)?;
-        Ok(Receipt {
-            context_id,
-            task_id: task_id.to_string(),
-            seq,
-            duplicate: false,
-            new_context: false,
-            new_task: false,
-            event,
-        })
-    }
-
-    /// A message without a task opens one, in its context or a new one.
-    fn receive_new_task(
-        &self,
-        tenant: &str,
-        msg: &Message,
-        raw: &[u8],
-        digest: [u8; 32],
-        push: Option<InlinePush<'_>>,
-    ) -> Result<Receipt> {
+    ) -> Result<(Arc<ContextSlot>, Option<String>)> {
+        if let Some(task_id) = &msg.task_id {
+            return Ok((self.task_slot(tenant, task_id)?, None));
+        }
         let context_id = match &msg.context_id {
             Some(c) => {
                 check_context_id(c)?;
@@ -264,14 +231,31 @@ impl Store {
             None => self.fresh_context_id(tenant)?,
         };
         let key = ContextKey::derive(tenant, &context_id)?;
-        let slot = self.index.get_or_insert(&key);
-        let _turn = slot.write.lock();
-        self.refuse_if_gone(&slot)?;
+        Ok((self.index.get_or_insert(&key), Some(context_id)))
+    }
+
+    /// The record a message makes in `slot` and its receipt (but for its
+    /// seq): it joins the task it names, or (`new_context_id`, from
+    /// [`slot_for`](Self::slot_for)) opens a task. The caller holds the
+    /// context's write lock and has refused a gone context.
+    pub(super) fn plan<'r>(
+        &self,
+        tenant: &str,
+        slot: &ContextSlot,
+        msg: &Message,
+        raw: &'r [u8],
+        digest: [u8; 32],
+        new_context_id: Option<String>,
+    ) -> Result<(Received<'r>, Receipt)> {
+        let Some(context_id) = new_context_id else {
+            let task_id = msg.task_id.as_deref().ok_or(Error::TaskNotFound)?;
+            return self.plan_join(slot, msg, task_id, raw, digest);
+        };
         let (new_context, timestamp_ms) = {
             let state = slot.state.read();
             (state.meta.is_none(), next_timestamp(&state))
         };
-        let task_id = self.fresh_task_id(tenant, &slot)?;
+        let task_id = self.fresh_task_id(tenant, slot)?;
         let name = new_context.then(|| ContextName {
             tenant: tenant.to_string(),
             context_id: context_id.clone(),
@@ -286,20 +270,59 @@ impl Store {
                 ..Hints::default()
             },
         };
-        let seq = self.append_received(&slot, received, &task_id, 1, push)?;
-        Ok(Receipt {
+        let receipt = Receipt {
             context_id,
             task_id,
-            seq,
+            seq: 0,
             duplicate: false,
             new_context,
             new_task: true,
             event: 1,
-        })
+        };
+        Ok((received, receipt))
+    }
+
+    /// [`plan`](Self::plan) of a message that names its task: it joins it.
+    fn plan_join<'r>(
+        &self,
+        slot: &ContextSlot,
+        msg: &Message,
+        task_id: &str,
+        raw: &'r [u8],
+        digest: [u8; 32],
+    ) -> Result<(Received<'r>, Receipt)> {
+        let (context_id, timestamp_ms, event) = {
+            let state = slot.state.read();
+            let context_id = context_of(&state)?;
+            if msg.context_id.as_deref().is_some_and(|c| c != context_id) {
+                return Err(mismatch());
+            }
+            let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
+            task.check(Op::Message)?;
+            let event = task.event_count() as u64 + 1;
+            (context_id.to_string(), next_timestamp(&state), event)
+        };
+        let received = Received {
+            opens: None,
+            kind: inbound(task_id, false, msg, digest),
+            raw,
+            timestamp_ms,
+            hints: Hints::default(),
+        };
+        let receipt = Receipt {
+            context_id,
+            task_id: task_id.to_string(),
+            seq: 0,
+            duplicate: false,
+            new_context: false,
+            new_task: false,
+            event,
+        };
+        Ok((received, receipt))
     }
 
     /// The first receipt of an already received messageId, if the content is the same.
-    fn duplicate(
+    pub(super) fn duplicate(
         &self,
         message_id: &str,
         slot: &ContextSlot,

@@ -282,6 +282,35 @@ async fn begin(
     let raw = inbound.message.get().as_bytes().to_vec();
     let t = tenant.to_string();
     let single = shared.config.single_active_turn;
+    // The common case, on this worker with no crossing to the blocking pool
+    // (DESIGN §12, "A send"): a message to take a place for, with no push
+    // config, no lookup first and no context lock of the server's own.
+    if permit.is_some() && !replay && !single && push.is_none() {
+        let deferred = shared
+            .store
+            .deferred(
+                |store| {
+                    let pending = match v03 {
+                        false => store.receive_deferred(&t, &raw, ids),
+                        true => store.receive_v03_deferred(&t, &raw, ids),
+                    };
+                    pending.map_err(|e| direct_reply_refused(store, &t, &raw, e))
+                },
+                |store, receipt| {
+                    let prepared = (!receipt.duplicate).then(|| {
+                        turn::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id)
+                    });
+                    Ok((receipt, prepared.and_then(Result::ok)))
+                },
+            )
+            .await;
+        if let Some(received) = deferred {
+            let (receipt, prepared) = received.map_err(refused)?;
+            return Ok(started(
+                shared, tenant, receipt, None, permit, prepared, None,
+            ));
+        }
+    }
     let locks = shared.clone();
     // The receive, and (for a new turn) what its agent is called with, in
     // one call to the blocking pool.
@@ -306,15 +335,8 @@ async fn begin(
             } else {
                 receive(store, &t, &message, ids).map(|r| (r, None))
             };
-            let ((receipt, pushed), lease) = match received {
-                // A direct reply's task was never the client's.
-                Err(ctxlog::Error::UnsupportedOperation { .. })
-                    if names_direct_reply(store, &t, &raw) =>
-                {
-                    return Err(ctxlog::Error::TaskNotFound)
-                }
-                other => other?,
-            };
+            let ((receipt, pushed), lease) =
+                received.map_err(|e| direct_reply_refused(store, &t, &raw, e))?;
             let prepared = match receipt.duplicate {
                 true => None,
                 false => {
@@ -324,23 +346,60 @@ async fn begin(
             Ok(Some(((receipt, pushed), lease, prepared)))
         })
         .await
-        .map_err(|e| match e {
-            ctxlog::Error::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
-            e => from_store(e),
-        })?;
+        .map_err(refused)?;
     let Some(((receipt, push), lease, prepared)) = received else {
         return Err(A2aError::Overloaded(shared.turns.max()));
     };
+    Ok(started(
+        shared, tenant, receipt, lease, permit, prepared, push,
+    ))
+}
+
+/// A message received (durable now): its task is followed for the answer
+/// and, unless it was received before, its turn starts.
+fn started(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    receipt: Receipt,
+    lease: Option<TurnGuard>,
+    permit: Option<OwnedSemaphorePermit>,
+    prepared: Option<turn::Prepared>,
+    push: Option<ctxlog::PushConfig>,
+) -> Begun {
     crate::crashpoint::point("received");
     let events = shared.hub.follow(tenant, &receipt.task_id);
     if let (false, Some(permit)) = (receipt.duplicate, permit) {
         start_turn(shared, tenant, &receipt, lease, permit, prepared);
     }
-    Ok(Begun {
+    Begun {
         receipt,
         events,
         push,
-    })
+    }
+}
+
+/// A receive's refusal as the client sees it.
+fn refused(e: ctxlog::Error) -> A2aError {
+    match e {
+        ctxlog::Error::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
+        e => from_store(e),
+    }
+}
+
+/// A message refused for its task's state: a task that ended in a direct
+/// reply was never the client's, so it is not found.
+fn direct_reply_refused(
+    store: &ctxlog::Store,
+    tenant: &str,
+    raw: &[u8],
+    e: ctxlog::Error,
+) -> ctxlog::Error {
+    match e {
+        ctxlog::Error::UnsupportedOperation { .. } if names_direct_reply(store, tenant, raw) => {
+            ctxlog::Error::TaskNotFound
+        }
+        e => e,
+    }
 }
 
 /// A message to receive: its bytes, in v1.0's form or (`v03`) v0.3's,

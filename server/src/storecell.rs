@@ -1,7 +1,8 @@
 //! The store every call uses: held in a cell so that a store poisoned by a
 //! failed write or sync can be taken out and opened again (see
 //! `health.rs`), and the way every call reaches it (on the blocking pool,
-//! but a turn's events, written deferred on the async workers).
+//! but a send's message and its turn's events, written deferred on the
+//! async workers).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -107,19 +108,20 @@ impl StoreCell {
         result
     }
 
-    /// A task event written deferred, on the calling async worker: `write`
-    /// checks and writes it (`Store::update_status_deferred` or
-    /// `add_artifact_deferred`), the task awaits its sync without parking a
-    /// thread, then it is published and `then` reads what the caller needs
-    /// of it, still on the worker (the records are fresh, in memory).
-    /// `None` when the event cannot be deferred (the context's lock is
-    /// held, the store is out, or writes wait for synchronous
-    /// replication): the caller writes it on the blocking pool. A
-    /// periodic checkpoint that fell due is written on the blocking pool.
-    pub(crate) async fn deferred<T>(
+    /// A write deferred, on the calling async worker: `write` checks and
+    /// writes it (a task event: `Store::update_status_deferred` or
+    /// `add_artifact_deferred`; a message: `Store::receive_deferred`), the
+    /// task awaits its sync without parking a thread, then it is published
+    /// and `then` reads what the caller needs of it, still on the worker
+    /// (the records are fresh, in memory). `None` when the write cannot be
+    /// deferred (the context's lock is held, the store is out, or writes
+    /// wait for synchronous replication): the caller writes it on the
+    /// blocking pool. A periodic checkpoint that fell due is written on the
+    /// blocking pool.
+    pub(crate) async fn deferred<P: Pending, T>(
         &self,
-        write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<ctxlog::PendingWrite>>,
-        then: impl FnOnce(&Store, ctxlog::EventRecord) -> ctxlog::Result<T>,
+        write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<P>>,
+        then: impl FnOnce(&Store, P::Out) -> ctxlog::Result<T>,
     ) -> Option<ctxlog::Result<T>> {
         let store = self.get()?;
         let result = match write(&store) {
@@ -127,7 +129,7 @@ impl StoreCell {
             Ok(Some(pending)) => {
                 // Its error, if the sync failed, is publish's too.
                 let _ = pending.durable().await;
-                pending.publish().and_then(|record| then(&store, record))
+                pending.publish().and_then(|out| then(&store, out))
             }
             Err(e) => Err(e),
         };
@@ -186,6 +188,36 @@ impl StoreCell {
         };
         *last = Some((Instant::now(), streak));
         backoff(streak)
+    }
+}
+
+/// A write of the store's not yet published (see [`StoreCell::deferred`]).
+pub(crate) trait Pending {
+    /// What publishing it gives.
+    type Out;
+    /// Resolves once it is durable.
+    fn durable(&self) -> ctxlog::Durable;
+    /// Publishes it.
+    fn publish(self) -> ctxlog::Result<Self::Out>;
+}
+
+impl Pending for ctxlog::PendingWrite {
+    type Out = ctxlog::EventRecord;
+    fn durable(&self) -> ctxlog::Durable {
+        self.durable()
+    }
+    fn publish(self) -> ctxlog::Result<Self::Out> {
+        self.publish()
+    }
+}
+
+impl Pending for ctxlog::PendingReceive {
+    type Out = ctxlog::Receipt;
+    fn durable(&self) -> ctxlog::Durable {
+        self.durable()
+    }
+    fn publish(self) -> ctxlog::Result<Self::Out> {
+        self.publish()
     }
 }
 

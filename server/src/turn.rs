@@ -110,7 +110,8 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Reads it (a blocking call: run it on the blocking pool).
+    /// Reads it (on the blocking pool, or on a worker right after the
+    /// message's deferred receive, whose records are fresh in memory).
     pub(crate) fn read(
         store: &ctxlog::Store,
         tenant: &str,

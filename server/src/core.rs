@@ -285,41 +285,50 @@ async fn begin(
     // The common case, on this worker with no crossing to the blocking pool
     // (DESIGN §12, "A send"): a message to take a place for, with no push
     // config, no lookup first and no context lock of the server's own.
+    let mut permit = permit;
     if permit.is_some() && !replay && !single && push.is_none() {
         let deferred = shared
             .store
-            .deferred(
-                |store| {
-                    let pending = match v03 {
-                        false => store.receive_deferred(&t, &raw, ids),
-                        true => store.receive_v03_deferred(&t, &raw, ids),
+            .deferred(|store| {
+                let pending = match v03 {
+                    false => store.receive_deferred(&t, &raw, ids),
+                    true => store.receive_v03_deferred(&t, &raw, ids),
+                };
+                let pending = pending.map_err(|e| direct_reply_refused(store, &t, &raw, e))?;
+                // Taken only once written: otherwise the blocking pool's
+                // receive below needs the place.
+                Ok(pending.map(|pending| {
+                    let (shared, tenant, permit) = (shared.clone(), t.clone(), permit.take());
+                    // Once published: the turn starts, on the worker, or on
+                    // the blocking pool if the client went away meanwhile.
+                    let then = move |store: &ctxlog::Store, receipt: Receipt| {
+                        let prepared = (!receipt.duplicate).then(|| {
+                            let (task, context) = (&receipt.task_id, &receipt.context_id);
+                            turn::Prepared::read(store, &tenant, task, context)
+                        });
+                        let prepared = prepared.and_then(Result::ok);
+                        Ok(started(
+                            &shared, &tenant, receipt, None, permit, prepared, None,
+                        ))
                     };
-                    pending.map_err(|e| direct_reply_refused(store, &t, &raw, e))
-                },
-                |store, receipt| {
-                    let prepared = (!receipt.duplicate).then(|| {
-                        turn::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id)
-                    });
-                    Ok((receipt, prepared.and_then(Result::ok)))
-                },
-            )
+                    (pending, then)
+                }))
+            })
             .await;
-        if let Some(received) = deferred {
-            let (receipt, prepared) = received.map_err(refused)?;
-            return Ok(started(
-                shared, tenant, receipt, None, permit, prepared, None,
-            ));
+        if let Some(begun) = deferred {
+            return begun.map_err(refused);
         }
     }
     let locks = shared.clone();
-    // The receive, and (for a new turn) what its agent is called with, in
-    // one call to the blocking pool.
-    let received = shared
+    // The receive, (for a new turn) what its agent is called with, and
+    // its start, in one call to the blocking pool: whether the client
+    // waits for it or not, a message stored gets its turn.
+    let begun = shared
         .store
         .blocking_raw(move |store| {
             if (at_bound && look_up) || replay {
                 if let Some(r) = find_received(store, &t, &raw, v03)? {
-                    return Ok(Some(((r, None), None, None)));
+                    return Ok(Some(started(&locks, &t, r, None, permit, None, None)));
                 }
             }
             if at_bound {
@@ -343,16 +352,12 @@ async fn begin(
                     turn::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
                 }
             };
-            Ok(Some(((receipt, pushed), lease, prepared)))
+            let begun = started(&locks, &t, receipt, lease, permit, prepared, pushed);
+            Ok(Some(begun))
         })
         .await
         .map_err(refused)?;
-    let Some(((receipt, push), lease, prepared)) = received else {
-        return Err(A2aError::Overloaded(shared.turns.max()));
-    };
-    Ok(started(
-        shared, tenant, receipt, lease, permit, prepared, push,
-    ))
+    begun.ok_or_else(|| A2aError::Overloaded(shared.turns.max()))
 }
 
 /// A message received (durable now): its task is followed for the answer

@@ -110,26 +110,35 @@ impl StoreCell {
 
     /// A write deferred, on the calling async worker: `write` checks and
     /// writes it (a task event: `Store::update_status_deferred` or
-    /// `add_artifact_deferred`; a message: `Store::receive_deferred`), the
-    /// task awaits its sync without parking a thread, then it is published
-    /// and `then` reads what the caller needs of it, still on the worker
-    /// (the records are fresh, in memory). `None` when the write cannot be
-    /// deferred (the context's lock is held, the store is out, or writes
-    /// wait for synchronous replication): the caller writes it on the
-    /// blocking pool. A periodic checkpoint that fell due is written on the
-    /// blocking pool.
-    pub(crate) async fn deferred<P: Pending, T>(
+    /// `add_artifact_deferred`; a message: `Store::receive_deferred`) and
+    /// gives it with what follows it (`then`: reads what the caller needs,
+    /// starts a turn); the task awaits its sync without parking a thread,
+    /// then it is published and `then` runs, still on the worker (the
+    /// records are fresh, in memory). If the awaiting task is dropped
+    /// first (a client that went away, a turn aborted), a blocking-pool
+    /// thread publishes it and runs `then`, so what follows a stored write
+    /// happens whoever waits for it. `None`
+    /// when the write cannot be deferred (the context's lock is held, the
+    /// store is out, or writes wait for synchronous replication): the
+    /// caller writes it on the blocking pool. A periodic checkpoint that
+    /// fell due is written on the blocking pool.
+    pub(crate) async fn deferred<P, F, T>(
         &self,
-        write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<P>>,
-        then: impl FnOnce(&Store, P::Out) -> ctxlog::Result<T>,
-    ) -> Option<ctxlog::Result<T>> {
+        write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<(P, F)>>,
+    ) -> Option<ctxlog::Result<T>>
+    where
+        P: Pending + Send + 'static,
+        F: FnOnce(&Store, P::Out) -> ctxlog::Result<T> + Send + 'static,
+    {
         let store = self.get()?;
         let result = match write(&store) {
             Ok(None) => return None,
-            Ok(Some(pending)) => {
+            Ok(Some((pending, then))) => {
+                let durable = pending.durable();
+                let held = Unawaited::new(store.clone(), pending, then);
                 // Its error, if the sync failed, is publish's too.
-                let _ = pending.durable().await;
-                pending.publish().and_then(|out| then(&store, out))
+                let _ = durable.await;
+                held.finish()
             }
             Err(e) => Err(e),
         };
@@ -201,6 +210,62 @@ pub(crate) trait Pending {
     fn publish(self) -> ctxlog::Result<Self::Out>;
 }
 
+/// A pending write while its sync is awaited, and what follows it.
+struct Unawaited<P, F, T>
+where
+    P: Pending + Send + 'static,
+    F: FnOnce(&Store, P::Out) -> ctxlog::Result<T> + Send + 'static,
+{
+    store: Arc<Store>,
+    /// Taken by `finish`, or by `Drop` if the awaiting task is dropped.
+    rest: Option<(P, F)>,
+    out: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<P, F, T> Unawaited<P, F, T>
+where
+    P: Pending + Send + 'static,
+    F: FnOnce(&Store, P::Out) -> ctxlog::Result<T> + Send + 'static,
+{
+    fn new(store: Arc<Store>, pending: P, then: F) -> Self {
+        Unawaited {
+            store,
+            rest: Some((pending, then)),
+            out: std::marker::PhantomData,
+        }
+    }
+
+    /// Publishes it and runs what follows, here.
+    fn finish(mut self) -> ctxlog::Result<T> {
+        let (pending, then) = self.rest.take().ok_or(ctxlog::Error::Poisoned)?;
+        pending.publish().and_then(|out| then(&self.store, out))
+    }
+}
+
+impl<P, F, T> Drop for Unawaited<P, F, T>
+where
+    P: Pending + Send + 'static,
+    F: FnOnce(&Store, P::Out) -> ctxlog::Result<T> + Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some((pending, then)) = self.rest.take() else {
+            return;
+        };
+        let store = self.store.clone();
+        let rest = move || {
+            if let Ok(out) = pending.publish() {
+                drop(then(&store, out));
+            }
+        };
+        // Off the worker: publishing waits for the sync. Outside a runtime
+        // (its shutdown) it is done here.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(rest)),
+            Err(_) => rest(),
+        }
+    }
+}
+
 impl Pending for ctxlog::PendingWrite {
     type Out = ctxlog::EventRecord;
     fn durable(&self) -> ctxlog::Durable {
@@ -236,6 +301,62 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::task::Poll;
+
+    /// A send whose client goes away while its message's sync is awaited:
+    /// the message is still published (a resend finds it), what follows it
+    /// (its turn's start) still runs, and its messageId is let go.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_receive_dropped_while_its_sync_is_awaited_is_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ctxlog::Options::default().durability(ctxlog::Durability::GroupCommit);
+        let store = Store::open(dir.path(), options).unwrap();
+        let cell = StoreCell::new(store, Box::new(|| {}));
+        // Bounded: a sync that lands before the first poll leaves nothing
+        // to drop, and the next message tries again.
+        let (followed, follows) = std::sync::mpsc::channel();
+        let mut dropped = None;
+        for attempt in 0..100 {
+            let raw = format!(
+                r#"{{"messageId":"m{attempt}","contextId":"c","role":"ROLE_USER","parts":[{{"text":"hi"}}]}}"#
+            );
+            let followed = followed.clone();
+            let write = |s: &Arc<Store>| {
+                let pending =
+                    s.receive_deferred("t", raw.as_bytes(), ctxlog::MessageIds::Idempotent)?;
+                let then = move |_: &Store, receipt: ctxlog::Receipt| {
+                    let _ = followed.send(receipt.task_id.clone());
+                    Ok(receipt)
+                };
+                Ok(pending.map(|p| (p, then)))
+            };
+            let future = cell.deferred(write);
+            let mut future = std::pin::pin!(future);
+            let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+            if first.is_pending() {
+                dropped = Some(raw.clone());
+                break;
+            }
+        }
+        let raw = dropped.expect("no sync was ever awaited");
+        let store = cell.get().unwrap();
+        let resend =
+            tokio::task::spawn_blocking(move || store.receive_message("t", raw.as_bytes()));
+        let resend = tokio::time::timeout(Duration::from_secs(30), resend)
+            .await
+            .expect("the dropped receive kept its messageId")
+            .unwrap()
+            .unwrap();
+        assert!(resend.duplicate, "the dropped receive was published");
+        // What follows it runs too, off the worker, for that message (after
+        // the messages whose sync landed before the first poll).
+        let ran = tokio::task::spawn_blocking(move || {
+            std::iter::from_fn(|| follows.recv_timeout(Duration::from_secs(30)).ok())
+                .find(|task_id| *task_id == resend.task_id)
+        });
+        assert!(ran.await.unwrap().is_some(), "its turn would not start");
+    }
 
     #[test]
     fn the_delay_grows_from_nothing_to_its_bound() {

@@ -316,7 +316,7 @@ impl Turn {
         sunk: Sunk,
     ) -> Result<(), SinkError> {
         let (followed, streamed) = self.shared.hub.followers(&self.tenant, &self.task_id);
-        let back = ReadBack {
+        let back = || ReadBack {
             tenant: self.tenant.clone(),
             task_id: self.task_id.clone(),
             streamed,
@@ -324,14 +324,21 @@ impl Turn {
         };
         let cell = &self.shared.store;
         let deferred = cell
-            .deferred(
-                |store| sunk.deferred(store, &back.tenant),
-                |store, record| Ok(back.read(store, record.seq)),
-            )
+            .deferred(|store| {
+                let pending = sunk.deferred(store, &self.tenant)?;
+                Ok(pending.map(|pending| {
+                    let back = back();
+                    let then = move |store: &ctxlog::Store, record: EventRecord| {
+                        Ok(back.read(store, record.seq))
+                    };
+                    (pending, then)
+                }))
+            })
             .await;
         let written = match deferred {
             Some(written) => written,
             None => {
+                let back = back();
                 cell.blocking_raw(move |store| {
                     let seq = sunk.blocking(store, &back.tenant)?.seq;
                     Ok(back.read(store, seq))

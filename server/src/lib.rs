@@ -43,6 +43,7 @@ mod following;
 pub mod fuzzing;
 mod health;
 mod hub;
+mod inbound;
 mod keys;
 mod listener;
 mod media;

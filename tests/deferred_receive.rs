@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxlog::a2a::{TaskState, TaskStatus};
-use ctxlog::{Durability, Error, MessageIds, Options, Store};
+use ctxlog::{Durability, Error, MessageIds, Options, Receipt, Store};
 
 fn store(dir: &std::path::Path, durability: Durability) -> Arc<Store> {
     Arc::new(Store::open(dir, Options::default().durability(durability)).unwrap())
@@ -18,6 +18,16 @@ fn store(dir: &std::path::Path, durability: Durability) -> Arc<Store> {
 fn message(id: &str, extra: &str) -> Vec<u8> {
     format!(r#"{{"messageId":"{id}","role":"ROLE_USER","parts":[{{"text":"hi {id}"}}]{extra}}}"#)
         .into_bytes()
+}
+
+/// Received deferred and published at once (nothing else writes).
+fn receive_now(store: &Arc<Store>, raw: &[u8], ids: MessageIds) -> Receipt {
+    store
+        .receive_deferred("t", raw, ids)
+        .unwrap()
+        .unwrap()
+        .publish()
+        .unwrap()
 }
 
 fn history_len(store: &Store, task_id: &str) -> Option<usize> {
@@ -59,12 +69,7 @@ fn a_deferred_receive_is_seen_once_durable_and_published() {
         assert_eq!(history_len(&store, &task_id), Some(1), "{durability:?}");
         // The task's next message joins it, deferred too.
         let follow = message("m2", &format!(r#","taskId":"{task_id}""#));
-        let joined = store
-            .receive_deferred("t", &follow, MessageIds::Idempotent)
-            .unwrap()
-            .unwrap()
-            .publish()
-            .unwrap();
+        let joined = receive_now(&store, &follow, MessageIds::Idempotent);
         assert_eq!((joined.event, joined.seq), (2, receipt.seq + 1));
         assert!(!joined.new_task && joined.task_id == task_id);
         drop(Arc::try_unwrap(store).unwrap());
@@ -108,12 +113,7 @@ fn a_resend_is_answered_at_once_and_a_v03_message_is_taken() {
         Err(Error::IdempotencyConflict { .. })
     ));
     // As labels, every message is new.
-    let a = store
-        .receive_deferred("t", v1, MessageIds::Labels)
-        .unwrap()
-        .unwrap()
-        .publish()
-        .unwrap();
+    let a = receive_now(&store, v1, MessageIds::Labels);
     assert!(!a.duplicate && a.task_id != first.task_id);
 }
 
@@ -169,12 +169,7 @@ fn a_pending_receive_dropped_unpublished_is_published_by_its_drop() {
     assert_eq!(history_len(&store, &task_id), Some(1));
     // The messageId and the lock are free: a resend is one, and the task
     // takes a status.
-    let again = store
-        .receive_deferred("t", &raw, MessageIds::Idempotent)
-        .unwrap()
-        .unwrap()
-        .publish()
-        .unwrap();
+    let again = receive_now(&store, &raw, MessageIds::Idempotent);
     assert!(again.duplicate && again.task_id == task_id);
     let done = again.status_update(TaskStatus::new(TaskState::Completed));
     assert!(store.update_status_deferred("t", &done).unwrap().is_some());
@@ -207,12 +202,7 @@ fn a_deferred_receive_is_checked_as_a_blocking_one_is() {
         .receive_deferred(&long, &message("m4", ""), MessageIds::Idempotent)
         .is_err());
     let follow = message("m5", &format!(r#","contextId":"{}""#, first.context_id));
-    let joined = store
-        .receive_deferred("t", &follow, MessageIds::Idempotent)
-        .unwrap()
-        .unwrap()
-        .publish()
-        .unwrap();
+    let joined = receive_now(&store, &follow, MessageIds::Idempotent);
     assert!(joined.new_task && !joined.new_context);
     // A gone context is left to the blocking form, which refuses it.
     store.delete_context("t", &first.context_id).unwrap();

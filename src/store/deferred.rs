@@ -195,15 +195,14 @@ impl Store {
                 IdemStart::Owner(guard) => Some(guard),
             },
         };
-        let (slot, new_context_id) = self.slot_for(tenant, &msg)?;
+        let (slot, new_task_in) = self.slot_for(tenant, &msg)?;
         let Some(hold) = self.hold(&slot) else {
             return Ok(None);
         };
-        if new_context_id.is_some() && matches!(self.life(&slot), Life::Gone(_)) {
+        if new_task_in.is_some() && matches!(self.life(&slot), Life::Gone(_)) {
             return Ok(None);
         }
-        let (received, mut receipt) =
-            self.plan(tenant, &slot, &msg, raw, digest, new_context_id)?;
+        let (received, mut receipt) = self.plan(tenant, &slot, &msg, raw, digest, new_task_in)?;
         let claim = owner.and_then(IdemGuard::into_claim);
         let pending = self.write_pending(hold, claim, received)?;
         receipt.seq = pending.body.seq;

@@ -184,13 +184,12 @@ impl Store {
                 }
             }
         };
-        let (slot, new_context_id) = self.slot_for(tenant, &msg)?;
+        let (slot, new_task_in) = self.slot_for(tenant, &msg)?;
         let _turn = slot.write.lock();
-        if new_context_id.is_some() {
+        if new_task_in.is_some() {
             self.refuse_if_gone(&slot)?;
         }
-        let (received, mut receipt) =
-            self.plan(tenant, &slot, &msg, raw, digest, new_context_id)?;
+        let (received, mut receipt) = self.plan(tenant, &slot, &msg, raw, digest, new_task_in)?;
         receipt.seq =
             self.append_received(&slot, received, &receipt.task_id, receipt.event, push)?;
         Ok(receipt)
@@ -235,7 +234,7 @@ impl Store {
     }
 
     /// The record a message makes in `slot` and its receipt (but for its
-    /// seq): it joins the task it names, or (`new_context_id`, from
+    /// seq): it joins the task it names, or (`new_task_in`, from
     /// [`slot_for`](Self::slot_for)) opens a task. The caller holds the
     /// context's write lock and has refused a gone context.
     pub(super) fn plan<'r>(
@@ -245,9 +244,9 @@ impl Store {
         msg: &Message,
         raw: &'r [u8],
         digest: [u8; 32],
-        new_context_id: Option<String>,
+        new_task_in: Option<String>,
     ) -> Result<(Received<'r>, Receipt)> {
-        let Some(context_id) = new_context_id else {
+        let Some(context_id) = new_task_in else {
             let task_id = msg.task_id.as_deref().ok_or(Error::TaskNotFound)?;
             return self.plan_join(slot, msg, task_id, raw, digest);
         };

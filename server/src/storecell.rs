@@ -117,11 +117,11 @@ impl StoreCell {
     /// records are fresh, in memory). If the awaiting task is dropped
     /// first (a client that went away, a turn aborted), a blocking-pool
     /// thread publishes it and runs `then`, so what follows a stored write
-    /// happens whoever waits for it. `None`
-    /// when the write cannot be deferred (the context's lock is held, the
-    /// store is out, or writes wait for synchronous replication): the
-    /// caller writes it on the blocking pool. A periodic checkpoint that
-    /// fell due is written on the blocking pool.
+    /// happens whoever waits for it. `None` when the write cannot be
+    /// deferred (the context's lock is held, the store is out, or writes
+    /// wait for synchronous replication): the caller writes it on the
+    /// blocking pool. A periodic checkpoint that fell due is written on the
+    /// blocking pool.
     pub(crate) async fn deferred<P, F, T>(
         &self,
         write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<(P, F)>>,
@@ -237,6 +237,7 @@ where
 
     /// Publishes it and runs what follows, here.
     fn finish(mut self) -> ctxlog::Result<T> {
+        // Always there: only this, which takes `self`, and `Drop` take it.
         let (pending, then) = self.rest.take().ok_or(ctxlog::Error::Poisoned)?;
         pending.publish().and_then(|out| then(&self.store, out))
     }

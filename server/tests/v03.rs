@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Client, TestServer};
+use common::{Client, Gated, GatedAgent, TestServer};
 use ctxlog_server::agents::Echo;
 use ctxlog_server::auth::Protocols;
 use serde_json::{json, Value};
@@ -97,14 +97,44 @@ async fn a_task_is_shared_between_the_versions_and_kept_as_sent() {
     assert_eq!(first[0].raw, MESSAGE.as_bytes());
 }
 
+/// A streaming POST without `A2A-Version`, its body read whole; the
+/// agent's gate is opened once the stream's first event has arrived, so
+/// the stream starts with the task as the agent's first status left it
+/// and carries every event after (a turn done before the stream read the
+/// task would leave the stream that task alone).
+async fn stream_gated(url: &str, path: &str, body: &str, gated: &Gated) -> (u16, String) {
+    use futures_util::StreamExt;
+    let r = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let mut chunks = r.bytes_stream();
+    let mut text = String::new();
+    let mut opened = false;
+    while let Some(chunk) = chunks.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        if !opened && text.contains("\n\n") {
+            gated.open();
+            opened = true;
+        }
+    }
+    (status, text)
+}
+
 #[tokio::test]
 async fn a_v03_stream_has_kinds_and_ends_final() {
-    let server = TestServer::start(Arc::new(Echo), |_| {}, None).await;
+    let gated = Gated::new(2);
+    let agent = Arc::new(GatedAgent(gated.clone()));
+    let server = TestServer::start(agent, |_| {}, None).await;
     let message = MESSAGE.replace("m-v03", "m-stream");
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"message/stream","params":{{"message":{message}}}}}"#
     );
-    let (status, text) = post(&server.url, "/", &body).await;
+    let (status, text) = stream_gated(&server.url, "/", &body, &gated).await;
     assert_eq!(status, 200);
     let results: Vec<Value> = events(&text)
         .into_iter()
@@ -124,7 +154,7 @@ async fn a_v03_stream_has_kinds_and_ends_final() {
     assert!(results.iter().any(|r| r["kind"] == "artifact-update"));
     // The same over v0.3's HTTP+JSON: the protobuf form, `final` too.
     let proto = r#"{"message":{"messageId":"m-rest","role":"ROLE_USER","content":[{"text":"hi"}]},"configuration":{"blocking":true}}"#;
-    let (status, text) = post(&server.url, "/v1/message:stream", proto).await;
+    let (status, text) = stream_gated(&server.url, "/v1/message:stream", proto, &gated).await;
     assert_eq!(status, 200);
     let all = events(&text);
     assert!(all[0]["task"]["id"].is_string());

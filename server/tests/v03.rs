@@ -15,15 +15,20 @@ use serde_json::{json, Value};
 
 const MESSAGE: &str = r#"{"kind":"message","messageId":"m-v03","role":"user","parts":[{"kind":"text","text":"hello over v0.3"}]}"#;
 
-/// A POST without `A2A-Version` (as a v0.3 client sends it).
-async fn post(url: &str, path: &str, body: &str) -> (u16, String) {
-    let r = reqwest::Client::new()
+/// A POST without `A2A-Version` (as a v0.3 client sends it), sent.
+async fn send(url: &str, path: &str, body: &str) -> reqwest::Response {
+    reqwest::Client::new()
         .post(format!("{url}{path}"))
         .header("content-type", "application/json")
         .body(body.to_string())
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// [`send`], its body read whole.
+async fn post(url: &str, path: &str, body: &str) -> (u16, String) {
+    let r = send(url, path, body).await;
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
@@ -104,13 +109,7 @@ async fn a_task_is_shared_between_the_versions_and_kept_as_sent() {
 /// task would leave the stream that task alone).
 async fn stream_gated(url: &str, path: &str, body: &str, gated: &Gated) -> (u16, String) {
     use futures_util::StreamExt;
-    let r = reqwest::Client::new()
-        .post(format!("{url}{path}"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let r = send(url, path, body).await;
     let status = r.status().as_u16();
     let mut chunks = r.bytes_stream();
     let mut text = String::new();

@@ -37,11 +37,18 @@ pub struct PendingWrite {
 /// receive's end and is then answered as a resend.
 #[must_use = "a pending receive holds its context's lock until it is published"]
 pub struct PendingReceive {
-    /// `None` for a resend.
-    pending: Option<Pending>,
+    written: Written,
     receipt: Receipt,
-    /// The store, for a resend's wait (which is over at once).
-    store: Arc<Store>,
+}
+
+/// What a receive wrote: the message's record, or nothing (a resend; the
+/// store is kept for its wait, which is over at once). Not boxed: the
+/// record is the common case, and a box would cost every receive an
+/// allocation to save a resend a few bytes.
+#[allow(clippy::large_enum_variant)]
+enum Written {
+    Record(Pending),
+    Resend(Arc<Store>),
 }
 
 /// A record written and not yet published, with the context's lock (and
@@ -71,7 +78,7 @@ impl std::fmt::Debug for PendingReceive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingReceive")
             .field("receipt", &self.receipt)
-            .field("end", &self.pending.as_ref().map(|p| p.end))
+            .field("duplicate", &self.receipt.duplicate)
             .finish_non_exhaustive()
     }
 }
@@ -184,9 +191,8 @@ impl Store {
                 IdemStart::Done(slot, seq) if self.life(&slot) == Life::Live => {
                     let receipt = self.duplicate(&msg.message_id, &slot, seq, &digest)?;
                     return Ok(Some(PendingReceive {
-                        pending: None,
+                        written: Written::Resend(self.clone()),
                         receipt,
-                        store: self.clone(),
                     }));
                 }
                 // Its context is gone (the blocking form forgets it), or
@@ -207,9 +213,8 @@ impl Store {
         let pending = self.write_pending(hold, claim, received)?;
         receipt.seq = pending.body.seq;
         Ok(Some(PendingReceive {
-            pending: Some(pending),
+            written: Written::Record(pending),
             receipt,
-            store: self.clone(),
         }))
     }
 
@@ -277,15 +282,15 @@ impl Store {
         claim: Option<IdemClaim>,
         record: Received<'_>,
     ) -> Result<Pending> {
-        let Received {
-            opens,
-            kind,
-            raw,
-            timestamp_ms,
-            hints,
-        } = record;
+        let hints = record.hints;
         let written = self
-            .next_record(hold.slot(), opens, kind, raw, timestamp_ms)
+            .next_record(
+                hold.slot(),
+                record.opens,
+                record.kind,
+                record.raw,
+                record.timestamp_ms,
+            )
             .and_then(|(body, payload)| {
                 let (loc, end) = self.writer.append_deferred(&payload)?;
                 Ok((body, payload.len() as u64, loc, end))
@@ -340,16 +345,16 @@ impl PendingReceive {
     /// Resolves once the message is durable (at once for a resend), as
     /// [`PendingWrite::durable`] does.
     pub fn durable(&self) -> Durable {
-        match &self.pending {
-            Some(pending) => pending.durable(),
-            None => self.store.writer.log().durable(0),
+        match &self.written {
+            Written::Record(pending) => pending.durable(),
+            Written::Resend(store) => store.writer.log().durable(0),
         }
     }
 
     /// Publishes the message, lets its context's lock and its messageId
     /// go, and returns its receipt, as [`PendingWrite::publish`] does.
     pub fn publish(mut self) -> Result<Receipt> {
-        if let Some(pending) = &mut self.pending {
+        if let Written::Record(pending) = &mut self.written {
             pending.finish()?;
         }
         Ok(self.receipt)

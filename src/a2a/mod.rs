@@ -64,8 +64,10 @@ impl<T> Stored<T> {
 impl<T: DeserializeOwned> Stored<T> {
     /// Parses `text` into the object, keeping the text.
     pub fn from_json(text: &str) -> serde_json::Result<Self> {
-        let raw = RawValue::from_string(text.trim().to_string())?;
-        let value = serde_json::from_str(raw.get())?;
+        // Typed first: text that is not a `T` fails before it is copied.
+        let text = text.trim();
+        let value = serde_json::from_str(text)?;
+        let raw = RawValue::from_string(text.to_string())?;
         Ok(Stored {
             raw: Some(raw),
             value,

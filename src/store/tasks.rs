@@ -586,11 +586,13 @@ pub(super) fn stored_form(raw: &[u8]) -> Form {
 /// A stored message as the task model reads it: v1.0's form, a message
 /// received in v0.3's translated ([`Store::receive_v03_message`]). Only a
 /// blob that v1.0 does not read is tried as v0.3 (the translation refuses
-/// what is not v0.3); one that is neither answers v1.0's error.
+/// what is not v0.3); one that is neither answers v1.0's error, written
+/// out only then (reading a v0.3 message formats no error).
 pub(super) fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
-    from_json::<Message>(bytes).or_else(|v1_error| match crate::a2a::v03::message_to_v1(bytes) {
-        Ok(v1) => from_json::<Message>(v1.as_bytes()),
-        Err(_) => Err(v1_error),
+    let as_v1 = Stored::from_json(stored_text(bytes)?);
+    as_v1.or_else(|v1_error| match crate::a2a::v03::message_to_v1(bytes) {
+        Ok(v1) => Stored::from_json(&v1).map_err(unparsed),
+        Err(_) => Err(unparsed(v1_error)),
     })
 }
 
@@ -652,12 +654,21 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
 pub(super) fn from_json<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
 ) -> std::result::Result<Stored<T>, String> {
-    Stored::from_json(&blob_text(bytes)?)
-        .map_err(|e| format!("a stored object does not parse: {e}"))
+    Stored::from_json(stored_text(bytes)?).map_err(unparsed)
+}
+
+/// A stored object's bytes as text, borrowed (the object keeps one copy
+/// of its own).
+fn stored_text(bytes: &[u8]) -> std::result::Result<&str, String> {
+    std::str::from_utf8(bytes).map_err(|_| "a stored object is not UTF-8".to_string())
 }
 
 fn blob_text(bytes: &[u8]) -> std::result::Result<String, String> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| "a stored object is not UTF-8".to_string())
+    stored_text(bytes).map(str::to_string)
+}
+
+fn unparsed(e: serde_json::Error) -> String {
+    format!("a stored object does not parse: {e}")
 }
 
 /// The status as its record keeps it: the text the agent sent (or the

@@ -795,6 +795,22 @@ fn what_a_server_asks_of_the_store_on_a_turn_and_after_a_crash() {
     // The message the turn processes is the client's, not the agent's status message.
     let (seq, message) = store.latest_received("t", &r.task_id).unwrap().unwrap();
     assert_eq!((seq, message.message_id.as_str()), (r.seq, "m1"));
+    // A turn's start reads both at once, the same (the task's newest
+    // history entry here is the agent's status message, not m1).
+    let same_as_apart = |task_id: &str| {
+        let (task, latest) = store.task_and_latest_received("t", task_id).unwrap();
+        assert_eq!(task, store.get_task("t", task_id, None, true).unwrap());
+        let apart = store.latest_received("t", task_id).unwrap();
+        assert_eq!(
+            latest.map(|(s, m)| (s, m.raw_json().map(str::to_string))),
+            apart.map(|(s, m)| (s, m.raw_json().map(str::to_string)))
+        );
+    };
+    assert_eq!(
+        task.history.last().map(|m| m.message_id.as_str()),
+        Some("agent-thinking")
+    );
+    same_as_apart(&r.task_id);
     // Tasks left mid-turn, across tenants.
     let u = send(&store, "u", &user("m1", "other tenant")).unwrap();
     let mut mid: Vec<(String, String)> = store
@@ -822,6 +838,7 @@ fn what_a_server_asks_of_the_store_on_a_turn_and_after_a_crash() {
     assert_eq!(resent.event, 4);
     let (seq, message) = store.latest_received("t", &r.task_id).unwrap().unwrap();
     assert_eq!((seq, message.message_id.as_str()), (joined.seq, "m3"));
+    same_as_apart(&r.task_id);
     assert!(!store.is_poisoned());
 }
 

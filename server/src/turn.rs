@@ -118,8 +118,8 @@ impl Prepared {
         task_id: &str,
         context_id: &str,
     ) -> ctxlog::Result<Self> {
-        let task = store.get_task(tenant, task_id, None, true)?;
-        let Some((seq, message)) = store.latest_received(tenant, task_id)? else {
+        let (task, latest) = store.task_and_latest_received(tenant, task_id)?;
+        let Some((seq, message)) = latest else {
             return Err(ctxlog::Error::TaskNotFound);
         };
         let budget = Budget::default();

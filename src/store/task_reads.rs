@@ -13,7 +13,7 @@ use crate::a2a::{
 use crate::error::{Error, Result};
 use crate::index::context::TaskView;
 use crate::index::Life;
-use crate::log::record::RecordKind;
+use crate::log::record::{RecordKind, ViewKind};
 use crate::log::segments::RecordLoc;
 use crate::namespace::ContextKey;
 use crate::time::iso8601_ms;
@@ -158,6 +158,43 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// What a turn starts from, in one read: the task as
+    /// [`get_task`](Self::get_task) returns it with its whole history and
+    /// its artifacts, and what [`latest_received`](Self::latest_received)
+    /// returns (the message taken from that history, not read again).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let r = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#)?;
+    /// let (task, latest) = store.task_and_latest_received("acme", &r.task_id)?;
+    /// let (seq, message) = latest.unwrap();
+    /// assert_eq!((seq, message.message_id.as_str()), (r.seq, "m1"));
+    /// assert_eq!(task.history.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    // Spelled out, as `latest_received` does, rather than an alias the
+    // docs would show as a bare name.
+    #[allow(clippy::type_complexity)]
+    pub fn task_and_latest_received(
+        &self,
+        tenant: &str,
+        task_id: &str,
+    ) -> Result<(Task, Option<(u64, Stored<Message>)>)> {
+        let slot = self.task_slot(tenant, task_id)?;
+        let state = slot.state.read();
+        let view = state.task(task_id).ok_or(Error::TaskNotFound)?;
+        let at = Place {
+            key: &slot.key,
+            context_id: context_of(&state)?,
+        };
+        let (task, newest) = self.read_task_noting(at, view, None, true)?;
+        let latest = newest.and_then(|(seq, i)| Some((seq, task.history.get(i)?.clone())));
+        Ok((task, latest))
     }
 
     /// Every live task, of every tenant, whose state is one of `states`
@@ -517,6 +554,20 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<Task> {
+        self.read_task_noting(at, task, history_length, include_artifacts)
+            .map(|(task, _)| task)
+    }
+
+    /// [`read_task`](Self::read_task), noting where in the history it read
+    /// is the newest message a client sent (a received message, not an
+    /// agent's status message), with its seq.
+    fn read_task_noting(
+        &self,
+        at: Place<'_>,
+        task: TaskView<'_>,
+        history_length: Option<usize>,
+        include_artifacts: bool,
+    ) -> Result<(Task, Option<(u64, usize)>)> {
         // The task's records, read under one lock of the segment set.
         let mut records = self.context_records(at.key);
         // A task the client wrote to since its latest status reads as its
@@ -532,16 +583,25 @@ impl Store {
             }),
         };
         // The newest `history_length` messages, walking back from the end.
+        let mut newest_received = None;
         let mut history = task
             .history_newest()
             .take(history_length.unwrap_or(usize::MAX))
-            .map(|loc| {
+            .enumerate()
+            .map(|(back, loc)| {
                 records
-                    .message(loc, |_, bytes| stored_message(bytes))?
+                    .message(loc, |view, bytes| {
+                        if let (None, ViewKind::Message { .. }) = (newest_received, view.kind) {
+                            newest_received = Some((view.seq, back));
+                        }
+                        stored_message(bytes)
+                    })?
                     .map_err(|e| Error::corrupt(loc.segment, u64::from(loc.offset), e))
             })
             .collect::<Result<Vec<_>>>()?;
         history.reverse();
+        let newest_received = newest_received
+            .and_then(|(seq, back)| Some((seq, history.len().checked_sub(back + 1)?)));
         let artifacts = include_artifacts
             .then(|| {
                 task.artifacts()
@@ -549,13 +609,14 @@ impl Store {
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
-        Ok(Task {
+        let task = Task {
             id: task.id().to_string(),
             context_id: at.context_id.to_string(),
             status,
             artifacts,
             history,
             metadata: None,
-        })
+        };
+        Ok((task, newest_received))
     }
 }

@@ -81,20 +81,32 @@ impl Store {
         history_length: Option<usize>,
         include_artifacts: bool,
     ) -> Result<(Task, u64)> {
+        self.with_task(tenant, task_id, |at, task| {
+            let events = task.event_count() as u64;
+            Ok((
+                self.read_task(at, task, history_length, include_artifacts)?,
+                events,
+            ))
+        })
+    }
+
+    /// Runs `read` on the task and its place, under its context's read
+    /// lock, so a compaction cannot move its records in between (it remaps
+    /// under the write lock).
+    fn with_task<R>(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        read: impl FnOnce(Place<'_>, TaskView<'_>) -> Result<R>,
+    ) -> Result<R> {
         let slot = self.task_slot(tenant, task_id)?;
-        // Records are read under the context's read lock, so a compaction
-        // cannot move them in between (it remaps under the write lock).
         let state = slot.state.read();
         let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let at = Place {
             key: &slot.key,
             context_id: context_of(&state)?,
         };
-        let events = task.event_count() as u64;
-        Ok((
-            self.read_task(at, task, history_length, include_artifacts)?,
-            events,
-        ))
+        read(at, task)
     }
 
     /// The task's state and how many events it has, from memory (no record
@@ -185,14 +197,9 @@ impl Store {
         tenant: &str,
         task_id: &str,
     ) -> Result<(Task, Option<(u64, Stored<Message>)>)> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let state = slot.state.read();
-        let view = state.task(task_id).ok_or(Error::TaskNotFound)?;
-        let at = Place {
-            key: &slot.key,
-            context_id: context_of(&state)?,
-        };
-        let (task, newest) = self.read_task_noting(at, view, None, true)?;
+        let (task, newest) = self.with_task(tenant, task_id, |at, view| {
+            self.read_task_noting(at, view, None, true)
+        })?;
         let latest = newest.and_then(|(seq, i)| Some((seq, task.history.get(i)?.clone())));
         Ok((task, latest))
     }
@@ -429,28 +436,23 @@ impl Store {
         bytes: usize,
         messages: bool,
     ) -> Result<Vec<(u64, StreamResponse)>> {
-        let slot = self.task_slot(tenant, task_id)?;
-        let state = slot.state.read();
-        let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
         let skip = usize::try_from(after).unwrap_or(usize::MAX);
-        let at = Place {
-            key: &slot.key,
-            context_id: context_of(&state)?,
-        };
-        let mut taken = 0usize;
-        task.events_with_kind()
-            .into_iter()
-            .enumerate()
-            .skip(skip)
-            .filter(|(_, (_, sent))| messages || !sent)
-            .map(|(i, (loc, _))| (i, loc))
-            .take_while(|(_, loc)| {
-                let first = taken == 0;
-                taken = taken.saturating_add(loc.len as usize);
-                first || taken <= bytes
-            })
-            .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(at, loc, task_id)?)))
-            .collect()
+        self.with_task(tenant, task_id, |at, task| {
+            let mut taken = 0usize;
+            task.events_with_kind()
+                .into_iter()
+                .enumerate()
+                .skip(skip)
+                .filter(|(_, (_, sent))| messages || !sent)
+                .map(|(i, (loc, _))| (i, loc))
+                .take_while(|(_, loc)| {
+                    let first = taken == 0;
+                    taken = taken.saturating_add(loc.len as usize);
+                    first || taken <= bytes
+                })
+                .map(|(i, loc)| Ok((i as u64 + 1, self.read_event(at, loc, task_id)?)))
+                .collect()
+        })
     }
 
     /// The task's events after per-task sequence number `after`, as

@@ -4,6 +4,7 @@ read-only open, and threads sharing one store."""
 import datetime
 import importlib.metadata
 import json
+import os
 import pickle
 import threading
 
@@ -234,3 +235,32 @@ def test_a_call_that_waits_lets_other_threads_run(store_dir):
     assert isinstance(store, ctxlog.Store), store
     assert [m[2] for m in store.history("t", "c")] == [b"kept"]
     store.close()
+
+
+def test_a_forked_child_draws_ids_of_its_own(tmp_path):
+    # The store draws randomness in blocks per thread; a child made by fork
+    # inherits the rest of its parent's block and must not use it, or both
+    # would make the same ids.
+    def new_context(path):
+        with ctxlog.Store(str(path)) as store:
+            return store.receive_message("acme", message("m1"))["contextId"]
+
+    new_context(tmp_path / "before")  # fills this thread's block
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            os.write(write_end, new_context(tmp_path / "child").encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    parent = new_context(tmp_path / "parent")
+    with os.fdopen(read_end, "rb") as pipe:
+        child = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(child) == len(parent) == 32
+    assert child != parent

@@ -119,7 +119,9 @@ async fn let_go(store: Arc<Store>) -> Result<Store, Arc<Store>> {
 /// What the server is doing, as JSON: 200 with `"status": "ok"` while
 /// the store takes writes, 503 with `"status": "unavailable"` and the
 /// reason while it does not (it is being reopened). The counts say what
-/// the server holds now (each bounded by what is live).
+/// the server holds now (each bounded by what is live), but
+/// `syncedOnWorker`: the durable writes synced on an async worker since
+/// the start, as a lone connection's are.
 pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let trouble = shared.store.trouble();
     let mut body = serde_json::json!({
@@ -128,6 +130,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         "turnsRunning": shared.turns.count(),
         "tasksFollowed": shared.hub.len(),
         "connections": shared.connections.load(std::sync::atomic::Ordering::Relaxed),
+        "syncedOnWorker": shared.store.synced_here(),
     });
     if let Some(standby) = shared.standby.as_ref() {
         body["standby"] = standby.report();

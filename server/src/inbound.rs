@@ -97,7 +97,7 @@ async fn begin(
     if permit.is_some() && !replay && !single && push.is_none() {
         let deferred = shared
             .store
-            .deferred(|store| {
+            .deferred(shared.alone(), |store| {
                 let pending = match v03 {
                     false => store.receive_deferred(&t, &raw, ids),
                     true => store.receive_v03_deferred(&t, &raw, ids),

@@ -44,6 +44,14 @@ pub(crate) struct Shared {
     pub(crate) standby: Option<crate::standby::Standby>,
 }
 
+impl Shared {
+    /// Whether one connection is open (the caller's): its durable writes
+    /// are then synced on the async worker (`StoreCell::deferred`).
+    pub(crate) fn alone(&self) -> bool {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed) <= 1
+    }
+}
+
 /// Mutexes a context's key hashes to (a fixed number, shared by contexts
 /// whose keys collide, which only makes them wait for each other).
 pub(crate) struct ContextLocks(Vec<Mutex<()>>);

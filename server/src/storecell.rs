@@ -4,7 +4,7 @@
 //! but a send's message and its turn's events, written deferred on the
 //! async workers).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,8 @@ pub(crate) struct StoreCell {
     /// Starts the reopen of a poisoned store (given by the server, which
     /// the reopen needs whole: it resolves the turns the failure cut).
     reopen: Box<dyn Fn() + Send + Sync>,
+    /// Deferred writes synced on the async worker (see `deferred`).
+    synced_here: AtomicU64,
 }
 
 impl StoreCell {
@@ -41,7 +43,14 @@ impl StoreCell {
             reopening: AtomicBool::new(false),
             last: Mutex::new(None),
             reopened: tokio::sync::watch::channel(0).0,
+            synced_here: AtomicU64::new(0),
         }
+    }
+
+    /// How many deferred writes were synced on the async worker, as a
+    /// lone connection's are (see [`deferred`](Self::deferred)).
+    pub(crate) fn synced_here(&self) -> u64 {
+        self.synced_here.load(Ordering::Relaxed)
     }
 
     /// Follows the reopens: the receiver changes after each.
@@ -122,8 +131,16 @@ impl StoreCell {
     /// wait for synchronous replication): the caller writes it on the
     /// blocking pool. A periodic checkpoint that fell due is written on the
     /// blocking pool.
+    ///
+    /// `alone`: the server serves one connection, this write's. Its sync
+    /// is then run here, on the worker, instead of by the store's syncer
+    /// (which would be woken, and would wake this task back: two hand-offs
+    /// between threads, about a tenth of a lone client's latency). With
+    /// more connections the syncer's group commit is kept: a worker parked
+    /// through a sync would hold up the other connections' requests.
     pub(crate) async fn deferred<P, F, T>(
         &self,
+        alone: bool,
         write: impl FnOnce(&Arc<Store>) -> ctxlog::Result<Option<(P, F)>>,
     ) -> Option<ctxlog::Result<T>>
     where
@@ -134,6 +151,12 @@ impl StoreCell {
         let result = match write(&store) {
             Ok(None) => return None,
             Ok(Some((pending, then))) => {
+                if alone && pending.unsynced() {
+                    // A failed sync poisons the store: `durable` then
+                    // resolves with the error, as it would from the syncer.
+                    let _ = store.sync();
+                    self.synced_here.fetch_add(1, Ordering::Relaxed);
+                }
                 let durable = pending.durable();
                 let held = Unawaited::new(store.clone(), pending, then);
                 // Its error, if the sync failed, is publish's too.
@@ -206,6 +229,8 @@ pub(crate) trait Pending {
     type Out;
     /// Resolves once it is durable.
     fn durable(&self) -> ctxlog::Durable;
+    /// Whether it wrote bytes that wait for a sync (a resend wrote none).
+    fn unsynced(&self) -> bool;
     /// Publishes it.
     fn publish(self) -> ctxlog::Result<Self::Out>;
 }
@@ -272,6 +297,9 @@ impl Pending for ctxlog::PendingWrite {
     fn durable(&self) -> ctxlog::Durable {
         self.durable()
     }
+    fn unsynced(&self) -> bool {
+        true
+    }
     fn publish(self) -> ctxlog::Result<Self::Out> {
         self.publish()
     }
@@ -281,6 +309,9 @@ impl Pending for ctxlog::PendingReceive {
     type Out = ctxlog::Receipt;
     fn durable(&self) -> ctxlog::Durable {
         self.durable()
+    }
+    fn unsynced(&self) -> bool {
+        !self.receipt().duplicate
     }
     fn publish(self) -> ctxlog::Result<Self::Out> {
         self.publish()
@@ -332,7 +363,7 @@ mod tests {
                 };
                 Ok(pending.map(|p| (p, then)))
             };
-            let future = cell.deferred(write);
+            let future = cell.deferred(false, write);
             let mut future = std::pin::pin!(future);
             let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
             if first.is_pending() {

@@ -324,7 +324,11 @@ impl Turn {
         };
         let cell = &self.shared.store;
         let deferred = cell
-            .deferred(|store| {
+            // A streamed task's events keep the syncer's pace: its stream
+            // reads its first snapshot while the turn goes on, and a turn
+            // whose syncs ran back to back on the worker could end first,
+            // leaving the stream one final snapshot and no updates.
+            .deferred(self.shared.alone() && !streamed, |store| {
                 let pending = sunk.deferred(store, &self.tenant)?;
                 Ok(pending.map(|pending| {
                     let back = back();

@@ -214,3 +214,76 @@ async fn a_stream_cut_by_a_kill_resumes_from_its_last_event_id_with_exactly_what
         assert!(missed.iter().any(|e| e.data.to_string().contains("part 1")));
     }
 }
+
+/// The `syncedOnWorker` count `/healthz` gives, once it also sees
+/// `connections` open (its own included).
+async fn synced_on_worker(url: &str, connections: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, health) = common::health(url).await;
+        if health["connections"].as_u64() >= Some(connections) {
+            return health["syncedOnWorker"].as_u64().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {connections} open: {health}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A lone client's writes are synced on the server's async worker rather
+/// than by the store's syncer (`/healthz` counts them); with a second
+/// connection open the syncer syncs them again. Either way, what a send
+/// answered survives a SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("once.json");
+    let once = json!({ "default": [{ "status": "TASK_STATE_COMPLETED", "text": "{text}" }] });
+    std::fs::write(&script, once.to_string()).unwrap();
+    let store = dir.path().join("store");
+    let server = start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    let mut ids = Vec::new();
+    let mut send = async |c: &Client, i: usize| {
+        let text = format!("hello {i}");
+        let (status, body) = c
+            .rpc(
+                "SendMessage",
+                json!({ "message": user(&format!("m{i}"), &text) }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let task = &body["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+        ids.push((task["id"].as_str().unwrap().to_string(), text));
+    };
+    for i in 0..20 {
+        send(&c, i).await;
+    }
+    // Two writes a send (its message, its turn's status); a connection of
+    // the start's readiness probe may still have been open for the first.
+    let alone = synced_on_worker(&server.url, 1).await;
+    assert!((20..=40).contains(&alone), "{alone} synced on the worker");
+
+    let other = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let before = synced_on_worker(&server.url, 3).await;
+    for i in 20..30 {
+        send(&c, i).await;
+    }
+    assert_eq!(synced_on_worker(&server.url, 3).await, before);
+    drop(other);
+    server.kill();
+
+    let server = start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    for (id, text) in &ids {
+        let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
+        let task = &got["result"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
+        assert_eq!(task["history"][0]["parts"][0]["text"], json!(text), "{got}");
+    }
+}

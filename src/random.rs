@@ -2,9 +2,8 @@
 //! makes, render nonces.
 //!
 //! Drawn in blocks: each thread keeps the unused rest of one call's bytes
-//! (at most [`BLOCK`]) and hands each byte out once, so a send that makes a
-//! context id, a task id and a nonce pays one system call in sixteen
-//! instead of three. The bytes are the operating system's either way; a
+//! (at most [`BLOCK`]) and hands each byte out once, so the ids of about
+//! sixteen sends cost one system call rather than four each. The bytes are the operating system's either way; a
 //! child made by `fork` (a Python process that forks after using the
 //! store) would inherit the rest of its parent's block, so a block is only
 //! used by the process that drew it.
@@ -38,7 +37,8 @@ pub(crate) fn bytes<const N: usize>(op: &'static str) -> Result<[u8; N]> {
         draw(&mut out, op)?;
         return Ok(out);
     }
-    POOL.with(|pool| {
+    // A thread whose locals are being destroyed draws directly.
+    let pooled = POOL.try_with(|pool| {
         let mut pool = pool.borrow_mut();
         let pid = std::process::id();
         if pool.pid != pid || BLOCK - pool.used < N {
@@ -57,7 +57,11 @@ pub(crate) fn bytes<const N: usize>(op: &'static str) -> Result<[u8; N]> {
         taken.fill(0);
         pool.used = start + N;
         Ok(out)
-    })
+    });
+    match pooled {
+        Ok(drawn) => drawn,
+        Err(_) => draw(&mut out, op).map(|()| out),
+    }
 }
 
 /// Fills `into` from the operating system.

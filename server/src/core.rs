@@ -132,8 +132,16 @@ pub(crate) async fn send(
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let (begun, history) =
-        begin_send(shared, tenant, &params.message, params.v03, &config, key).await?;
+    let (begun, history) = begin_send(
+        shared,
+        tenant,
+        &params.message,
+        params.v03,
+        &config,
+        key,
+        false,
+    )
+    .await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -161,8 +169,16 @@ pub(crate) async fn send_streaming(
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
     let config = params.configuration.unwrap_or_default();
-    let (begun, history) =
-        begin_send(shared, tenant, &params.message, params.v03, &config, key).await?;
+    let (begun, history) = begin_send(
+        shared,
+        tenant,
+        &params.message,
+        params.v03,
+        &config,
+        key,
+        true,
+    )
+    .await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -185,7 +201,8 @@ pub(crate) async fn send_streaming(
 /// with it, receive the message (with the config when it is new), and
 /// deliver the config to the task the message went to (stored with the
 /// message, or now, before the send is answered). The history length the
-/// answer wants comes back with the turn begun.
+/// answer wants comes back with the turn begun, its task followed (as a
+/// stream if `streamed`).
 async fn begin_send(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -193,12 +210,18 @@ async fn begin_send(
     v03: bool,
     config: &SendConfig,
     key: Option<Key>,
+    streamed: bool,
 ) -> Result<(Begun, Option<usize>), A2aError> {
     let push_config = config.task_push_notification_config.as_ref();
     let push = crate::push::check_inline(shared, push_config, v03)?;
     crate::media::check_parts(message.get(), &shared.input_modes, v03)?;
     let history = history_length(config.history_length)?;
-    let inbound = Inbound { message, v03, push };
+    let inbound = Inbound {
+        message,
+        v03,
+        push,
+        streamed,
+    };
     let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
     if let Some(config) = &inbound.push {
         let stored = begun.push.take();

@@ -33,6 +33,9 @@ pub(crate) struct Inbound<'a> {
     pub(crate) message: &'a RawValue,
     pub(crate) v03: bool,
     pub(crate) push: Option<crate::push::Inline>,
+    /// The send streams its task's events (counted among its streams from
+    /// before its turn starts).
+    pub(crate) streamed: bool,
 }
 
 /// [`begin`] under the request's `Idempotency-Key`, if it has one: a new
@@ -77,7 +80,7 @@ async fn begin(
     inbound: &Inbound<'_>,
     replay: bool,
 ) -> Result<Begun, A2aError> {
-    let v03 = inbound.v03;
+    let (v03, streamed) = (inbound.v03, inbound.streamed);
     let push = inbound.push.clone();
     let permit = shared.turns.permit();
     let ids = match shared.config.idempotency {
@@ -116,7 +119,7 @@ async fn begin(
                         });
                         let prepared = prepared.and_then(Result::ok);
                         Ok(started(
-                            &shared, &tenant, receipt, None, permit, prepared, None,
+                            &shared, &tenant, receipt, None, permit, prepared, None, streamed,
                         ))
                     };
                     (pending, then)
@@ -136,7 +139,9 @@ async fn begin(
         .blocking_raw(move |store| {
             if (at_bound && look_up) || replay {
                 if let Some(r) = find_received(store, &t, &raw, v03)? {
-                    return Ok(Some(started(&locks, &t, r, None, permit, None, None)));
+                    return Ok(Some(started(
+                        &locks, &t, r, None, permit, None, None, streamed,
+                    )));
                 }
             }
             if at_bound {
@@ -160,7 +165,9 @@ async fn begin(
                     turn::Prepared::read(store, &t, &receipt.task_id, &receipt.context_id).ok()
                 }
             };
-            let begun = started(&locks, &t, receipt, lease, permit, prepared, pushed);
+            let begun = started(
+                &locks, &t, receipt, lease, permit, prepared, pushed, streamed,
+            );
             Ok(Some(begun))
         })
         .await
@@ -169,7 +176,11 @@ async fn begin(
 }
 
 /// A message received (durable now): its task is followed for the answer
-/// and, unless it was received before, its turn starts.
+/// (as a stream if `streamed`) and, unless it was received before, its
+/// turn starts.
+// Each argument is one the three callers hold apart; a struct to carry
+// them would be built at each call and taken apart here.
+#[allow(clippy::too_many_arguments)]
 fn started(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -178,9 +189,15 @@ fn started(
     permit: Option<OwnedSemaphorePermit>,
     prepared: Option<turn::Prepared>,
     push: Option<ctxlog::PushConfig>,
+    streamed: bool,
 ) -> Begun {
     crate::crashpoint::point("received");
-    let events = shared.hub.follow(tenant, &receipt.task_id);
+    let mut events = shared.hub.follow(tenant, &receipt.task_id);
+    if streamed {
+        // Before the turn starts: its events then keep the syncer's pace
+        // (see `Turn::write`), and the stream sees them as updates.
+        events.as_stream();
+    }
     if let (false, Some(permit)) = (receipt.duplicate, permit) {
         start_turn(shared, tenant, &receipt, lease, permit, prepared);
     }

@@ -131,17 +131,7 @@ pub(crate) async fn send(
     params: SendParams,
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
-    let config = params.configuration.unwrap_or_default();
-    let (begun, history) = begin_send(
-        shared,
-        tenant,
-        &params.message,
-        params.v03,
-        &config,
-        key,
-        false,
-    )
-    .await?;
+    let (begun, history, config) = begin_send(shared, tenant, params, key, false).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
         tenant,
@@ -168,17 +158,7 @@ pub(crate) async fn send_streaming(
     params: SendParams,
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
-    let config = params.configuration.unwrap_or_default();
-    let (begun, history) = begin_send(
-        shared,
-        tenant,
-        &params.message,
-        params.v03,
-        &config,
-        key,
-        true,
-    )
-    .await?;
+    let (begun, history, _) = begin_send(shared, tenant, params, key, true).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.
     let start = if begun.receipt.duplicate {
@@ -200,18 +180,18 @@ pub(crate) async fn send_streaming(
 /// What both sends do first: check the message and the push config given
 /// with it, receive the message (with the config when it is new), and
 /// deliver the config to the task the message went to (stored with the
-/// message, or now, before the send is answered). The history length the
-/// answer wants comes back with the turn begun, its task followed (as a
-/// stream if `streamed`).
+/// message, or now, before the send is answered). The turn begun (its
+/// task followed, as a stream if `streamed`) comes back with the history
+/// length the answer wants and the send's configuration.
 async fn begin_send(
     shared: &Arc<Shared>,
     tenant: &str,
-    message: &RawValue,
-    v03: bool,
-    config: &SendConfig,
+    params: SendParams,
     key: Option<Key>,
     streamed: bool,
-) -> Result<(Begun, Option<usize>), A2aError> {
+) -> Result<(Begun, Option<usize>, SendConfig), A2aError> {
+    let (message, v03) = (&*params.message, params.v03);
+    let config = params.configuration.unwrap_or_default();
     let push_config = config.task_push_notification_config.as_ref();
     let push = crate::push::check_inline(shared, push_config, v03)?;
     crate::media::check_parts(message.get(), &shared.input_modes, v03)?;
@@ -227,7 +207,7 @@ async fn begin_send(
         let stored = begun.push.take();
         crate::push::set_inline(shared, tenant, &begun.receipt, config, stored).await?;
     }
-    Ok((begun, history))
+    Ok((begun, history, config))
 }
 
 /// The task a send answers with: whose, which, how much history.

@@ -3,10 +3,13 @@
 //!
 //! Drawn in blocks: each thread keeps the unused rest of one call's bytes
 //! (at most [`BLOCK`]) and hands each byte out once, so the ids of about
-//! sixteen sends cost one system call rather than four each. The bytes are the operating system's either way; a
-//! child made by `fork` (a Python process that forks after using the
-//! store) would inherit the rest of its parent's block, so a block is only
-//! used by the process that drew it.
+//! sixteen sends cost one `getrandom` rather than four each. The bytes
+//! are the operating system's either way; a child made by `fork` (a
+//! Python process that forks after using the store) would inherit the
+//! rest of its parent's block, so a block is only used by the process
+//! that drew it. That check is a `getpid` per draw, itself a system call
+//! (glibc keeps no copy of the pid), though about half the cost of a
+//! small `getrandom` here.
 
 use std::cell::RefCell;
 

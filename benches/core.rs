@@ -192,6 +192,22 @@ fn bench_render(c: &mut Criterion) {
         c.bench_function(&format!("render/last {n} of 1KiB"), |b| {
             b.iter(|| store.render_history("bench", "case", None, budget).unwrap())
         });
+        // What an agent's turn is handed: the history and its rendering,
+        // read apart and read once for both.
+        c.bench_function(&format!("turn/history, then render, last {n}"), |b| {
+            b.iter(|| {
+                let history = store.history("bench", "case", None, budget).unwrap();
+                let rendered = store.render_history("bench", "case", None, budget).unwrap();
+                (history, rendered)
+            })
+        });
+        c.bench_function(&format!("turn/history and rendering, last {n}"), |b| {
+            b.iter(|| {
+                store
+                    .history_and_rendering("bench", "case", None, budget)
+                    .unwrap()
+            })
+        });
     }
 }
 

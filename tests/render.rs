@@ -175,6 +175,42 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Read once for both, the history and its rendering are what the two
+    /// calls answer apart, whatever the budget cuts or leaves out.
+    #[test]
+    fn one_read_for_both_answers_as_the_two_calls(
+        texts in proptest::collection::vec(hostile_text(), 1..14),
+        task in hostile_text(),
+        max_bytes in 1024usize..4000,
+        max_messages in 1usize..14,
+        before in proptest::option::of(0u64..14),
+        artifacts: bool,
+    ) {
+        let (_dir, store) = store();
+        for (i, text) in texts.iter().enumerate() {
+            let role = if i % 3 == 0 { "ROLE_USER" } else { "ROLE_AGENT" };
+            let task = if i % 2 == 0 { task.as_str() } else { "task-1" };
+            store.append_message("t", "c", &message(role, task, text)).unwrap();
+        }
+        let mut budget = Budget::new(max_bytes, max_messages);
+        if artifacts {
+            budget = budget.with_artifacts();
+        }
+        let (history, both) = store.history_and_rendering("t", "c", before, budget).unwrap();
+        prop_assert_eq!(history, store.history("t", "c", before, budget).unwrap());
+        let apart = store.render_history("t", "c", before, budget).unwrap();
+        prop_assert_eq!((both.included, both.omitted), (apart.included, apart.omitted));
+        // Each rendering has its own nonce; all else is the same text.
+        prop_assert_eq!(
+            both.text.replace(&both.nonce, "NONCE"),
+            apart.text.replace(&apart.nonce, "NONCE")
+        );
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// A turn's head counts too: a stored task id of any size is cut (its

@@ -123,8 +123,8 @@ impl Prepared {
             return Err(ctxlog::Error::TaskNotFound);
         };
         let budget = Budget::default();
-        let history = store.history(tenant, context_id, Some(seq), budget)?;
-        let rendered = store.render_history(tenant, context_id, Some(seq), budget)?;
+        let (history, rendered) =
+            store.history_and_rendering(tenant, context_id, Some(seq), budget)?;
         Ok(Prepared {
             task,
             message,

@@ -158,23 +158,12 @@ impl Store {
         budget: Budget,
     ) -> Result<History> {
         budget.check()?;
-        let room = budget.max_bytes;
-        let cost = |t: &Turn| t.text.len();
         let (turns, omitted) = self.with_history(
             tenant,
             context_id,
             before,
             &budget,
-            |records, refs, total| {
-                render::choose(
-                    turns(records, refs),
-                    total,
-                    budget.max_messages,
-                    room,
-                    cost,
-                    |t| render::cut_to_fit(t, room, cost),
-                )
-            },
+            |records, refs, total| choose_turns(turns(records, refs), total, &budget),
         )?;
         Ok(History { turns, omitted })
     }
@@ -208,40 +197,64 @@ impl Store {
     ) -> Result<Rendered> {
         budget.check()?;
         let nonce = render::new_nonce()?;
-        let room = budget
-            .max_bytes
-            .saturating_sub(render::frame_overhead(&nonce));
-        let (turns, omitted) = self.with_history(
+        self.with_history(
+            tenant,
+            context_id,
+            before,
+            &budget,
+            |records, refs, total| rendered(turns(records, refs), total, &budget, &nonce),
+        )
+    }
+
+    /// [`history`](Self::history) and [`render_history`](Self::render_history)
+    /// of the same messages, each record read and parsed once for both: what
+    /// an agent's turn is handed. Either answers as its own call would (the
+    /// rendering with a nonce of its own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxlog::render::Budget;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = ctxlog::Store::open(dir.path(), ctxlog::Options::default())?;
+    /// # let m1 = store.receive_message("acme", br#"{"messageId":"m1","role":"ROLE_USER","contextId":"case-42","parts":[{"text":"Refund order 123"}]}"#)?;
+    /// # let m2 = store.receive_message("acme", br#"{"messageId":"m2","role":"ROLE_USER","contextId":"case-42","parts":[{"text":"Any news?"}]}"#)?;
+    /// let (history, rendered) =
+    ///     store.history_and_rendering("acme", "case-42", Some(m2.seq), Budget::default())?;
+    /// assert_eq!(history.turns[0].text, "Refund order 123");
+    /// assert!(rendered.text.contains("Refund order 123"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn history_and_rendering(
+        &self,
+        tenant: &str,
+        context_id: &str,
+        before: Option<u64>,
+        budget: Budget,
+    ) -> Result<(History, Rendered)> {
+        budget.check()?;
+        let nonce = render::new_nonce()?;
+        self.with_history(
             tenant,
             context_id,
             before,
             &budget,
             |records, refs, total| {
-                // Each turn is rendered once, as it is read; its length is its cost.
-                let rendered = turns(records, refs).map(|t| {
-                    t.map(|t| {
-                        let text = render::turn_text(&nonce, &t);
-                        (t, text)
-                    })
+                let mut source = turns(records, refs);
+                // The turns the structured choice reads are kept for the
+                // rendering, which reads on from where that choice stopped.
+                let mut read = Vec::new();
+                let kept = source.by_ref().inspect(|turn| {
+                    if let Ok(turn) = turn {
+                        read.push(turn.clone());
+                    }
                 });
-                render::choose(
-                    rendered,
-                    total,
-                    budget.max_messages,
-                    room,
-                    |(_, text)| text.len(),
-                    |(turn, _)| {
-                        let cost = |t: &Turn| render::turn_cost(&nonce, t);
-                        let turn = render::cut_task_to_fit(turn, room, cost);
-                        let turn = render::cut_to_fit(turn, room, cost);
-                        let text = render::turn_text(&nonce, &turn);
-                        (turn, text)
-                    },
-                )
+                let (turns, omitted) = choose_turns(kept, total, &budget)?;
+                let again = read.into_iter().map(Ok).chain(source);
+                let rendering = rendered(again, total, &budget, &nonce)?;
+                Ok((History { turns, omitted }, rendering))
             },
-        )?;
-        let texts: Vec<String> = turns.into_iter().map(|(_, text)| text).collect();
-        Ok(render::frame(&texts, omitted, &nonce))
+        )
     }
 
     /// What the store knows of one context.
@@ -333,6 +346,56 @@ fn turns<'a, 'r>(
             turn
         })
     })
+}
+
+/// The structured history's choice of `newest_first`: whole turns while
+/// their text fits the budget's bytes (the newest cut to fit).
+fn choose_turns(
+    newest_first: impl Iterator<Item = Result<Turn>>,
+    total: u64,
+    budget: &Budget,
+) -> Result<(Vec<Turn>, u64)> {
+    let room = budget.max_bytes;
+    let cost = |t: &Turn| t.text.len();
+    render::choose(newest_first, total, budget.max_messages, room, cost, |t| {
+        render::cut_to_fit(t, room, cost)
+    })
+}
+
+/// `newest_first` rendered in a frame marked with `nonce`: whole turns
+/// while their rendering fits the budget's bytes less the frame's.
+fn rendered(
+    newest_first: impl Iterator<Item = Result<Turn>>,
+    total: u64,
+    budget: &Budget,
+    nonce: &str,
+) -> Result<Rendered> {
+    let room = budget
+        .max_bytes
+        .saturating_sub(render::frame_overhead(nonce));
+    // Each turn is rendered once, as it is read; its length is its cost.
+    let rendered = newest_first.map(|t| {
+        t.map(|t| {
+            let text = render::turn_text(nonce, &t);
+            (t, text)
+        })
+    });
+    let (turns, omitted) = render::choose(
+        rendered,
+        total,
+        budget.max_messages,
+        room,
+        |(_, text)| text.len(),
+        |(turn, _)| {
+            let cost = |t: &Turn| render::turn_cost(nonce, t);
+            let turn = render::cut_task_to_fit(turn, room, cost);
+            let turn = render::cut_to_fit(turn, room, cost);
+            let text = render::turn_text(nonce, &turn);
+            (turn, text)
+        },
+    )?;
+    let texts: Vec<String> = turns.into_iter().map(|(_, text)| text).collect();
+    Ok(render::frame(&texts, omitted, nonce))
 }
 
 /// The short line of an artifact: its name or id, and its chunk count.

@@ -213,3 +213,17 @@ fn a_message_in_v03_http_json_form_is_taken_too() {
             .duplicate
     );
 }
+
+#[test]
+fn a_tasks_events_read_its_v03_message_as_v1() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let r = store
+        .receive_v03_message("acme", V03, MessageIds::Idempotent)
+        .unwrap();
+    let events = store.events_since("acme", &r.task_id, 0).unwrap();
+    let message = events[0].1.message.as_ref().expect("the message event");
+    assert_eq!(message.message_id, "m1");
+    assert_eq!(message.role, ctxlog::a2a::Role::User);
+    assert_eq!(message.parts[0].text.as_deref(), Some("Refund order 123"));
+}

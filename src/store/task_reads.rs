@@ -515,7 +515,8 @@ impl Store {
             |body, blob| -> std::result::Result<_, String> {
                 let mut out = StreamResponse::default();
                 match &body.kind {
-                    RecordKind::Message { .. } => out.message = Some(from_json(blob)?),
+                    // In whichever form it came (v0.3's read as v1.0's).
+                    RecordKind::Message { .. } => out.message = Some(stored_message(blob)?),
                     RecordKind::Status { .. } => {
                         out.status_update = Some(TaskStatusUpdateEvent {
                             task_id: task_id.to_string(),

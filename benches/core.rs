@@ -149,6 +149,15 @@ fn bench_tasks(c: &mut Criterion) {
             })
         });
     }
+    // A task whose message came in v0.3's form, read back as v1.0's.
+    let v03 = br#"{"kind":"message","messageId":"v03","role":"user","contextId":"ctx-0","parts":[{"kind":"text","text":"please refund order 123"}]}"#;
+    let r = store
+        .receive_v03_message("bench", v03, ctxlog::MessageIds::Idempotent)
+        .unwrap();
+    complete(&store, &r.task_id, 0, "a-v03", "refunded");
+    c.bench_function("task/get one received in v0.3", |b| {
+        b.iter(|| store.get_task("bench", &r.task_id, None, false).unwrap())
+    });
     c.bench_function("task/receive a new task", |b| {
         b.iter(|| {
             n += 1;

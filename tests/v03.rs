@@ -227,3 +227,16 @@ fn a_tasks_events_read_its_v03_message_as_v1() {
     assert_eq!(message.role, ctxlog::a2a::Role::User);
     assert_eq!(message.parts[0].text.as_deref(), Some("Refund order 123"));
 }
+
+#[test]
+fn a_v1_message_that_mentions_kind_or_content_reads_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let sent = r#"{"messageId":"m1","role":"ROLE_USER","metadata":{"kind":"note","content":1},"parts":[{"data":{"kind":"text","content":"x"}}]}"#;
+    let r = store.receive_message("acme", sent.as_bytes()).unwrap();
+    let task = store.get_task("acme", &r.task_id, None, false).unwrap();
+    assert_eq!(task.history[0].raw_json(), Some(sent));
+    assert_eq!(task.history[0].role, ctxlog::a2a::Role::User);
+    let events = store.events_since("acme", &r.task_id, 0).unwrap();
+    assert_eq!(events[0].1.message.as_ref().unwrap().raw_json(), Some(sent));
+}

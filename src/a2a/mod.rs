@@ -75,6 +75,20 @@ impl<T: DeserializeOwned> Stored<T> {
     }
 }
 
+impl<T: DeserializeOwned> Stored<T> {
+    /// The object `value` holds, keeping the JSON text it writes as (for
+    /// an object built as a `Value`: it is read once, not written out and
+    /// parsed again).
+    pub(crate) fn from_value(value: serde_json::Value) -> serde_json::Result<Self> {
+        let raw = serde_json::value::to_raw_value(&value)?;
+        let value = serde_json::from_value(value)?;
+        Ok(Stored {
+            raw: Some(raw),
+            value,
+        })
+    }
+}
+
 impl<T> Deref for Stored<T> {
     type Target = T;
 

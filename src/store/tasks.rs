@@ -588,11 +588,28 @@ pub(super) fn stored_form(raw: &[u8]) -> Form {
 /// blob that v1.0 does not read is tried as v0.3 (the translation refuses
 /// what is not v0.3); one that is neither answers v1.0's error, written
 /// out only then (reading a v0.3 message formats no error).
+///
+/// Each form's reading refuses the other's (v1.0 has no role `user` or
+/// `agent` and always `parts`; v0.3 has no `ROLE_` role with `parts`), so
+/// the order of the two tries changes no answer, only its cost: a blob
+/// with a `"kind"` or `"content"` member, as every v0.3 message has and
+/// no v1.0 message (but in its values), is tried as v0.3 first.
 pub(super) fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
-    let as_v1 = Stored::from_json(stored_text(bytes)?);
-    as_v1.or_else(|v1_error| match crate::a2a::v03::message_to_v1(bytes) {
-        Ok(v1) => Stored::from_json(&v1).map_err(unparsed),
-        Err(_) => Err(unparsed(v1_error)),
+    let text = stored_text(bytes)?;
+    let v03 = || -> Option<Stored<Message>> {
+        let value = serde_json::from_str(text).ok()?;
+        let v1 = crate::a2a::v03::message_value_to_v1(value).ok()?;
+        Stored::from_value(v1).ok()
+    };
+    let likely_v03 = text.contains("\"kind\"") || text.contains("\"content\"");
+    if likely_v03 {
+        if let Some(message) = v03() {
+            return Ok(message);
+        }
+    }
+    Stored::from_json(text).or_else(|v1_error| match likely_v03 {
+        true => Err(unparsed(v1_error)),
+        false => v03().ok_or_else(|| unparsed(v1_error)),
     })
 }
 

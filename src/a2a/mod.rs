@@ -73,9 +73,7 @@ impl<T: DeserializeOwned> Stored<T> {
             value,
         })
     }
-}
 
-impl<T: DeserializeOwned> Stored<T> {
     /// The object `value` holds, keeping the JSON text it writes as (for
     /// an object built as a `Value`: it is read once, not written out and
     /// parsed again).

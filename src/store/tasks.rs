@@ -584,16 +584,16 @@ pub(super) fn stored_form(raw: &[u8]) -> Form {
 }
 
 /// A stored message as the task model reads it: v1.0's form, a message
-/// received in v0.3's translated ([`Store::receive_v03_message`]). Only a
-/// blob that v1.0 does not read is tried as v0.3 (the translation refuses
-/// what is not v0.3); one that is neither answers v1.0's error, written
-/// out only then (reading a v0.3 message formats no error).
+/// received in v0.3's translated ([`Store::receive_v03_message`]). One
+/// that is neither answers v1.0's error.
 ///
 /// Each form's reading refuses the other's (v1.0 has no role `user` or
-/// `agent` and always `parts`; v0.3 has no `ROLE_` role with `parts`), so
-/// the order of the two tries changes no answer, only its cost: a blob
-/// with a `"kind"` or `"content"` member, as every v0.3 message has and
-/// no v1.0 message (but in its values), is tried as v0.3 first.
+/// `agent` and always `parts`; v0.3's role is one of those, or it has
+/// `content` and no `parts`), so the order of the two tries changes no
+/// answer, only its cost: a blob with a `"kind"` or `"content"` member,
+/// as every v0.3 message has (a v1.0 one only in its values or among
+/// members it does not define), is tried as v0.3 first, any other as
+/// v1.0 first.
 pub(super) fn stored_message(bytes: &[u8]) -> std::result::Result<Stored<Message>, String> {
     let text = stored_text(bytes)?;
     let v03 = || -> Option<Stored<Message>> {

@@ -232,7 +232,8 @@ fn a_tasks_events_read_its_v03_message_as_v1() {
 fn a_v1_message_that_mentions_kind_or_content_reads_as_sent() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), Options::default()).unwrap();
-    let sent = r#"{"messageId":"m1","role":"ROLE_USER","metadata":{"kind":"note","content":1},"parts":[{"data":{"kind":"text","content":"x"}}]}"#;
+    // In its values, and as members v1.0 does not define.
+    let sent = r#"{"messageId":"m1","role":"ROLE_USER","kind":"note","content":"y","metadata":{"kind":"note","content":1},"parts":[{"data":{"kind":"text","content":"x"}}]}"#;
     let r = store.receive_message("acme", sent.as_bytes()).unwrap();
     let task = store.get_task("acme", &r.task_id, None, false).unwrap();
     assert_eq!(task.history[0].raw_json(), Some(sent));

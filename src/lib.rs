@@ -97,7 +97,7 @@ pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
 pub use log::writer::Durable;
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
-pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy};
+pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy, MAX_COMMIT_LINGER};
 #[cfg(feature = "replicate")]
 pub use replicate::{Replicate, ReplicationStatus};
 pub use store::{

@@ -17,6 +17,10 @@ pub enum Durability {
     Buffered,
 }
 
+/// The longest [`Options::commit_linger`] a store takes (a longer one is
+/// clamped to it): past it, a sync's wait would be felt as a stall.
+pub const MAX_COMMIT_LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// What opening does with a damaged record before the torn tail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -98,6 +102,19 @@ pub struct Options {
     /// CPU meanwhile (a server parsing requests on the same cores) loses
     /// by it and sets 0. Default: 64 (see `cargo bench --bench concurrency`).
     pub commit_yields: u32,
+    /// With [`Durability::GroupCommit`], how long a sync waits before it
+    /// starts when it follows the one before back to back (appends came
+    /// in while that one ran, so more are likely on their way): the
+    /// appends that come in meanwhile share its `fdatasync`. Each sync
+    /// costs CPU beyond the disk's time (on a virtual machine, two exits
+    /// to the host), so under many concurrent writers fewer, larger syncs
+    /// leave more CPU for the writers' own work; with a few, the wait is
+    /// added to each write's latency and nothing is gained. A sync after
+    /// the syncer was idle never waits. Clamped to [`MAX_COMMIT_LINGER`];
+    /// changed on an open store with
+    /// [`Store::set_commit_linger`](crate::Store::set_commit_linger).
+    /// Default: zero (never wait).
+    pub commit_linger: std::time::Duration,
     /// Whether [`Store::open`](crate::Store::open) may create the store:
     /// `true` (the default) makes the directory and a new store in it when
     /// there is none; `false` opens an existing store only and fails with
@@ -245,6 +262,7 @@ impl Default for Options {
             checkpoint_interval: Some(64 << 20),
             lock_wait: std::time::Duration::from_millis(500),
             commit_yields: 64,
+            commit_linger: std::time::Duration::ZERO,
             create: true,
             maintenance: Some(Maintenance::default()),
             fs: std::sync::Arc::new(crate::fs::OsFs),
@@ -308,6 +326,13 @@ impl Options {
     /// [`Options::commit_yields`]).
     pub fn commit_yields(mut self, yields: u32) -> Self {
         self.commit_yields = yields;
+        self
+    }
+
+    /// Sets how long a back-to-back group-commit sync waits for more
+    /// appends (see [`Options::commit_linger`]).
+    pub fn commit_linger(mut self, linger: std::time::Duration) -> Self {
+        self.commit_linger = linger;
         self
     }
 

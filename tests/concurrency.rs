@@ -242,3 +242,90 @@ fn parallel_turns_are_the_default() {
     let _a = store.begin_turn("t", "c", "a").unwrap();
     let _b = store.begin_turn("t", "c", "b").unwrap();
 }
+
+#[test]
+fn many_threads_whose_syncs_linger() {
+    // Every acknowledged append present once, in order, with syncs that
+    // wait for more appends before they start.
+    stress_with(
+        400,
+        Options::default()
+            .durability(Durability::GroupCommit)
+            .commit_linger(Duration::from_micros(200)),
+    );
+}
+
+/// Opens a group-commit store with `linger`, runs `threads` appenders of
+/// `each` durable appends on contexts of their own, and returns the
+/// store's (syncs, lingered syncs) after checking every append is there.
+fn appenders_with_linger(threads: usize, each: usize, linger: Duration) -> (u64, u64) {
+    let dir = common::tmp();
+    let options = Options::default()
+        .durability(Durability::GroupCommit)
+        .commit_yields(0)
+        .commit_linger(linger)
+        .maintenance(None);
+    let store = Arc::new(Store::open(dir.path(), options).unwrap());
+    let runner = store.clone();
+    within(Duration::from_secs(60), move || {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = runner.clone();
+                std::thread::spawn(move || {
+                    for i in 0..each {
+                        let body = format!("{t}/{i}");
+                        store
+                            .append_message("t", &format!("c{t}"), body.as_bytes())
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+    });
+    for t in 0..threads {
+        let history = store
+            .last_messages("t", &format!("c{t}"), usize::MAX)
+            .unwrap();
+        let bodies: Vec<Vec<u8>> = history.into_iter().map(|m| m.raw).collect();
+        let wanted: Vec<Vec<u8>> = (0..each).map(|i| format!("{t}/{i}").into_bytes()).collect();
+        assert_eq!(bodies, wanted, "context c{t}");
+    }
+    let stats = store.stats();
+    (stats.group_syncs, stats.lingered_syncs)
+}
+
+#[test]
+fn a_lone_appender_never_waits_for_a_linger() {
+    // One appender asks for one sync at a time: no sync it waits for may
+    // linger, however long the linger.
+    let (syncs, lingered) = appenders_with_linger(1, 40, ctxlog::MAX_COMMIT_LINGER);
+    assert!(syncs >= 1, "the syncer ran no sync");
+    assert_eq!(lingered, 0, "a lone appender's sync lingered");
+}
+
+#[test]
+fn concurrent_appenders_share_lingering_syncs() {
+    // Eight appenders of 25 each: with a linger, a sync that follows
+    // another waits for the appenders its predecessor woke, so the syncs
+    // that linger carry several appends each.
+    let (_, none) = appenders_with_linger(8, 25, Duration::ZERO);
+    assert_eq!(none, 0, "a sync lingered with no linger set");
+    let (syncs, lingered) = appenders_with_linger(8, 25, ctxlog::MAX_COMMIT_LINGER);
+    assert!(lingered > 0, "no sync lingered ({syncs} syncs)");
+    assert!(syncs <= 100, "{syncs} syncs for 200 appends");
+}
+
+#[test]
+fn a_linger_is_clamped_and_can_change_on_an_open_store() {
+    let dir = common::tmp();
+    let options = Options::default()
+        .durability(Durability::GroupCommit)
+        .commit_linger(Duration::from_secs(5));
+    let store = Store::open(dir.path(), options).unwrap();
+    assert_eq!(store.commit_linger(), ctxlog::MAX_COMMIT_LINGER);
+    store.set_commit_linger(Duration::from_micros(150));
+    assert_eq!(store.commit_linger(), Duration::from_micros(150));
+    store.set_commit_linger(Duration::ZERO);
+    assert_eq!(store.commit_linger(), Duration::ZERO);
+}

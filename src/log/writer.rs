@@ -10,7 +10,10 @@
 //! sync covering everything appended before its flush, so syncs follow each
 //! other without waiting for the woken appenders. While more appenders wait
 //! than there are CPUs, a waiter yields a bounded number of times before it
-//! sleeps on the condvar (see [`Options::commit_yields`]).
+//! sleeps on the condvar (see [`Options::commit_yields`]). A sync that
+//! would start right after the one before (appends came in during it) may
+//! first wait a little for more appends to join it (see
+//! [`Options::commit_linger`]).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -77,6 +80,9 @@ struct SyncState {
     requested: u64,
     /// The writer is closing: the syncer stops.
     shutdown: bool,
+    /// How many times `requested` was raised since the syncer last looked
+    /// (see [`Log::run_syncer`]).
+    asked: u32,
 }
 
 /// Appends framed records to the log; owns the group-commit syncer thread.
@@ -142,6 +148,12 @@ pub struct Log {
     /// How many times a waiter yields before it sleeps, while more
     /// appenders wait than there are CPUs ([`Options::commit_yields`]).
     commit_yields: u32,
+    /// How long, in nanoseconds, a sync that follows another back to back
+    /// first waits for more appends ([`Options::commit_linger`]).
+    linger_nanos: AtomicU64,
+    /// Syncs the syncer ran, and how many of them lingered first.
+    syncer_syncs: AtomicU64,
+    lingered: AtomicU64,
     /// The next segment id to hand out (to a rotation or a compaction).
     next_id: AtomicU64,
     /// Where each append that is written but not yet published starts
@@ -200,6 +212,7 @@ impl LogWriter {
             sync: Mutex::new(SyncState {
                 requested: len,
                 shutdown: false,
+                asked: 0,
             }),
             synced_cv: Condvar::new(),
             work: Condvar::new(),
@@ -210,6 +223,9 @@ impl LogWriter {
             syncs_ended: AtomicU64::new(0),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
             commit_yields: options.commit_yields,
+            linger_nanos: AtomicU64::new(linger_nanos(options.commit_linger)),
+            syncer_syncs: AtomicU64::new(0),
+            lingered: AtomicU64::new(0),
             next_id: AtomicU64::new(next_id.max(id + 1)),
             in_flight: Mutex::new(std::collections::BTreeSet::new()),
             wakers: Mutex::new(Vec::new()),
@@ -652,6 +668,7 @@ impl Log {
         let mut state = self.sync.lock();
         if state.requested < end {
             state.requested = end;
+            state.asked = state.asked.saturating_add(1);
             self.work.notify_one();
         }
         if self.synced.load(Ordering::Acquire) >= end {
@@ -681,10 +698,37 @@ impl Log {
         Ok(())
     }
 
+    /// Sets how long a sync that follows another back to back first
+    /// waits for more appends (see [`Options::commit_linger`]).
+    pub fn set_commit_linger(&self, linger: std::time::Duration) {
+        self.linger_nanos
+            .store(linger_nanos(linger), Ordering::Relaxed);
+    }
+
+    /// How long a sync that follows another back to back first waits.
+    pub fn commit_linger(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.linger_nanos.load(Ordering::Relaxed))
+    }
+
+    /// The syncs the group-commit syncer ran since the open, and how many
+    /// of them lingered first (see [`Options::commit_linger`]).
+    pub fn syncer_syncs(&self) -> (u64, u64) {
+        (
+            self.syncer_syncs.load(Ordering::Relaxed),
+            self.lingered.load(Ordering::Relaxed),
+        )
+    }
+
     /// The syncer thread: while an appender waits for bytes not yet synced,
     /// flush everything appended so far (under `active`) and sync it
-    /// (outside every lock).
+    /// (outside every lock). A sync first lingers, if a linger is set, when
+    /// it follows the one before back to back (the syncer did not sleep
+    /// between them) and two or more appenders asked for it: the appends
+    /// that come in meanwhile share it. A lone appender asks once per sync,
+    /// so it never waits, even when its next append comes in before the
+    /// syncer looks again.
     fn run_syncer(&self) {
+        let mut back_to_back = false;
         loop {
             let mut state = self.sync.lock();
             if state.shutdown {
@@ -693,9 +737,18 @@ impl Log {
             let synced = self.synced.load(Ordering::Acquire);
             if state.requested <= synced || self.poisoned.load(Ordering::Acquire) {
                 self.work.wait(&mut state);
+                back_to_back = false;
                 continue;
             }
+            let asked = std::mem::take(&mut state.asked);
             drop(state);
+            let linger = self.linger_nanos.load(Ordering::Relaxed);
+            if back_to_back && asked >= 2 && linger > 0 {
+                self.lingered.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_nanos(linger));
+            }
+            back_to_back = true;
+            self.syncer_syncs.fetch_add(1, Ordering::Relaxed);
             // A failed flush or sync poisons the log (which wakes the waiters).
             let _ = self
                 .flushed_snapshot()
@@ -749,6 +802,14 @@ impl Log {
     fn path(&self, id: u64) -> PathBuf {
         segment_path(&self.dir, id)
     }
+}
+
+/// A linger as the log keeps it: in nanoseconds, at most
+/// [`MAX_COMMIT_LINGER`](crate::options::MAX_COMMIT_LINGER).
+fn linger_nanos(linger: std::time::Duration) -> u64 {
+    let linger = linger.min(crate::options::MAX_COMMIT_LINGER);
+    // At most 10 ms: fits in a u64 of nanoseconds.
+    u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Counts an appender in `wait_durable` while it lives.
@@ -806,6 +867,7 @@ impl Future for Durable {
             let mut state = self.log.sync.lock();
             if state.requested < self.end {
                 state.requested = self.end;
+                state.asked = state.asked.saturating_add(1);
                 self.log.work.notify_one();
             }
         }

@@ -200,6 +200,13 @@ pub struct Stats {
     pub merges: u64,
     /// The bytes those merges wrote.
     pub merged_bytes: u64,
+    /// With [`Durability::GroupCommit`](crate::Durability::GroupCommit),
+    /// the syncs its syncer ran since the open (each covers every append
+    /// before it)...
+    pub group_syncs: u64,
+    /// ...and how many of them lingered first (see
+    /// [`Options::commit_linger`](crate::Options::commit_linger)).
+    pub lingered_syncs: u64,
 }
 
 /// One page of a listing.
@@ -336,6 +343,7 @@ impl Store {
             st.live_bytes += state.record_locs().map(|l| u64::from(l.len)).sum::<u64>();
         }
         st.index_bytes += self.index.approx_map_bytes();
+        (st.group_syncs, st.lingered_syncs) = self.group_syncs();
         st.merges = self
             .maintained
             .merges
@@ -584,6 +592,28 @@ impl Store {
             return Err(Error::ReadOnly);
         }
         self.writer.sync_all()
+    }
+
+    /// Sets how long a group-commit sync that follows the one before back
+    /// to back first waits for more appends (see
+    /// [`Options::commit_linger`]): a program that knows how many writers it
+    /// has in flight can set it while they are many and clear it while
+    /// they are few. Takes effect from the syncer's next sync.
+    pub fn set_commit_linger(&self, linger: std::time::Duration) {
+        self.writer.set_commit_linger(linger);
+    }
+
+    /// With [`Durability::GroupCommit`](crate::Durability::GroupCommit),
+    /// the syncs its syncer ran since the open and how many of them
+    /// lingered first: [`Stats::group_syncs`] and
+    /// [`Stats::lingered_syncs`], without the rest of the stats' walk.
+    pub fn group_syncs(&self) -> (u64, u64) {
+        self.writer.syncer_syncs()
+    }
+
+    /// The linger in force (see [`Store::set_commit_linger`]).
+    pub fn commit_linger(&self) -> std::time::Duration {
+        self.writer.commit_linger()
     }
 
     /// Syncs and closes the store, writing the index checkpoint so that the

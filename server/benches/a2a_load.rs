@@ -82,6 +82,22 @@ fn free_port() -> u16 {
 }
 
 /// Waits (bounded) until the server answers its agent card.
+/// The store's group-commit syncs and those that lingered, from
+/// `/healthz` (`None` from a server that does not count them).
+async fn group_syncs(url: &str) -> Option<(u64, u64)> {
+    let body = reqwest::get(format!("{url}/healthz"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    Some((
+        health["groupSyncs"].as_u64()?,
+        health["lingeredSyncs"].as_u64()?,
+    ))
+}
+
 async fn ready(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let client = reqwest::Client::new();
@@ -316,9 +332,18 @@ fn main() {
     let url = server.url.clone();
     runtime.block_on(ready(&url));
     let c1 = runtime.block_on(load(&url, 1, one, limit, "c1"));
+    let syncs_before = runtime.block_on(group_syncs(&url));
     let before = cpu_time(server.child.id());
     let c64 = runtime.block_on(load(&url, 64, many, limit, "c64"));
     let server_cpu = per_request(before, cpu_time(server.child.id()), &c64);
+    let sync_line = match (syncs_before, runtime.block_on(group_syncs(&url))) {
+        (Some((s0, l0)), Some((s1, l1))) => format!(
+            "store syncs at 64 clients: {:.2} a request, {:.0}% of them lingered (--commit-linger-us)",
+            (s1 - s0) as f64 / many as f64,
+            100.0 * (l1 - l0) as f64 / (s1 - s0).max(1) as f64
+        ),
+        _ => "store syncs at 64 clients: not counted by this server".to_string(),
+    };
     // The same server, spoken to in A2A v0.3 (translated at its edge).
     let o1 = runtime.block_on(load_as(&url, 1, one, limit, "o1", Speaks::V03));
     let before = cpu_time(server.child.id());
@@ -364,6 +389,7 @@ fn main() {
         println!("{name:<40} {a}   {b}");
     }
     println!("\n{v03_line}");
+    println!("{sync_line}");
     let row = |n: usize| table.get(n).map(|(_, a, b)| (a, b));
     if let (Some((l1, l64)), Some((s1, s64))) = (row(0), row(1)) {
         println!(

@@ -54,6 +54,10 @@ pub struct Config {
     /// answers with the task as it stands once this has passed (default
     /// 300 s).
     pub request_timeout: Duration,
+    /// How long the store's group commit lets a sync wait for more
+    /// writes while many sends are in flight (default 100 µs; zero: never).
+    /// See DESIGN.md §12, "Syncs shared under load".
+    pub commit_linger: Duration,
     /// Turns running at once, at most (default 256); a send past it is
     /// refused before anything is stored.
     pub max_turns: usize,
@@ -154,6 +158,7 @@ impl Config {
             on_restart: OnRestart::Fail,
             body_limit: 4 << 20,
             request_timeout: Duration::from_secs(300),
+            commit_linger: Duration::from_micros(100),
             max_turns: 256,
             grace: Duration::from_secs(10),
             extended_card: None,

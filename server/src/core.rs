@@ -131,6 +131,7 @@ pub(crate) async fn send(
     params: SendParams,
     key: Option<Key>,
 ) -> Result<SendOutcome, A2aError> {
+    let _sending = shared.store.sending();
     let (begun, history, config) = begin_send(shared, tenant, params, key, false).await?;
     let task_id = begun.receipt.task_id.clone();
     let want = Want {
@@ -158,6 +159,8 @@ pub(crate) async fn send_streaming(
     params: SendParams,
     key: Option<Key>,
 ) -> Result<Follow, A2aError> {
+    // Counted until the stream starts; its turn's writes go on after.
+    let _sending = shared.store.sending();
     let (begun, history, _) = begin_send(shared, tenant, params, key, true).await?;
     // A new task's stream may be its direct reply alone: it starts once
     // the agent has said which. Any other starts at once.

@@ -121,7 +121,9 @@ async fn let_go(store: Arc<Store>) -> Result<Store, Arc<Store>> {
 /// reason while it does not (it is being reopened). The counts say what
 /// the server holds now (each bounded by what is live), but
 /// `syncedOnWorker`: the durable writes synced on an async worker since
-/// the start, as a lone connection's are.
+/// the start, as a lone connection's are, and `groupSyncs` and
+/// `lingeredSyncs`: the store's group-commit syncs since it was opened,
+/// and those that waited for more writes first (`--commit-linger-us`).
 pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let trouble = shared.store.trouble();
     let mut body = serde_json::json!({
@@ -132,6 +134,11 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         "connections": shared.connections.load(std::sync::atomic::Ordering::Relaxed),
         "syncedOnWorker": shared.store.synced_here(),
     });
+    if let Some(store) = shared.store.get() {
+        let (syncs, lingered) = store.group_syncs();
+        body["groupSyncs"] = syncs.into();
+        body["lingeredSyncs"] = lingered.into();
+    }
     if let Some(standby) = shared.standby.as_ref() {
         body["standby"] = standby.report();
     }

@@ -174,7 +174,8 @@ impl Server {
         let description = agent.describe();
         let cards = card::Cards::new(&config, &description, tokens.is_some());
         let shared = Arc::new_cyclic(|me| Shared {
-            store: storecell::StoreCell::new(store, health::reopener(me.clone())),
+            store: storecell::StoreCell::new(store, health::reopener(me.clone()))
+                .with_linger(config.commit_linger),
             agent,
             turns: turns::Turns::new(config.max_turns.max(1)),
             pushes: pushes::Pushes::new(&config.push),

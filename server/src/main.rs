@@ -52,6 +52,10 @@ struct Args {
     /// Seconds a non-streaming call may take.
     #[arg(long, default_value_t = 300)]
     request_timeout: u64,
+    /// Microseconds a sync of the store may wait for more writes while
+    /// many sends are in flight (0: never; at most 10000).
+    #[arg(long, default_value_t = 100)]
+    commit_linger_us: u64,
     /// Turns running at once, at most.
     #[arg(long, default_value_t = 256)]
     max_turns: usize,
@@ -231,6 +235,7 @@ fn serve(args: Args) -> Result<(), String> {
     };
     config.body_limit = args.body_limit.min(ctxlog::MAX_RECORD_BYTES as usize);
     config.request_timeout = Duration::from_secs(args.request_timeout);
+    config.commit_linger = Duration::from_micros(args.commit_linger_us);
     config.max_turns = args.max_turns;
     config.grace = Duration::from_secs(args.grace);
     config.extended_card = extended_card;

@@ -4,7 +4,7 @@
 //! but a send's message and its turn's events, written deferred on the
 //! async workers).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,22 @@ pub(crate) struct StoreCell {
     reopen: Box<dyn Fn() + Send + Sync>,
     /// Deferred writes synced on the async worker (see `deferred`).
     synced_here: AtomicU64,
+    /// Sends in flight (see [`sending`](Self::sending)).
+    sends: AtomicUsize,
+    /// The linger the store's syncs take while many sends are in flight.
+    linger: Duration,
+}
+
+/// Sends in flight from which the store's syncs linger.
+const MANY_SENDS: usize = 16;
+
+/// A send in flight (see [`StoreCell::sending`]).
+pub(crate) struct Sending<'a>(&'a AtomicUsize);
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl StoreCell {
@@ -44,6 +60,40 @@ impl StoreCell {
             last: Mutex::new(None),
             reopened: tokio::sync::watch::channel(0).0,
             synced_here: AtomicU64::new(0),
+            sends: AtomicUsize::new(0),
+            linger: Duration::ZERO,
+        }
+    }
+
+    /// The linger the store's group-commit syncs take while many sends
+    /// are in flight (see [`sending`](Self::sending)).
+    pub(crate) fn with_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger.min(ctxlog::MAX_COMMIT_LINGER);
+        self
+    }
+
+    /// Counts a send in flight until the guard drops. A deferred write
+    /// sets the store's linger from the count: while [`MANY_SENDS`] or
+    /// more are in flight, a sync that follows another waits the
+    /// configured linger so that more writes share it; once fewer than
+    /// half as many are, syncs start at once (DESIGN §12, "Syncs shared
+    /// under load"). A reopened store is set by the next write.
+    pub(crate) fn sending(&self) -> Sending<'_> {
+        self.sends.fetch_add(1, Ordering::Relaxed);
+        Sending(&self.sends)
+    }
+
+    /// Brings the store's linger to what the sends in flight call for.
+    fn pace(&self, store: &Store) {
+        if self.linger.is_zero() {
+            return;
+        }
+        let sends = self.sends.load(Ordering::Relaxed);
+        let lingers = !store.commit_linger().is_zero();
+        if !lingers && sends >= MANY_SENDS {
+            store.set_commit_linger(self.linger);
+        } else if lingers && sends < MANY_SENDS / 2 {
+            store.set_commit_linger(Duration::ZERO);
         }
     }
 
@@ -148,6 +198,7 @@ impl StoreCell {
         F: FnOnce(&Store, P::Out) -> ctxlog::Result<T> + Send + 'static,
     {
         let store = self.get()?;
+        self.pace(&store);
         let result = match write(&store) {
             Ok(None) => return None,
             Ok(Some((pending, then))) => {

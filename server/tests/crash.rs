@@ -314,3 +314,76 @@ async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
         assert_eq!(task["history"][0]["parts"][0]["text"], json!(text), "{got}");
     }
 }
+
+/// Many sends in flight: the store's syncs linger so that more writes
+/// share each (`/healthz` counts those that did); once sends are few
+/// again, none lingers. Every answered send survives a SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sends_share_lingering_syncs_that_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("once.json");
+    let once = json!({ "default": [{ "status": "TASK_STATE_COMPLETED", "text": "{text}" }] });
+    std::fs::write(&script, once.to_string()).unwrap();
+    let store = dir.path().join("store");
+    let server = start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    let clients: Vec<_> = (0..48)
+        .map(|k| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for i in 0..10 {
+                    let text = format!("hello {k}/{i}");
+                    let message = user(&format!("m{k}-{i}"), &text);
+                    let (_, body) = c.rpc("SendMessage", json!({ "message": message })).await;
+                    let task = &body["result"]["task"];
+                    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+                    ids.push((task["id"].as_str().unwrap().to_string(), text));
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for client in clients {
+        ids.extend(client.await.unwrap());
+    }
+    let (_, health) = common::health(&server.url).await;
+    let lingered = health["lingeredSyncs"].as_u64().unwrap();
+    assert!(lingered > 0, "no sync lingered under 48 clients: {health}");
+    assert!(
+        health["groupSyncs"].as_u64().unwrap() >= lingered,
+        "{health}"
+    );
+
+    // One send at a time, with a second connection open (so the syncer,
+    // not the worker, syncs): no sync lingers any more.
+    let address = server.url.trim_start_matches("http://").to_string();
+    let mut conn = BufStream::new(TcpStream::connect(&address).await.unwrap());
+    let other = TcpStream::connect(&address).await.unwrap();
+    for i in 0..20 {
+        let text = format!("alone {i}");
+        let message = user(&format!("a{i}"), &text);
+        let body = call_on(&mut conn, "SendMessage", json!({ "message": message })).await;
+        let task = &body["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+        ids.push((task["id"].as_str().unwrap().to_string(), text));
+    }
+    let (_, health) = common::health(&server.url).await;
+    assert_eq!(
+        health["lingeredSyncs"].as_u64().unwrap(),
+        lingered,
+        "a sync lingered with one send in flight: {health}"
+    );
+    drop(other);
+    server.kill();
+
+    let server = start(&store, &script, "fail");
+    let c = Client::new(&server.url, None);
+    for (id, text) in &ids {
+        let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
+        let task = &got["result"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
+        assert_eq!(task["history"][0]["parts"][0]["text"], json!(text), "{got}");
+    }
+}

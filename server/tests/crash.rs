@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{user, Client};
@@ -234,6 +235,19 @@ async fn synced_on_worker(url: &str, connections: u64) -> u64 {
     }
 }
 
+/// Restarts the server on `store`: every task of `ids` is COMPLETED, its
+/// message's text the one given.
+async fn all_completed(store: &Path, script: &Path, ids: &[(String, String)]) {
+    let server = start(store, script, "fail");
+    let c = Client::new(&server.url, None);
+    for (id, text) in ids {
+        let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
+        let task = &got["result"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
+        assert_eq!(task["history"][0]["parts"][0]["text"], json!(text), "{got}");
+    }
+}
+
 /// One JSON-RPC call on `conn`, an HTTP/1.1 connection kept open (a
 /// pooling client may open a second one while the first is handed back).
 async fn call_on(conn: &mut BufStream<TcpStream>, method: &str, params: Value) -> Value {
@@ -305,14 +319,7 @@ async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
     drop(other);
     server.kill();
 
-    let server = start(&store, &script, "fail");
-    let c = Client::new(&server.url, None);
-    for (id, text) in &ids {
-        let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
-        let task = &got["result"];
-        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
-        assert_eq!(task["history"][0]["parts"][0]["text"], json!(text), "{got}");
-    }
+    all_completed(&store, &script, &ids).await;
 }
 
 /// Many sends in flight: the store's syncs linger so that more writes
@@ -378,12 +385,5 @@ async fn many_sends_share_lingering_syncs_that_survive_a_kill() {
     drop(other);
     server.kill();
 
-    let server = start(&store, &script, "fail");
-    let c = Client::new(&server.url, None);
-    for (id, text) in &ids {
-        let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
-        let task = &got["result"];
-        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
-        assert_eq!(task["history"][0]["parts"][0]["text"], json!(text), "{got}");
-    }
+    all_completed(&store, &script, &ids).await;
 }

@@ -110,7 +110,9 @@ pub struct Options {
     /// to the host), so under many concurrent writers fewer, larger syncs
     /// leave more CPU for the writers' own work; with a few, the wait is
     /// added to each write's latency and nothing is gained. A sync after
-    /// the syncer was idle never waits. Clamped to [`MAX_COMMIT_LINGER`];
+    /// the syncer was idle never waits, nor one asked for by a single
+    /// appender (so a lone appender never does). Clamped to
+    /// [`MAX_COMMIT_LINGER`];
     /// changed on an open store with
     /// [`Store::set_commit_linger`](crate::Store::set_commit_linger).
     /// Default: zero (never wait).

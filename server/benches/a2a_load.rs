@@ -81,7 +81,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Waits (bounded) until the server answers its agent card.
 /// The store's group-commit syncs and those that lingered, from
 /// `/healthz` (`None` from a server that does not count them).
 async fn group_syncs(url: &str) -> Option<(u64, u64)> {
@@ -98,6 +97,7 @@ async fn group_syncs(url: &str) -> Option<(u64, u64)> {
     ))
 }
 
+/// Waits (bounded) until the server answers its agent card.
 async fn ready(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let client = reqwest::Client::new();

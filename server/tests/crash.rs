@@ -235,6 +235,15 @@ async fn synced_on_worker(url: &str, connections: u64) -> u64 {
     }
 }
 
+/// A script, written in `dir`, whose agent completes every task with its
+/// message's text.
+fn completing_agent(dir: &Path) -> std::path::PathBuf {
+    let script = dir.join("once.json");
+    let once = json!({ "default": [{ "status": "TASK_STATE_COMPLETED", "text": "{text}" }] });
+    std::fs::write(&script, once.to_string()).unwrap();
+    script
+}
+
 /// Restarts the server on `store`: every task of `ids` is COMPLETED, its
 /// message's text the one given.
 async fn all_completed(store: &Path, script: &Path, ids: &[(String, String)]) {
@@ -287,9 +296,7 @@ async fn call_on(conn: &mut BufStream<TcpStream>, method: &str, params: Value) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("once.json");
-    let once = json!({ "default": [{ "status": "TASK_STATE_COMPLETED", "text": "{text}" }] });
-    std::fs::write(&script, once.to_string()).unwrap();
+    let script = completing_agent(dir.path());
     let store = dir.path().join("store");
     let server = start(&store, &script, "fail");
     let address = server.url.trim_start_matches("http://").to_string();
@@ -328,9 +335,7 @@ async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_sends_share_lingering_syncs_that_survive_a_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("once.json");
-    let once = json!({ "default": [{ "status": "TASK_STATE_COMPLETED", "text": "{text}" }] });
-    std::fs::write(&script, once.to_string()).unwrap();
+    let script = completing_agent(dir.path());
     let store = dir.path().join("store");
     let server = start(&store, &script, "fail");
     let c = Client::new(&server.url, None);

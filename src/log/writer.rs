@@ -712,7 +712,7 @@ impl Log {
 
     /// The syncs the group-commit syncer ran since the open, and how many
     /// of them lingered first (see [`Options::commit_linger`]).
-    pub fn syncer_syncs(&self) -> (u64, u64) {
+    pub fn group_syncs(&self) -> (u64, u64) {
         (
             self.syncer_syncs.load(Ordering::Relaxed),
             self.lingered.load(Ordering::Relaxed),

@@ -608,7 +608,7 @@ impl Store {
     /// lingered first: [`Stats::group_syncs`] and
     /// [`Stats::lingered_syncs`], without the rest of the stats' walk.
     pub fn group_syncs(&self) -> (u64, u64) {
-        self.writer.syncer_syncs()
+        self.writer.group_syncs()
     }
 
     /// The linger in force (see [`Store::set_commit_linger`]).

@@ -665,6 +665,12 @@ impl Log {
 
     /// `GroupCommit`: ask the syncer for a sync covering `end`, and wait.
     fn wait_durable(&self, end: u64) -> Result<()> {
+        // Already synced (by `sync_all` on the appender's own thread, or by
+        // the syncer while it wrote): asking would wake the syncer for
+        // nothing, a futex wake and a thread that sleeps again.
+        if self.synced.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
         let mut state = self.sync.lock();
         if state.requested < end {
             state.requested = end;

@@ -112,8 +112,7 @@ pub struct Options {
     /// added to each write's latency and nothing is gained. A sync after
     /// the syncer was idle never waits, nor one asked for by a single
     /// appender (so a lone appender never does). Clamped to
-    /// [`MAX_COMMIT_LINGER`];
-    /// changed on an open store with
+    /// [`MAX_COMMIT_LINGER`]; changed on an open store with
     /// [`Store::set_commit_linger`](crate::Store::set_commit_linger).
     /// Default: zero (never wait).
     pub commit_linger: std::time::Duration,

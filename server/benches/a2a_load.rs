@@ -84,13 +84,7 @@ fn free_port() -> u16 {
 /// The store's group-commit syncs and those that lingered, from
 /// `/healthz` (`None` from a server that does not count them).
 async fn group_syncs(url: &str) -> Option<(u64, u64)> {
-    let body = reqwest::get(format!("{url}/healthz"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let (_, health) = process::health(url).await;
     Some((
         health["groupSyncs"].as_u64()?,
         health["lingeredSyncs"].as_u64()?,

@@ -66,9 +66,10 @@ impl StoreCell {
     }
 
     /// The linger the store's group-commit syncs take while many sends
-    /// are in flight (see [`sending`](Self::sending)).
+    /// are in flight (see [`sending`](Self::sending)); the store clamps it
+    /// to [`ctxlog::MAX_COMMIT_LINGER`].
     pub(crate) fn with_linger(mut self, linger: Duration) -> Self {
-        self.linger = linger.min(ctxlog::MAX_COMMIT_LINGER);
+        self.linger = linger;
         self
     }
 

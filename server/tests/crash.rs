@@ -13,8 +13,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
-#[path = "common/process.rs"]
-mod process;
+use common::process;
 
 use process::Process;
 
@@ -257,6 +256,20 @@ async fn all_completed(store: &Path, script: &Path, ids: &[(String, String)]) {
     }
 }
 
+/// Sends `text` as message `id` on `conn` and checks its task COMPLETED:
+/// the task's id and the text, for [`all_completed`].
+async fn send_completed(
+    conn: &mut BufStream<TcpStream>,
+    id: &str,
+    text: String,
+) -> (String, String) {
+    let message = user(id, &text);
+    let body = call_on(conn, "SendMessage", json!({ "message": message })).await;
+    let task = &body["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    (task["id"].as_str().unwrap().to_string(), text)
+}
+
 /// One JSON-RPC call on `conn`, an HTTP/1.1 connection kept open (a
 /// pooling client may open a second one while the first is handed back).
 async fn call_on(conn: &mut BufStream<TcpStream>, method: &str, params: Value) -> Value {
@@ -302,16 +315,8 @@ async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
     let address = server.url.trim_start_matches("http://").to_string();
     let mut conn = BufStream::new(TcpStream::connect(&address).await.unwrap());
     let mut ids = Vec::new();
-    let mut send = async |conn: &mut BufStream<TcpStream>, i: usize| {
-        let text = format!("hello {i}");
-        let message = user(&format!("m{i}"), &text);
-        let body = call_on(conn, "SendMessage", json!({ "message": message })).await;
-        let task = &body["result"]["task"];
-        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
-        ids.push((task["id"].as_str().unwrap().to_string(), text));
-    };
     for i in 0..20 {
-        send(&mut conn, i).await;
+        ids.push(send_completed(&mut conn, &format!("m{i}"), format!("hello {i}")).await);
     }
     // Two writes a send: its message, and its turn's status.
     let alone = synced_on_worker(&server.url, 1).await;
@@ -320,7 +325,7 @@ async fn a_lone_clients_writes_synced_on_the_worker_survive_a_kill() {
     let other = TcpStream::connect(&address).await.unwrap();
     let before = synced_on_worker(&server.url, 3).await;
     for i in 20..30 {
-        send(&mut conn, i).await;
+        ids.push(send_completed(&mut conn, &format!("m{i}"), format!("hello {i}")).await);
     }
     assert_eq!(synced_on_worker(&server.url, 3).await, before);
     drop(other);
@@ -374,12 +379,7 @@ async fn many_sends_share_lingering_syncs_that_survive_a_kill() {
     let mut conn = BufStream::new(TcpStream::connect(&address).await.unwrap());
     let other = TcpStream::connect(&address).await.unwrap();
     for i in 0..20 {
-        let text = format!("alone {i}");
-        let message = user(&format!("a{i}"), &text);
-        let body = call_on(&mut conn, "SendMessage", json!({ "message": message })).await;
-        let task = &body["result"]["task"];
-        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
-        ids.push((task["id"].as_str().unwrap().to_string(), text));
+        ids.push(send_completed(&mut conn, &format!("a{i}"), format!("alone {i}")).await);
     }
     let (_, health) = common::health(&server.url).await;
     assert_eq!(

@@ -17,8 +17,7 @@ use std::time::Duration;
 use common::{user, Client};
 use serde_json::{json, Value};
 
-#[path = "common/process.rs"]
-mod process;
+use common::process;
 
 use process::Process;
 

@@ -7,8 +7,7 @@
 mod common;
 #[path = "common/hook.rs"]
 mod hook;
-#[path = "common/process.rs"]
-mod process;
+use common::process;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

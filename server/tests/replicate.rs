@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use common::{health, user, Client};
 use serde_json::{json, Value};
 
-#[path = "common/process.rs"]
-mod process;
+use common::process;
 
 use process::Process;
 

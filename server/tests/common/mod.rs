@@ -14,6 +14,11 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Semaphore};
 
+#[path = "process.rs"]
+pub mod process;
+#[allow(unused_imports)]
+pub use process::health;
+
 /// A server running in this process.
 pub struct TestServer {
     pub url: String,
@@ -272,14 +277,6 @@ impl Sse {
         }
         serde_json::from_str(&text).unwrap()
     }
-}
-
-/// `GET /healthz`: its status and its JSON.
-pub async fn health(url: &str) -> (u16, Value) {
-    let r = reqwest::get(format!("{url}/healthz")).await.unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap())
 }
 
 /// A user message (JSON).

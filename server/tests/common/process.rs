@@ -1,6 +1,6 @@
 //! A server process started for a test or a benchmark, killed (by its pid)
-//! when dropped. Shared by `tests/crash.rs` and the benches
-//! (each includes this file by path).
+//! when dropped, and `/healthz` read. Shared by the tests (`common`, and
+//! the crash tests, include this file by path) and the benches.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -234,4 +234,13 @@ pub async fn rpc(
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(answer.get("error").is_none(), "{method}: {answer}");
     answer["result"].clone()
+}
+
+/// `GET /healthz`: its status and its JSON.
+#[allow(dead_code)]
+pub async fn health(url: &str) -> (u16, serde_json::Value) {
+    let r = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap())
 }

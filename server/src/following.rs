@@ -149,9 +149,15 @@ async fn promote(shared: &Arc<Shared>) -> bool {
             .commit_yields(0),
         &shared.config,
     );
+    // The first round claims the replica and, taken from a writer that
+    // may still run, waits out its lease.
     let (dir, wait) = (
         standby.dir.clone(),
-        standby.from.close_timeout.max(Duration::from_secs(10)),
+        standby
+            .from
+            .close_timeout
+            .max(Duration::from_secs(10))
+            .saturating_add(standby.from.lease.unwrap_or_default()),
     );
     let opened = tokio::task::spawn_blocking(move || -> ctxlog::Result<Store> {
         let store = Store::open(&dir, options)?;
@@ -163,7 +169,11 @@ async fn promote(shared: &Arc<Shared>) -> bool {
         Ok(Ok(store)) => {
             shared.store.set(Some(Arc::new(store)));
             shared.store.reopened();
-            lock(&standby.state).promoted = true;
+            {
+                let mut state = lock(&standby.state);
+                state.promoted = true;
+                state.promotion_error = None;
+            }
             info!("promoted: this server now writes, and the replica is its");
             let resolved = crate::restart::recover(shared).await;
             if resolved > 0 {
@@ -180,7 +190,11 @@ async fn promote(shared: &Arc<Shared>) -> bool {
     {
         {
             error!(error = %why, "the promotion failed; following the replica again");
-            lock(&standby.state).last_error = Some(format!("promotion failed: {why}"));
+            {
+                let mut state = lock(&standby.state);
+                state.last_error = Some(format!("promotion failed: {why}"));
+                state.promotion_error = Some(why.clone());
+            }
             let (from, dir) = (standby.from.clone(), standby.dir.clone());
             let again = tokio::task::spawn_blocking(move || Standby::start(from, dir)).await;
             match again {

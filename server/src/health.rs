@@ -153,6 +153,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
             "rounds": replica.rounds,
             "failures": replica.failures,
             "lastError": replica.last_error,
+            "stopped": replica.stopped,
         });
     }
     if shared.config.push.enabled {

@@ -147,6 +147,13 @@ struct Args {
     /// together share one upload.
     #[arg(long)]
     replicate_sync: bool,
+    /// Without --replicate-sync: answer a write only while a replication
+    /// round that began at most this many milliseconds ago found the
+    /// replica still this server's (0: no lease). A writer cut off from
+    /// the object store, or paused, then stops answering writes before a
+    /// standby that takes over starts; taking over waits this long.
+    #[arg(long, default_value_t = 10_000)]
+    replicate_lease_ms: u64,
     /// Run as a standby of the writer replicating to URL: restore its
     /// replica into --dir (if it holds no store), follow it every
     /// --replicate-interval-ms, serve reads, refuse writes; on SIGUSR1
@@ -263,6 +270,10 @@ fn serve(args: Args) -> Result<(), String> {
                 .interval(Duration::from_millis(args.replicate_interval_ms.max(1)))
                 .retain(Duration::from_secs(args.replicate_retain_hours * 3600))
                 .synchronous(args.replicate_sync)
+                .lease(
+                    (args.replicate_lease_ms > 0)
+                        .then(|| Duration::from_millis(args.replicate_lease_ms)),
+                )
         });
     config.push = Webhooks {
         enabled: args.push,

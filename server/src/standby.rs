@@ -29,6 +29,9 @@ pub(crate) struct FollowState {
     pub(crate) point: Option<RestorePoint>,
     pub(crate) checked_ms: u64,
     pub(crate) last_error: Option<String>,
+    /// Why the last promotion failed (kept until one succeeds: following
+    /// again does not clear it).
+    pub(crate) promotion_error: Option<String>,
     pub(crate) promoted: bool,
 }
 
@@ -65,6 +68,7 @@ impl Standby {
             "restorePointTime": state.point.map(|p| ctxlog::time::iso8601_ms(p.time_ms)),
             "checkedAt": ctxlog::time::iso8601_ms(state.checked_ms),
             "lastError": state.last_error,
+            "promotionError": state.promotion_error,
         })
     }
 }

@@ -142,6 +142,25 @@ impl MirrorBytes {
         }
     }
 
+    /// A copy of bytes `range`, wherever they lie: on one side of where
+    /// the open found the segment ending, or across it (replication ships
+    /// a segment from its start after a reopen, DESIGN.md §13); `None` if
+    /// it does not hold them all.
+    pub fn copy(&self, range: std::ops::Range<usize>) -> Option<Vec<u8>> {
+        if range.end > self.len() || range.start > range.end {
+            return None;
+        }
+        let split = range.end.min(self.found_len).max(range.start);
+        let mut bytes = Vec::with_capacity(range.end - range.start);
+        if range.start < split {
+            bytes.extend_from_slice(self.get(range.start..split)?);
+        }
+        if split < range.end {
+            bytes.extend_from_slice(self.get(split..range.end)?);
+        }
+        Some(bytes)
+    }
+
     /// The bytes the open found (the segment's first bytes), if any.
     pub fn found(&self) -> Option<&[u8]> {
         self.found.as_ref().map(|m| m.bytes())
@@ -406,6 +425,13 @@ mod tests {
         assert_eq!(mirror.get(4..6), None);
         assert_eq!(mirror.get(8..11), None);
         assert_eq!(mirror.get(0..11), None);
+        // A copy reads across them.
+        assert_eq!(mirror.copy(0..10).as_deref(), Some(&b"found-more"[..]));
+        assert_eq!(mirror.copy(4..7).as_deref(), Some(&b"d-m"[..]));
+        assert_eq!(mirror.copy(0..5).as_deref(), Some(&b"found"[..]));
+        assert_eq!(mirror.copy(7..10).as_deref(), Some(&b"ore"[..]));
+        assert_eq!(mirror.copy(3..3).as_deref(), Some(&b""[..]));
+        assert_eq!(mirror.copy(8..11), None);
         // A cut keeps what the open found.
         mirror.truncate(7);
         assert_eq!((mirror.len(), mirror.get(5..7)), (7, Some(&b"-m"[..])));

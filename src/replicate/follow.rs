@@ -225,11 +225,30 @@ impl Follower {
                 Ok(bytes) => bytes,
                 Err(e) => return Err(((len, crc), e)),
             };
+            next.update(&bytes);
+            // Checked before a byte is written: a damaged object leaves the
+            // copy as it was, and a later catch-up goes on from there once
+            // the object is whole again (or a newer point names another).
+            if next.clone().finalize() != entry.crc {
+                return Err((
+                    (len, crc),
+                    Error::replica(
+                        "follow the replica",
+                        format!(
+                            "bytes {len}..{} of segment {} in the replica do not match \
+                             the CRC-32 its restore point records (a damaged or \
+                             half-written object, or the copy holds other bytes before them): the \
+                             local copy is left as it was, and following goes on once the \
+                             object is whole",
+                            entry.len, entry.id
+                        ),
+                    ),
+                ));
+            }
             let path = segment_path(&self.dir, entry.id);
             if let Err(e) = write_synced(&path, &bytes, len > 0) {
                 return Err(((len, crc), e));
             }
-            next.update(&bytes);
         }
         let next = next.finalize();
         if next != entry.crc {

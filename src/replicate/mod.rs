@@ -78,6 +78,23 @@ pub struct Replicate {
     /// then stored and durable on this disk, only not known to be in the
     /// replica (a resend of an A2A message is recognised). Default: 10 s.
     pub sync_timeout: Duration,
+    /// Asynchronous replication's lease: a write is acknowledged only while
+    /// a round that began at most this long ago found no other writer's
+    /// claim, and a writer that claims the replica from another waits this
+    /// long before its first round ends (so before any write of its is
+    /// acknowledged). So an old writer that cannot reach the object store,
+    /// or was paused, stops acknowledging before a new one starts
+    /// (DESIGN.md §13, "The lease"). Past it, a write fails with
+    /// [`Error::Replica`]: it is stored and durable on this disk. `None`:
+    /// no lease (writes are acknowledged whatever the replica's state, and
+    /// a writer cut off from the object store writes beside a promoted
+    /// standby until it next reaches it). Default: 10 s. Unused with
+    /// [`synchronous`](Self::synchronous), whose writes wait for their
+    /// restore point.
+    pub lease: Option<Duration>,
+    /// How long a round may take before it counts as failed (an object
+    /// store that hangs rather than answers). Default: 30 s.
+    pub round_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -113,6 +130,8 @@ impl Replicate {
             close_timeout: Duration::from_secs(10),
             synchronous: false,
             sync_timeout: Duration::from_secs(10),
+            lease: Some(Duration::from_secs(10)),
+            round_timeout: Duration::from_secs(30),
         }
     }
 
@@ -144,6 +163,25 @@ impl Replicate {
     pub fn retain(mut self, retain: Duration) -> Self {
         self.retain = retain;
         self
+    }
+
+    /// Sets [`lease`](Self::lease). Keep it at least twice the interval:
+    /// after a quiet stretch longer than the lease, a write waits for a
+    /// round to renew it.
+    pub fn lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets [`round_timeout`](Self::round_timeout).
+    pub fn round_timeout(mut self, timeout: Duration) -> Self {
+        self.round_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The lease in force: none with synchronous replication.
+    pub(crate) fn lease_in_force(&self) -> Option<Duration> {
+        self.lease.filter(|_| !self.synchronous)
     }
 
     /// Sets [`close_timeout`](Self::close_timeout).
@@ -329,4 +367,8 @@ pub struct ReplicationStatus {
     pub failures: u64,
     /// Why the last round failed, if it did (cleared by one that succeeds).
     pub last_error: Option<String>,
+    /// Replication has stopped for good (another writer claimed the
+    /// replica, or the replica is gone): `last_error` says why, and the
+    /// store must be restored or pointed elsewhere to replicate again.
+    pub stopped: bool,
 }

@@ -28,6 +28,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub(crate) struct Link {
     control: Arc<Control>,
     synchronous: bool,
+    /// The lease in force (asynchronous replication only).
+    lease: Option<Duration>,
     timeout: Duration,
     batch: u64,
 }
@@ -45,12 +47,16 @@ impl Link {
 
     /// After a write that left the log synced up to `end`: with
     /// synchronous replication, waits until a restore point covers it;
-    /// otherwise asks for a round at once when a batch of bytes waits
-    /// (none waits for it).
+    /// otherwise checks the lease (a write before the store's first round
+    /// has ended waits for it) and asks for a round at once when a batch
+    /// of bytes waits.
     pub fn after_write(&self, end: u64) -> Result<()> {
         let control = &self.control;
         if self.synchronous {
             return control.wait_covered(end, self.timeout);
+        }
+        if let Some(lease) = self.lease {
+            control.check_lease(lease, self.timeout)?;
         }
         let covered = control.covered_position.load(Ordering::Acquire);
         if end.saturating_sub(covered) >= self.batch && !control.nudged.swap(true, Ordering::AcqRel)
@@ -87,6 +93,13 @@ pub(crate) struct Control {
     nudged: AtomicBool,
     /// Another writer has claimed the replica: the store refuses writes.
     fenced: AtomicBool,
+    /// The last round failed: the shipper backs off before the next.
+    failing: AtomicBool,
+    /// The clock of `confirmed`.
+    base: Instant,
+    /// When the last round that found no later writer's claim began, in ms
+    /// since `base`, plus one (0: never).
+    confirmed: AtomicU64,
 }
 
 /// The thread's rounds, counted.
@@ -115,7 +128,13 @@ impl Replicator {
             covered_ms: AtomicU64::new(now_ms()),
             nudged: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
+            base: Instant::now(),
+            confirmed: AtomicU64::new(0),
         });
+        // The first round starts at once: it claims the replica, and
+        // writes under a lease wait for it.
+        control.rounds.lock().asked = 1;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -160,6 +179,7 @@ impl Replicator {
         Link {
             control: self.shared.clone(),
             synchronous: config.synchronous,
+            lease: config.lease_in_force(),
             timeout: config.sync_timeout,
             batch: config.batch_bytes,
         }
@@ -175,12 +195,19 @@ impl Replicator {
         rounds.asked = rounds.asked.max(want);
         self.shared.wake.notify_all();
         while rounds.finished < want {
-            if rounds.stop
-                || self
-                    .shared
-                    .done
-                    .wait_until(&mut rounds, deadline)
-                    .timed_out()
+            if rounds.stop {
+                drop(rounds);
+                let why = self.shared.status.lock().last_error.clone();
+                return Err(Error::replica(
+                    "ship the log now",
+                    why.unwrap_or_else(|| "replication has stopped".into()),
+                ));
+            }
+            if self
+                .shared
+                .done
+                .wait_until(&mut rounds, deadline)
+                .timed_out()
             {
                 return Err(Error::replica(
                     "ship the log now",
@@ -211,6 +238,68 @@ impl Control {
     pub fn cover(&self, position: u64, taken_ms: u64) {
         self.covered_ms.store(taken_ms, Ordering::Release);
         self.covered_position.store(position, Ordering::Release);
+    }
+
+    /// A round that began at `began` found no later writer's claim.
+    pub fn confirm(&self, began: Instant) {
+        let ms = began.saturating_duration_since(self.base).as_millis();
+        let ms = u64::try_from(ms).unwrap_or(u64::MAX - 1) + 1;
+        self.confirmed.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    /// Whether a round that began within `lease` found no later claim.
+    fn confirmed_within(&self, lease: Duration) -> bool {
+        match self.confirmed.load(Ordering::Acquire) {
+            0 => false,
+            at => {
+                let now = self.base.elapsed().as_millis();
+                now.saturating_sub(u128::from(at - 1)) <= lease.as_millis()
+            }
+        }
+    }
+
+    /// Fails unless a round that began within `lease` found no later
+    /// writer's claim. Waits for a round to renew it while the shipper is
+    /// sound (the store's first round, which claims the replica and, in a
+    /// takeover, waits out the lease; or the next, after a quiet stretch),
+    /// at most `timeout` past the lease; after a failed round (the shipper
+    /// backs off) it fails at once.
+    fn check_lease(&self, lease: Duration, timeout: Duration) -> Result<()> {
+        if self.confirmed_within(lease) {
+            return Ok(());
+        }
+        let mut rounds = self.rounds.lock();
+        let deadline = Instant::now() + timeout.saturating_add(lease);
+        let want = rounds.started + 1;
+        rounds.asked = rounds.asked.max(want);
+        self.wake.notify_all();
+        while !self.confirmed_within(lease)
+            && !rounds.stop
+            && rounds.finished < want
+            && !self.failing.load(Ordering::Acquire)
+            && !self.done.wait_until(&mut rounds, deadline).timed_out()
+        {}
+        drop(rounds);
+        if self.confirmed_within(lease) {
+            return Ok(());
+        }
+        let why = self.status.lock().last_error.clone();
+        Err(Error::replica(
+            "acknowledge a write",
+            format!(
+                "this store has not confirmed within its lease ({lease:?}) that it is still its \
+                 replica's writer{}; the write is stored and durable on this disk, and a \
+                 resent A2A message is recognised: retry once the object store answers",
+                why.map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default()
+            ),
+        ))
+    }
+
+    /// The replica holds nothing of the store younger than `ms` (its
+    /// newest point, found at a claim): the lag counts from then at most.
+    pub fn trails_since(&self, ms: u64) {
+        self.covered_ms.fetch_min(ms, Ordering::AcqRel);
     }
 
     fn covers(&self, end: u64) -> bool {
@@ -308,9 +397,29 @@ fn run(
             end_round();
             return;
         }
+        // A takeover's first round waits out the lease besides.
+        let timeout = match shipper.claimed() {
+            true => config.round_timeout,
+            false => config
+                .round_timeout
+                .saturating_add(config.lease_in_force().unwrap_or_default()),
+        };
         let round = async {
             let view = store.log_view()?;
             shipper.round(view, store, config, control).await
+        };
+        let round = async {
+            tokio::time::timeout(timeout, round)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::replica(
+                        "replicate",
+                        format!(
+                            "the object store did not finish a round within {timeout:?} (it \
+                             hangs rather than answers)"
+                        ),
+                    ))
+                })
         };
         let result = if stopping {
             runtime.block_on(async {
@@ -333,6 +442,7 @@ fn run(
         let mut status = control.status.lock();
         match result {
             Ok(()) => {
+                control.failing.store(false, Ordering::Release);
                 status.last_error = None;
                 status.rounds += 1;
                 failed = 0;
@@ -341,18 +451,30 @@ fn run(
             Err(e) => {
                 tracing::warn!(error = %e, target = %status.target, "replication failed; retrying");
                 status.failures += 1;
+                control.failing.store(true, Ordering::Release);
                 status.last_error = Some(e.to_string());
                 failed = failed.saturating_add(1);
-                wait = backoff(config.interval, failed);
+                wait = backoff(config.interval, failed, config.lease_in_force());
             }
         }
-        drop(status);
         if let Some(why) = &shipper.fenced {
+            status.stopped = true;
+            status.last_error = Some(why.clone());
+            drop(status);
             tracing::error!(reason = %why, "another writer claimed the replica; this store stops writing");
             control.fenced.store(true, Ordering::Release);
             end_round();
             return;
         }
+        if let Some(why) = &shipper.gone {
+            status.stopped = true;
+            status.last_error = Some(why.clone());
+            drop(status);
+            tracing::error!(reason = %why, "the replica is gone; replication stops");
+            end_round();
+            return;
+        }
+        drop(status);
         end_round();
         if stopping {
             return;
@@ -361,12 +483,15 @@ fn run(
 }
 
 /// The wait after `failed` failures in a row: the interval doubled each
-/// time up to [`MAX_BACKOFF`], less up to a quarter at random so that
-/// stores failing together do not retry together.
-fn backoff(interval: Duration, failed: u32) -> Duration {
+/// time up to [`MAX_BACKOFF`] (or half the lease, so that writes refused
+/// for a lapsed lease are accepted again soon after the object store is
+/// back), less up to a quarter at random so that stores failing together
+/// do not retry together.
+fn backoff(interval: Duration, failed: u32, lease: Option<Duration>) -> Duration {
+    let most = lease.map_or(MAX_BACKOFF, |l| MAX_BACKOFF.min(l / 2));
     let full = interval
         .saturating_mul(1u32 << failed.min(16))
-        .min(MAX_BACKOFF)
+        .min(most)
         .max(interval);
     let jitter = crate::random::bytes::<2>("draw a backoff's jitter")
         .map_or(0, |b| u32::from(u16::from_le_bytes(b)) % 1024);

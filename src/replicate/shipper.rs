@@ -18,6 +18,7 @@ use crate::log::frame::StoreId;
 use crate::store::now_ms;
 use crate::store::replica::{LogView, SegmentView};
 use crate::store::Shared;
+use futures::TryStreamExt;
 
 /// How often, at most, a writer says it is alive (each round that
 /// succeeds, no more often than this).
@@ -57,6 +58,9 @@ pub(crate) struct Shipper {
     /// Why this writer may no longer write to the replica, once another
     /// has claimed it.
     pub fenced: Option<String>,
+    /// Why the replica is no longer this writer's to write to, once its
+    /// claim (or the whole replica) has vanished from the object store.
+    pub gone: Option<String>,
 }
 
 impl Shipper {
@@ -76,13 +80,25 @@ impl Shipper {
             collected: None,
             beat: None,
             fenced: None,
+            gone: None,
         }
+    }
+
+    /// Whether this writer has claimed the replica.
+    pub fn claimed(&self) -> bool {
+        self.epoch > 0
     }
 
     /// Checks that the replica is this store's and that this store's log
     /// holds the replica's newest restore point, then claims the next
     /// epoch: from now on no earlier writer can publish a restore point.
-    async fn claim(&mut self, view: &LogView, store: &Shared) -> Result<()> {
+    async fn claim(
+        &mut self,
+        view: &LogView,
+        store: &Shared,
+        config: &Replicate,
+        control: &Control,
+    ) -> Result<()> {
         let identity = crate::log::identity::encode(self.store);
         let path = objects::identity(&self.root);
         match self.target.get(&path).await {
@@ -105,6 +121,7 @@ impl Shipper {
             Err(e) => return Err(remote("read", &path, e)),
         }
         let newest = newest_point(self.target.as_ref(), &self.root).await?;
+        let claiming = Instant::now();
         let claimed = self
             .list(&objects::writers(&self.root))
             .await?
@@ -113,7 +130,12 @@ impl Shipper {
             .map(|[e]| e)
             .max()
             .unwrap_or(0);
+        let ours = store.replica_marker(&self.describe) == Some(claimed);
         if let Some(point) = &newest {
+            // Until this round publishes, the replica holds the store as it
+            // was when its newest point was published (before this open,
+            // if the store wrote more since): the lag counts from then.
+            control.trails_since(point.time_ms);
             if point.store != self.store {
                 return Err(Error::replica(
                     "start replicating",
@@ -126,7 +148,7 @@ impl Shipper {
             // The last writer was this store, as it left it: nothing to
             // check. Otherwise (another writer since, or no marker), the
             // newest point must be a prefix of this store's log.
-            if store.replica_marker(&self.describe) != Some(claimed) {
+            if !ours {
                 if let Err(e) = holds(view, point) {
                     // Another writer's log, not this one's: this store may
                     // never write there again.
@@ -156,6 +178,19 @@ impl Shipper {
         }
         store.set_replica_marker(&self.describe, epoch)?;
         self.epoch = epoch;
+        if claimed > 0 && !ours {
+            // Taken from another writer, which may still be acknowledging
+            // writes until its lease (begun before this claim) lapses: this
+            // writer's first round, which writes wait for, ends after it.
+            if let Some(lease) = config.lease_in_force() {
+                tracing::info!(
+                    epoch,
+                    lease_ms = lease.as_millis() as u64,
+                    "claimed the replica from another writer; waiting out its lease"
+                );
+                tokio::time::sleep(lease.saturating_sub(claiming.elapsed())).await;
+            }
+        }
         // What the newest point names stays where it is: the segments
         // uploaded whole and the manifest. The active segment is shipped
         // again under this epoch, from its start.
@@ -192,7 +227,7 @@ impl Shipper {
         control: &Control,
     ) -> Result<()> {
         if self.epoch == 0 {
-            self.claim(&view, store).await?;
+            self.claim(&view, store, config, control).await?;
         }
         let mut entries = Vec::with_capacity(view.segments.len());
         for segment in &view.segments {
@@ -226,8 +261,15 @@ impl Shipper {
             }
             None => (0, 0),
         };
-        self.publish(generation, manifest_epoch, entries, control)
-            .await?;
+        let began = Instant::now();
+        if !self
+            .publish(generation, manifest_epoch, entries, control)
+            .await?
+        {
+            // Nothing new to publish: the lease is renewed all the same.
+            self.confirm().await?;
+        }
+        control.confirm(began);
         control.cover(view.position, view.taken_ms);
         if self.beat.is_none_or(|at| at.elapsed() >= HEARTBEAT_EVERY) {
             let beat = objects::Heartbeat {
@@ -291,7 +333,13 @@ impl Shipper {
             },
         };
         if segment.len > tail.shipped {
-            let bytes = segment.read(tail.shipped, segment.len)?;
+            let bytes = match segment.read(tail.shipped, segment.len) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    self.tail = Some(tail);
+                    return Err(e);
+                }
+            };
             let n = bytes.len() as u64;
             let mut crc = tail.crc.clone();
             crc.update(&bytes);
@@ -315,34 +363,63 @@ impl Shipper {
         Ok(entry)
     }
 
+    /// Checks that the replica is still this writer's: its claim is there
+    /// and no later one. A later claim fences this writer; a missing claim
+    /// (the replica was wiped, or moved) stops replication: either way for
+    /// good, with the reason in the status.
+    async fn confirm(&mut self) -> Result<()> {
+        let dir = objects::writers(&self.root);
+        let before = objects::writer(&self.root, self.epoch.saturating_sub(1));
+        let mut listed = self
+            .target
+            .list_with_offset(Some(&dir), &before)
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(|e| remote("list", &dir, e))?
+            .iter()
+            .filter_map(|m| objects::parse_hexes::<1>(m.location.filename()?, ""))
+            .map(|[e]| e)
+            .filter(|&e| e >= self.epoch)
+            .collect::<Vec<u64>>();
+        listed.sort_unstable();
+        if let Some(&later) = listed.iter().find(|&&e| e > self.epoch) {
+            return Err(self.fence(format!("writer {later} claimed the replica")));
+        }
+        if listed.first() != Some(&self.epoch) {
+            let why = format!(
+                "this writer's claim ({}) is gone from {}: the replica was wiped or moved since \
+                 this store claimed it; nothing more is shipped there. Restart the store to \
+                 replicate it again from its start (to the same place, now empty, or another)",
+                objects::writer(&self.root, self.epoch),
+                self.describe
+            );
+            self.gone = Some(why.clone());
+            return Err(Error::replica("replicate", why));
+        }
+        Ok(())
+    }
+
     /// Publishes a restore point for the log `entries` make up, unless the
-    /// newest one says the same; then marks the segments the log stopped
-    /// using, and drops the pieces of those now whole. Before it, checks
-    /// that no later writer has claimed the replica; the point itself is
-    /// created only if its number is free, so that of two writers only one
-    /// can publish it.
+    /// newest one says the same (then `false`); then marks the segments
+    /// the log stopped using, and drops the pieces of those now whole.
+    /// Before it, checks that the replica is still this writer's
+    /// (`confirm`); the point itself is created only if its number is
+    /// free, so that of two writers only one can publish it.
     async fn publish(
         &mut self,
         generation: u64,
         manifest_epoch: u64,
         entries: Vec<Entry>,
         control: &Control,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         if self.last.as_ref().is_some_and(|p| {
             p.generation == generation
                 && p.manifest_epoch == manifest_epoch
                 && p.segments == entries
         }) {
-            return Ok(());
+            return Ok(false);
         }
-        let next = objects::writer(&self.root, self.epoch + 1);
-        match self.target.head(&next).await {
-            Ok(_) => {
-                return Err(self.fence(format!("writer {} claimed the replica", self.epoch + 1)))
-            }
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(remote("read", &next, e)),
-        }
+        self.confirm().await?;
         let (number, time_ms) = match &self.last {
             Some(p) => (p.number + 1, now_ms().max(p.time_ms)),
             None => (1, now_ms()),
@@ -404,7 +481,7 @@ impl Shipper {
                 return Err(e);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Stops this writer for good: another has claimed the replica.

@@ -47,11 +47,7 @@ impl SegmentView {
                 .get(from_at..to_at)
                 .map(<[u8]>::to_vec)
                 .ok_or_else(short),
-            SegmentData::Active(mirror) => mirror
-                .read()
-                .get(from_at..to_at)
-                .map(<[u8]>::to_vec)
-                .ok_or_else(short),
+            SegmentData::Active(mirror) => mirror.read().copy(from_at..to_at).ok_or_else(short),
         }
     }
 }

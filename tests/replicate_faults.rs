@@ -1,0 +1,254 @@
+//! Replication under the faults it exists for (DESIGN.md §13): a store
+//! reopened in the middle of a segment ships on at once; a wiped replica
+//! stops replication with a clear error; the lag after a reopen counts
+//! from what the replica holds; an object store that hangs is a failure;
+//! a writer whose lease lapsed stops acknowledging.
+//!
+//! The server's kill-and-restore harness (`server/tests/replicate_kills.rs`)
+//! does the same with SIGKILLs under load.
+#![cfg(feature = "replicate")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxlog::fs::{Crash, MemFs};
+use ctxlog::replicate::object_store::memory::InMemory;
+use ctxlog::replicate::object_store::path::Path as ObjectPath;
+use ctxlog::replicate::object_store::throttle::{ThrottleConfig, ThrottledStore};
+use ctxlog::replicate::object_store::ObjectStore;
+use ctxlog::replicate::restore;
+use ctxlog::{Options, Replicate, Store};
+
+const WAIT: Duration = Duration::from_secs(20);
+/// Rounds only when a test asks for one.
+const NEVER: Duration = Duration::from_secs(3600);
+
+fn options(replicate: Replicate) -> Options {
+    Options::default().maintenance(None).replicate(replicate)
+}
+
+/// A store on `disk` (a file system in memory, which a test can crash).
+fn open_on(disk: &MemFs, replicate: Replicate) -> Store {
+    Store::open("/store", options(replicate).fs(Arc::new(disk.clone()))).unwrap()
+}
+
+/// What a kill -9 of the store's process leaves on `disk`: every byte
+/// written (the page cache survives a process's death). The store itself
+/// is leaked, as a killed process's would be: nothing of its close runs.
+/// Its thread goes on shipping what the killed store held (no more):
+/// the next open's claim fences it.
+fn kill(store: Store, disk: &MemFs) -> MemFs {
+    let left = disk.crash(Crash::KeepUnsynced);
+    std::mem::forget(store);
+    left
+}
+
+fn write(store: &Store, from: usize, to: usize) {
+    for i in from..to {
+        store
+            .append_message(
+                "acme",
+                &format!("case-{}", i % 3),
+                format!("m{i}").as_bytes(),
+            )
+            .unwrap();
+    }
+}
+
+/// How many records a restore of `to` holds.
+fn restored_records(to: &Replicate) -> u64 {
+    let out = tempfile::tempdir().unwrap();
+    restore(to, out.path().join("r"), None).unwrap().records
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// `bucket`, with calls that wait as `how` sets (an hour: they hang).
+fn hang(bucket: &Arc<InMemory>, how: impl FnOnce(&mut ThrottleConfig)) -> Arc<dyn ObjectStore> {
+    let mut config = ThrottleConfig::default();
+    how(&mut config);
+    let inner: Arc<dyn ObjectStore> = bucket.clone();
+    Arc::new(ThrottledStore::new(inner, config))
+}
+
+/// Deletes every object under `prefix`.
+fn wipe(bucket: &dyn ObjectStore, prefix: &str) {
+    use futures::TryStreamExt;
+    block_on(async {
+        let all: Vec<_> = bucket
+            .list(Some(&ObjectPath::from(prefix)))
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(!all.is_empty());
+        for meta in all {
+            bucket.delete(&meta.location).await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_store_reopened_in_the_middle_of_a_segment_ships_across_what_it_found() {
+    // A kill leaves the active segment part-full; the next open goes on
+    // appending to it, and the new epoch ships it again from its start.
+    // When writes land before that epoch's first view (under load, or
+    // after a first round that failed, as here), the piece spans the bytes
+    // the open found and those appended since.
+    let bucket = Arc::new(InMemory::new());
+    let to = || {
+        Replicate::to_store(bucket.clone(), "r")
+            .interval(Duration::from_millis(50))
+            .lease(None)
+    };
+    let identity = ObjectPath::from("r/IDENTITY");
+    let mut disk = MemFs::new();
+    let mut store = open_on(&disk, to());
+    write(&store, 0, 5);
+    store.ship_replica(WAIT).unwrap();
+    for round in 1..4 {
+        disk = kill(store, &disk);
+        // The first round of the restarted store fails.
+        let ours = block_on(async { bucket.get(&identity).await.unwrap().bytes().await.unwrap() });
+        block_on(bucket.put(&identity, vec![7u8; ours.len()].into())).unwrap();
+        store = open_on(&disk, to());
+        let err = store.ship_replica(WAIT).unwrap_err().to_string();
+        assert!(err.contains("another store's replica"), "{err}");
+        write(&store, round * 5, round * 5 + 5);
+        block_on(bucket.put(&identity, ours.into())).unwrap();
+        store.ship_replica(WAIT).unwrap();
+        let status = store.replication().unwrap();
+        assert_eq!(
+            (status.lag_bytes, status.last_error.clone()),
+            (0, None),
+            "{status:?}"
+        );
+        assert_eq!(restored_records(&to()), (round * 5 + 5) as u64);
+    }
+}
+
+#[test]
+fn a_wiped_replica_stops_replication_with_a_clear_error() {
+    let bucket = Arc::new(InMemory::new());
+    let to = || {
+        Replicate::to_store(bucket.clone(), "r")
+            .interval(NEVER)
+            .lease(Some(Duration::from_millis(200)))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(to())).unwrap();
+    write(&store, 0, 10);
+    store.ship_replica(WAIT).unwrap();
+    wipe(bucket.as_ref(), "r");
+    write(&store, 10, 11);
+    let err = store.ship_replica(WAIT).unwrap_err().to_string();
+    assert!(err.contains("is gone from"), "{err}");
+    let status = store.replication().unwrap();
+    assert!(status.stopped, "{status:?}");
+    assert!(status.lag_bytes > 0, "{status:?}");
+    // Nothing more is published into the emptied place.
+    assert!(restore(&to(), dir.path().join("r"), None).is_err());
+    // Once the lease lapses, writes are refused, naming the cause.
+    std::thread::sleep(Duration::from_millis(250));
+    let err = store
+        .append_message("acme", "case-1", b"late")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is gone from"), "{err}");
+    drop(store);
+    // Reopened, the store replicates into the empty place from its start.
+    let store = Store::open(dir.path(), options(to())).unwrap();
+    store.ship_replica(WAIT).unwrap();
+    store.close().unwrap();
+    // The refused write was stored all the same: 10, 1 and the late one.
+    assert_eq!(restored_records(&to()), 12);
+}
+
+#[test]
+fn the_lag_after_a_reopen_counts_from_the_replicas_newest_point() {
+    let bucket = Arc::new(InMemory::new());
+    let to = || Replicate::to_store(bucket.clone(), "r").interval(NEVER);
+    let disk = MemFs::new();
+    let store = open_on(&disk, to());
+    write(&store, 0, 5);
+    store.ship_replica(WAIT).unwrap();
+    let published = store.replication().unwrap().restore_point_ms;
+    // Writes the replica never gets: the store is killed before a round.
+    std::thread::sleep(Duration::from_millis(300));
+    write(&store, 5, 10);
+    let disk = kill(store, &disk);
+    // Reopened on a replica that no longer answers: no round can end, and
+    // the lag is what the replica lacks, counted from its newest point.
+    let hanging = hang(&bucket, |c| c.wait_put_per_call = Duration::from_secs(3600));
+    let stuck = Replicate::to_store(hanging, "r")
+        .interval(NEVER)
+        .round_timeout(Duration::from_millis(300))
+        .lease(None);
+    let store = open_on(&disk, stuck);
+    let err = store.ship_replica(WAIT).unwrap_err().to_string();
+    assert!(err.contains("hangs rather than answers"), "{err}");
+    let status = store.replication().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(status.lag_bytes > 0, "{status:?}");
+    assert!(status.failures >= 1, "{status:?}");
+    // At least as old as the writes made before the reopen (300 ms).
+    assert!(status.lag_ms >= now - published - 50, "{status:?}");
+    assert!(status.lag_ms >= 300, "{status:?}");
+}
+
+#[test]
+fn a_writer_whose_lease_lapsed_refuses_writes_until_a_round_renews_it() {
+    // The object store hangs after the first round: rounds fail by their
+    // timeout, the lease lapses, and writes are refused (stored here).
+    let bucket = Arc::new(InMemory::new());
+    let dir = tempfile::tempdir().unwrap();
+    let lease = Duration::from_millis(300);
+    let to = || {
+        Replicate::to_store(bucket.clone(), "r")
+            .interval(Duration::from_millis(20))
+            .lease(Some(lease))
+    };
+    let store = Store::open(dir.path(), options(to())).unwrap();
+    // Written under a sound lease: acknowledged.
+    write(&store, 0, 10);
+    store.close().unwrap();
+    let hanging = hang(&bucket, |c| {
+        c.wait_list_per_call = Duration::from_secs(3600)
+    });
+    let stuck = Replicate::to_store(hanging, "r")
+        .interval(Duration::from_millis(20))
+        .round_timeout(Duration::from_millis(100))
+        .lease(Some(lease));
+    let store = Store::open(dir.path(), options(stuck)).unwrap();
+    let err = store
+        .append_message("acme", "case-1", b"unconfirmed")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("lease"), "{err}");
+    assert!(err.contains("hangs rather than answers"), "{err}");
+    drop(store);
+    // With no lease, the same store acknowledges (and the lag grows).
+    let hanging = hang(&bucket, |c| {
+        c.wait_list_per_call = Duration::from_secs(3600)
+    });
+    let unleased = Replicate::to_store(hanging, "r")
+        .round_timeout(Duration::from_millis(100))
+        .lease(None);
+    let store = Store::open(dir.path(), options(unleased)).unwrap();
+    store.append_message("acme", "case-1", b"acked").unwrap();
+    drop(store);
+    // Back to a sound object store: the writes refused before were stored
+    // all the same, and reach the replica.
+    let store = Store::open(dir.path(), options(to())).unwrap();
+    store.ship_replica(WAIT).unwrap();
+    store.close().unwrap();
+    assert_eq!(restored_records(&to()), 12);
+}

@@ -16,7 +16,7 @@ use ctxlog::replicate::object_store::memory::InMemory;
 use ctxlog::replicate::object_store::path::Path as ObjectPath;
 use ctxlog::replicate::object_store::throttle::{ThrottleConfig, ThrottledStore};
 use ctxlog::replicate::object_store::ObjectStore;
-use ctxlog::replicate::restore;
+use ctxlog::replicate::{check_points, restore, restore_points};
 use ctxlog::{Options, Replicate, Store};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -251,4 +251,41 @@ fn a_writer_whose_lease_lapsed_refuses_writes_until_a_round_renews_it() {
     store.ship_replica(WAIT).unwrap();
     store.close().unwrap();
     assert_eq!(restored_records(&to()), 12);
+}
+
+#[test]
+fn every_point_is_checked_and_a_damaged_one_is_named() {
+    let bucket = Arc::new(InMemory::new());
+    let to = || Replicate::to_store(bucket.clone(), "r").interval(NEVER);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), options(to())).unwrap();
+    for round in 0..6 {
+        write(&store, round * 4, round * 4 + 4);
+        store.ship_replica(WAIT).unwrap();
+    }
+    store.close().unwrap();
+    let points = restore_points(&to()).unwrap();
+    assert!(points.len() >= 6, "{points:?}");
+    assert_eq!(check_points(&to()).unwrap(), points.len());
+    // One byte of the first piece flipped: every point names it.
+    let piece = block_on(async {
+        use futures::TryStreamExt;
+        let all: Vec<_> = bucket
+            .list(Some(&ObjectPath::from("r/pieces")))
+            .try_collect()
+            .await
+            .unwrap();
+        all.into_iter()
+            .map(|m| m.location)
+            .find(|l| l.filename() == Some("0000000000000000"))
+            .unwrap()
+    });
+    let mut bytes =
+        block_on(async { bucket.get(&piece).await.unwrap().bytes().await.unwrap() }).to_vec();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    block_on(bucket.put(&piece, bytes.into())).unwrap();
+    let err = check_points(&to()).unwrap_err().to_string();
+    assert!(err.contains("restore point 1 names segment"), "{err}");
+    assert!(err.contains("cannot be restored"), "{err}");
 }

@@ -43,7 +43,7 @@ pub use follow::Follower;
 /// object store to pass to [`Replicate::to_store`] (its `InMemory`, say).
 pub use object_store;
 pub use objects::Heartbeat;
-pub use restore::{restore, restore_points, RestorePoint, RestoreReport};
+pub use restore::{check_points, restore, restore_points, RestorePoint, RestoreReport};
 pub(crate) use ship::{Link, Replicator};
 
 /// Where and how a store replicates (see [`Options::replicate`](crate::Options::replicate)).

@@ -152,7 +152,7 @@ struct Args {
     /// replica still this server's (0: no lease). A writer cut off from
     /// the object store, or paused, then stops answering writes before a
     /// standby that takes over starts; taking over waits this long.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 5_000)]
     replicate_lease_ms: u64,
     /// Run as a standby of the writer replicating to URL: restore its
     /// replica into --dir (if it holds no store), follow it every

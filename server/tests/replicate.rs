@@ -408,3 +408,161 @@ async fn an_asynchronous_takeover_loses_only_what_the_lag_had_not_shipped() {
     );
     assert!(lost.len() <= acked.len() - shipped);
 }
+
+/// A server with `args` after `--dir DIR`.
+fn server_on(dir: &std::path::Path, args: &[&str]) -> Process {
+    let mut all: Vec<&std::ffi::OsStr> = vec!["--dir".as_ref(), dir.as_os_str()];
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &all, "info")
+}
+
+/// A raw JSON-RPC SendMessage: whether it was acknowledged (a task came
+/// back) and the body, or `None` if the server did not answer.
+async fn try_send(http: &reqwest::Client, url: &str, id: &str) -> Option<(bool, Value)> {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": { "message": user(id, &format!("text of {id}")) } });
+    let answer = http
+        .post(format!("{url}/"))
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .ok()?;
+    let status = answer.status().as_u16();
+    let text = answer.text().await.ok()?;
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Some((status == 200 && body["result"]["task"].is_object(), body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_writer_stops_acknowledging_before_its_standby_takes_over() {
+    // Asynchronous replication with a 1 s lease: the writer is paused
+    // (SIGSTOP) under load, its standby takes over by the heartbeat, and
+    // the writer is resumed. New writes to it are refused; of those in
+    // flight when it was paused, at most one per client (each past its
+    // lease check already) is answered.
+    let tmp = tempfile::tempdir().unwrap();
+    let bucket = tmp.path().join("bucket");
+    let url = bucket.to_str().unwrap();
+    let lease = [
+        "--replicate-interval-ms",
+        "50",
+        "--replicate-lease-ms",
+        "1000",
+    ];
+    let mut args = vec!["--replicate-to", url];
+    args.extend(lease);
+    let writer = server_on(&tmp.path().join("writer"), &args);
+    let w = Client::new(&writer.url, None);
+    send(&w, "before").await;
+    let mut args = vec!["--follow", url, "--takeover-after", "3"];
+    args.extend(lease);
+    let standby = server_on(&tmp.path().join("standby"), &args);
+    until(&standby.url, "caught up", |b| {
+        b["standby"]["restorePoint"].as_u64() >= Some(1)
+    })
+    .await;
+
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let first = std::sync::Arc::new(tokio::sync::Notify::new());
+    let clients: Vec<_> = (0..2)
+        .map(|n| {
+            let (url, acked, first) = (writer.url.clone(), acked.clone(), first.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                for i in 0..100_000 {
+                    match try_send(&http, &url, &format!("c{n}-{i}")).await {
+                        Some((true, _)) => {
+                            acked.lock().unwrap().push(Instant::now());
+                            first.notify_one();
+                        }
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(20), first.notified())
+        .await
+        .expect("the load was answered");
+    writer.signal("STOP");
+    let body = until(&standby.url, "promoted", |b| {
+        b["standby"]["promoted"] == true
+    })
+    .await;
+    assert!(body["standby"]["promotionError"].is_null(), "{body}");
+    writer.signal("CONT");
+    let resumed = Instant::now();
+    let http = reqwest::Client::new();
+    for i in 0..5 {
+        let (acked, body) = try_send(&http, &writer.url, &format!("after-{i}"))
+            .await
+            .expect("the old writer answers");
+        assert!(!acked, "the old writer acknowledged a new write: {body}");
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let late = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|&&at| at >= resumed)
+        .count();
+    assert!(late <= 2, "{late} writes acknowledged after the takeover");
+    let (_, body) = health(&writer.url).await;
+    assert!(
+        body["replication"]["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("claimed the replica")),
+        "{body}"
+    );
+    // The new writer writes.
+    send(&Client::new(&standby.url, None), "on the new writer").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_bucket_stops_replication_and_the_writer_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bucket = tmp.path().join("bucket");
+    let args = [
+        "--replicate-to",
+        bucket.to_str().unwrap(),
+        "--replicate-interval-ms",
+        "20",
+        "--replicate-lease-ms",
+        "500",
+    ];
+    let writer = server_on(&tmp.path().join("writer"), &args);
+    let w = Client::new(&writer.url, None);
+    send(&w, "before").await;
+    caught_up(&writer.url).await;
+    std::fs::remove_dir_all(&bucket).unwrap();
+    std::fs::create_dir_all(&bucket).unwrap();
+    let body = until(&writer.url, "stopped", |b| {
+        b["replication"]["stopped"] == true
+    })
+    .await;
+    let why = body["replication"]["lastError"].as_str().unwrap();
+    assert!(why.contains("is gone from"), "{body}");
+    // Once its lease lapses, a write is refused with the reason.
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0.. {
+        let (acked, body) = try_send(&http, &writer.url, &format!("after-{i}"))
+            .await
+            .unwrap();
+        if !acked {
+            assert_eq!(
+                body["error"]["data"][0]["reason"], "STORE_UNAVAILABLE",
+                "{body}"
+            );
+            assert!(body.to_string().contains("is gone from"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "writes never refused");
+    }
+    // Nothing was published into the emptied bucket.
+    assert!(std::fs::read_dir(bucket.join("points")).is_err());
+}

@@ -88,7 +88,7 @@ pub struct Replicate {
     /// [`Error::Replica`]: it is stored and durable on this disk. `None`:
     /// no lease (writes are acknowledged whatever the replica's state, and
     /// a writer cut off from the object store writes beside a promoted
-    /// standby until it next reaches it). Default: 10 s. Unused with
+    /// standby until it next reaches it). Default: 5 s. Unused with
     /// [`synchronous`](Self::synchronous), whose writes wait for their
     /// restore point.
     pub lease: Option<Duration>,
@@ -130,7 +130,7 @@ impl Replicate {
             close_timeout: Duration::from_secs(10),
             synchronous: false,
             sync_timeout: Duration::from_secs(10),
-            lease: Some(Duration::from_secs(10)),
+            lease: Some(Duration::from_secs(5)),
             round_timeout: Duration::from_secs(30),
         }
     }

@@ -100,6 +100,8 @@ pub(crate) struct Control {
     /// When the last round that found no later writer's claim began, in ms
     /// since `base`, plus one (0: never).
     confirmed: AtomicU64,
+    /// When the round under way (or the last) began, in ms since `base`.
+    round_began: AtomicU64,
 }
 
 /// The thread's rounds, counted.
@@ -131,6 +133,7 @@ impl Replicator {
             failing: AtomicBool::new(false),
             base: Instant::now(),
             confirmed: AtomicU64::new(0),
+            round_began: AtomicU64::new(0),
         });
         // The first round starts at once: it claims the replica, and
         // writes under a lease wait for it.
@@ -247,6 +250,13 @@ impl Control {
         self.confirmed.fetch_max(ms, Ordering::AcqRel);
     }
 
+    /// How long the round under way (or the last one) has run.
+    fn round_age(&self) -> Duration {
+        let began = self.round_began.load(Ordering::Acquire);
+        let now = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(began))
+    }
+
     /// Whether a round that began within `lease` found no later claim.
     fn confirmed_within(&self, lease: Duration) -> bool {
         match self.confirmed.load(Ordering::Acquire) {
@@ -260,25 +270,33 @@ impl Control {
 
     /// Fails unless a round that began within `lease` found no later
     /// writer's claim. Waits for a round to renew it while the shipper is
-    /// sound (the store's first round, which claims the replica and, in a
-    /// takeover, waits out the lease; or the next, after a quiet stretch),
-    /// at most `timeout` past the lease; after a failed round (the shipper
-    /// backs off) it fails at once.
+    /// sound: the store's first round (which claims the replica and, in a
+    /// takeover, waits out the lease) up to `timeout` past the lease; a
+    /// later one (after a quiet stretch) up to half the lease. Fails at
+    /// once while the shipper backs off after a failure, or while a round
+    /// has run longer than the lease (the object store hangs).
     fn check_lease(&self, lease: Duration, timeout: Duration) -> Result<()> {
         if self.confirmed_within(lease) {
             return Ok(());
         }
         let mut rounds = self.rounds.lock();
-        let deadline = Instant::now() + timeout.saturating_add(lease);
         let want = rounds.started + 1;
         rounds.asked = rounds.asked.max(want);
         self.wake.notify_all();
-        while !self.confirmed_within(lease)
-            && !rounds.stop
-            && rounds.finished < want
-            && !self.failing.load(Ordering::Acquire)
-            && !self.done.wait_until(&mut rounds, deadline).timed_out()
-        {}
+        let hung = rounds.started > rounds.finished && self.round_age() > lease;
+        if !hung && !self.failing.load(Ordering::Acquire) {
+            let bound = match rounds.finished {
+                0 => timeout.saturating_add(lease),
+                _ => lease / 2,
+            };
+            let deadline = Instant::now() + bound;
+            while !self.confirmed_within(lease)
+                && !rounds.stop
+                && rounds.finished < want
+                && !self.failing.load(Ordering::Acquire)
+                && !self.done.wait_until(&mut rounds, deadline).timed_out()
+            {}
+        }
         drop(rounds);
         if self.confirmed_within(lease) {
             return Ok(());
@@ -385,6 +403,8 @@ fn run(
             {}
             rounds.started += 1;
             control.nudged.store(false, Ordering::Release);
+            let began = u64::try_from(control.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+            control.round_began.store(began, Ordering::Release);
             (rounds.stop, rounds.started)
         };
         let end_round = || {

@@ -72,7 +72,12 @@ struct Acked {
 
 /// Sends until the server stops answering (it was killed) or `stop`:
 /// each 200 with a task is recorded.
-async fn load(url: String, tag: String, acked: Arc<Mutex<Vec<Acked>>>) {
+async fn load(
+    url: String,
+    tag: String,
+    acked: Arc<Mutex<Vec<Acked>>>,
+    first: Arc<tokio::sync::Notify>,
+) {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
@@ -94,12 +99,16 @@ async fn load(url: String, tag: String, acked: Arc<Mutex<Vec<Acked>>>) {
             return;
         };
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if let (200, Some(task)) = (status, body["result"]["task"]["id"].as_str()) {
-            acked.lock().unwrap().push(Acked {
-                message,
-                task: task.to_string(),
-                at: Instant::now(),
-            });
+        match (status, body["result"]["task"]["id"].as_str()) {
+            (200, Some(task)) => {
+                acked.lock().unwrap().push(Acked {
+                    message,
+                    task: task.to_string(),
+                    at: Instant::now(),
+                });
+                first.notify_one();
+            }
+            _ => eprintln!("{message}: {status} {body}"),
         }
     }
 }
@@ -173,18 +182,34 @@ async fn kill_and_restore(url: &str, sync: bool) -> Figures {
         let restart = first_ack(&rpc, &format!("k{kill}-first")).await;
         figures.slowest_restart = figures.slowest_restart.max(restart);
         let acked = Arc::new(Mutex::new(Vec::new()));
+        let first = Arc::new(tokio::sync::Notify::new());
         let clients: Vec<_> = (0..CLIENTS)
-            .map(|c| tokio::spawn(load(rpc.clone(), format!("k{kill}-c{c}"), acked.clone())))
+            .map(|c| {
+                let tag = format!("k{kill}-c{c}");
+                tokio::spawn(load(rpc.clone(), tag, acked.clone(), first.clone()))
+            })
             .collect();
-        // A random moment of the load: not a synchronisation, the fault.
-        tokio::time::sleep(Duration::from_millis(150 + below(450))).await;
+        // Once the load is answered, at a random moment of it: not a
+        // synchronisation, the fault.
+        let answered = tokio::time::timeout(Duration::from_secs(20), first.notified()).await;
+        assert!(
+            answered.is_ok(),
+            "kill {kill}: the load got no answer in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(below(450))).await;
         let killed_at = Instant::now();
+        let log = server.log();
         server.kill();
         for c in clients {
             c.await.unwrap();
         }
         let acked = std::mem::take(&mut *acked.lock().unwrap());
-        assert!(!acked.is_empty(), "kill {kill}: no write was acknowledged");
+        assert!(
+            !acked.is_empty(),
+            "kill {kill}: no write was acknowledged (the first after the restart in {} ms); \
+             the server's log: {log:#?}",
+            restart.as_millis()
+        );
         figures.acked += acked.len();
         let (store, restored_dir) = restored(url, tmp.path(), None).await;
         let mut missing = Vec::new();
@@ -295,4 +320,167 @@ async fn an_asynchronous_writer_on_s3_killed_and_restarted_loses_only_its_window
 async fn a_synchronous_writer_on_s3_killed_and_restarted_loses_nothing_acknowledged() {
     let figures = kill_and_restore(&s3(), true).await;
     assert_eq!(figures.lost, 0, "{figures:?}");
+}
+
+/// A TCP forwarder on 127.0.0.1 to `to` that a test can cut: from then
+/// on it drops every connection, open or new (a network cut), until it is
+/// mended.
+struct Forwarder {
+    url: String,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Forwarder {
+    async fn start(to: String) -> Forwarder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (cut, watch) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let (mut watch, to) = (watch.clone(), to.clone());
+                tokio::spawn(async move {
+                    if *watch.borrow() {
+                        return;
+                    }
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = watch.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Forwarder { url, cut }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an S3 endpoint: .ci/run starts moto's server and runs these"]
+async fn a_writer_cut_off_from_s3_stops_acknowledging_within_its_lease() {
+    // The writer reaches S3 through a forwarder that the test cuts; its
+    // standby reaches S3 directly and takes over once the writer's
+    // heartbeat is 3 s old. With a 1 s lease the writer acknowledges
+    // nothing from about a second after the cut on, so nothing once the
+    // standby writes; without a lease it would go on for the whole cut.
+    let url = s3();
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();
+    let forwarder = Forwarder::start(endpoint.trim_start_matches("http://").to_string()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (writer_dir, standby_dir) = (tmp.path().join("writer"), tmp.path().join("standby"));
+    let lease = [
+        "--replicate-interval-ms",
+        "50",
+        "--replicate-lease-ms",
+        "1000",
+    ];
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--dir".as_ref(),
+        writer_dir.as_os_str(),
+        "--replicate-to".as_ref(),
+        url.as_ref(),
+    ];
+    args.extend(lease.iter().map(std::ffi::OsStr::new));
+    let writer = Process::with_env(
+        env!("CARGO_BIN_EXE_ctxlog-server"),
+        &args,
+        "info",
+        &[("AWS_ENDPOINT_URL", &forwarder.url)],
+    );
+    let writer_rpc = format!("{}/", writer.url);
+    first_ack(&writer_rpc, "before").await;
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--dir".as_ref(),
+        standby_dir.as_os_str(),
+        "--follow".as_ref(),
+        url.as_ref(),
+        "--takeover-after".as_ref(),
+        "3".as_ref(),
+    ];
+    args.extend(lease.iter().map(std::ffi::OsStr::new));
+    let standby = Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &args, "info");
+
+    forwarder.set_cut(true);
+    let cut_at = Instant::now();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut acked_after = Vec::new();
+    let mut promoted_after = None;
+    for i in 0..100_000 {
+        let message = format!("cut-{i}");
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": { "message": user(&message, "during the cut") } });
+        let answer: Value = http
+            .post(&writer_rpc)
+            .header("A2A-Version", "1.0")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap();
+        if answer["result"]["task"].is_object() {
+            acked_after.push(cut_at.elapsed());
+        }
+        let health: Value = http
+            .get(format!("{}/healthz", standby.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap();
+        if health["standby"]["promoted"] == true {
+            promoted_after = Some(cut_at.elapsed());
+            break;
+        }
+        assert!(cut_at.elapsed() < Duration::from_secs(60), "no takeover");
+    }
+    let promoted_after = promoted_after.unwrap();
+    let last = acked_after.last().copied().unwrap_or_default();
+    eprintln!(
+        "cut off: {} writes acknowledged after the cut, the last {} ms after it; the standby \
+         took over {} ms after it",
+        acked_after.len(),
+        last.as_millis(),
+        promoted_after.as_millis()
+    );
+    assert!(last < promoted_after, "acknowledged beside the new writer");
+    assert!(
+        last < Duration::from_millis(2000),
+        "acknowledged {} ms after the cut (lease 1 s)",
+        last.as_millis()
+    );
+    // Mended, the old writer learns it was fenced.
+    forwarder.set_cut(false);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let health: Value = http
+            .get(format!("{}/healthz", writer.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap();
+        if health["replication"]["stopped"] == true {
+            let why = health["replication"]["lastError"].as_str().unwrap();
+            assert!(why.contains("claimed the replica"), "{health}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never fenced: {health}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

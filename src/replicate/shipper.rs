@@ -305,7 +305,7 @@ impl Shipper {
         let bytes = segment.read(0, segment.len)?;
         let crc = crc32fast::hash(&bytes);
         let n = bytes.len() as u64;
-        self.put(&objects::segment(&self.root, id, self.epoch), bytes)
+        self.put_checked(&objects::segment(&self.root, id, self.epoch), bytes)
             .await?;
         control.status.lock().shipped_bytes += n;
         self.fresh.insert((id, self.epoch));
@@ -344,7 +344,7 @@ impl Shipper {
             let mut crc = tail.crc.clone();
             crc.update(&bytes);
             let path = objects::piece(&self.root, id, self.epoch, tail.shipped);
-            if let Err(e) = self.put(&path, bytes).await {
+            if let Err(e) = self.put_checked(&path, bytes).await {
                 // Not shipped: the next round tries again from here.
                 self.tail = Some(tail);
                 return Err(e);
@@ -559,6 +559,26 @@ impl Shipper {
             .await
             .map(drop)
             .map_err(|e| remote("write", path, e))
+    }
+
+    /// Uploads `bytes` to `path` and reads them back: a restore point
+    /// names only objects known to hold what it records (a mismatch fails
+    /// the round, which uploads them again).
+    async fn put_checked(&self, path: &Path, bytes: Vec<u8>) -> Result<()> {
+        let (len, crc) = (bytes.len(), crc32fast::hash(&bytes));
+        self.put(path, bytes).await?;
+        let back = self.get(path).await?;
+        if back.len() != len || crc32fast::hash(&back) != crc {
+            return Err(Error::replica(
+                "replicate",
+                format!(
+                    "{path} holds other bytes than were uploaded ({} bytes read back, {len} \
+                     sent): the object store lost or changed them; shipping them again",
+                    back.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     async fn get(&self, path: &Path) -> Result<Bytes> {

@@ -75,6 +75,15 @@ pub struct Options {
     pub recovery: RecoveryMode,
     /// One turn per context, or several. Default: [`TurnPolicy::Parallel`].
     pub turns: TurnPolicy,
+    /// A message joins a task only while the task waits for one
+    /// (`TASK_STATE_INPUT_REQUIRED` or `TASK_STATE_AUTH_REQUIRED`): one
+    /// sent while its turn is due or running (SUBMITTED, WORKING) is refused
+    /// with [`Error::UnsupportedOperation`](crate::Error::UnsupportedOperation)
+    /// and nothing is stored. The join moves the task to WORKING in the same
+    /// critical section, so of two answers sent at once only one joins: a
+    /// task's turns never interleave (what `ctxlog-server` needs, and sets).
+    /// Default: `false` (a message joins any task that is not terminal).
+    pub one_turn_per_task: bool,
     /// Contexts idle (no record appended) for at least this long expire: they
     /// answer as missing ones, are never listed, and their ids are refused
     /// (`ContextRejected`, reason: expired). Default: `None`, nothing expires.
@@ -263,6 +272,7 @@ impl Default for Options {
             checkpoint_interval: Some(64 << 20),
             lock_wait: std::time::Duration::from_millis(500),
             commit_yields: 64,
+            one_turn_per_task: false,
             commit_linger: std::time::Duration::ZERO,
             create: true,
             maintenance: Some(Maintenance::default()),
@@ -320,6 +330,13 @@ impl Options {
     /// Sets how long an open waits for a held lock (see [`Options::lock_wait`]).
     pub fn lock_wait(mut self, wait: std::time::Duration) -> Self {
         self.lock_wait = wait;
+        self
+    }
+
+    /// Sets whether a message joins only a task that waits for one (see
+    /// [`Options::one_turn_per_task`]).
+    pub fn one_turn_per_task(mut self, on: bool) -> Self {
+        self.one_turn_per_task = on;
         self
     }
 

@@ -329,3 +329,77 @@ fn a_linger_is_clamped_and_can_change_on_an_open_store() {
     store.set_commit_linger(Duration::ZERO);
     assert_eq!(store.commit_linger(), Duration::ZERO);
 }
+
+#[test]
+fn with_one_turn_per_task_only_one_of_answers_sent_at_once_joins() {
+    use ctxlog::a2a::{TaskState, TaskStatus};
+    let dir = common::tmp();
+    let store =
+        Arc::new(Store::open(dir.path(), Options::default().one_turn_per_task(true)).unwrap());
+    for round in 0..20 {
+        let opened = store
+            .receive_message(
+                "acme",
+                format!(
+                    r#"{{"messageId":"q{round}","role":"ROLE_USER","parts":[{{"text":"q"}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        // A turn is due: a message to the task now is refused.
+        let early = format!(
+            r#"{{"messageId":"early{round}","taskId":"{}","role":"ROLE_USER","parts":[{{"text":"e"}}]}}"#,
+            opened.task_id
+        );
+        let err = store.receive_message("acme", early.as_bytes()).unwrap_err();
+        assert!(matches!(err, Error::UnsupportedOperation { .. }), "{err}");
+        store
+            .update_status(
+                "acme",
+                &opened.status_update(TaskStatus::new(TaskState::InputRequired)),
+            )
+            .unwrap();
+        let answers: Vec<_> = (0..4)
+            .map(|i| {
+                let (store, task) = (store.clone(), opened.task_id.clone());
+                std::thread::spawn(move || {
+                    let answer = format!(
+                        r#"{{"messageId":"a{round}-{i}","taskId":"{task}","role":"ROLE_USER","parts":[{{"text":"a"}}]}}"#
+                    );
+                    store.receive_message("acme", answer.as_bytes())
+                })
+            })
+            .collect();
+        let joined = answers
+            .into_iter()
+            .map(|a| a.join().unwrap())
+            .filter(|r| match r {
+                Ok(_) => true,
+                Err(Error::UnsupportedOperation { reason }) => {
+                    assert!(reason.contains("TASK_STATE_WORKING"), "{reason}");
+                    false
+                }
+                Err(e) => panic!("{e}"),
+            })
+            .count();
+        assert_eq!(joined, 1, "round {round}");
+        let task = store
+            .get_task("acme", &opened.task_id, None, false)
+            .unwrap();
+        assert_eq!(task.history.len(), 2, "the refused answers are not stored");
+    }
+    // Without the option, a message joins any task that is not terminal.
+    let dir = common::tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let opened = store
+        .receive_message(
+            "acme",
+            br#"{"messageId":"q","role":"ROLE_USER","parts":[{"text":"q"}]}"#,
+        )
+        .unwrap();
+    let more = format!(
+        r#"{{"messageId":"more","taskId":"{}","role":"ROLE_USER","parts":[{{"text":"m"}}]}}"#,
+        opened.task_id
+    );
+    store.receive_message("acme", more.as_bytes()).unwrap();
+}

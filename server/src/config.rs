@@ -179,6 +179,9 @@ impl Config {
 /// The store options the configuration needs (the turn policy, the
 /// replica), on top of `options`.
 pub fn store_options(options: ctxlog::Options, config: &Config) -> ctxlog::Options {
+    // A task's turns never interleave: an answer sent while its turn runs
+    // is refused, not answered with another turn's outcome (DESIGN §12).
+    let options = options.one_turn_per_task(true);
     let options = match &config.replicate {
         Some(replicate) => options.replicate(replicate.clone()),
         None => options,

@@ -91,6 +91,72 @@ async fn a_follow_up_in_progress_reads_as_working_and_its_resend_waits_for_its_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_sent_at_once_to_one_question_are_each_its_own_turns_or_refused() {
+    // Five answers to one INPUT_REQUIRED task at once, 20 rounds: one
+    // joins the task and gets its own turn's outcome; the others are
+    // refused (the task is WORKING on the first), never answered with the
+    // first's outcome, and their messages are not stored.
+    let gated = Gated::new(0);
+    for _ in 0..100 {
+        gated.open();
+    }
+    let server = TestServer::start(Arc::new(AsksFirst(gated.clone())), |_| {}, None).await;
+    let c = Client::new(&server.url, None);
+    let mut refused = 0;
+    for round in 0..20 {
+        let (_, asked) = c
+            .rpc(
+                "SendMessage",
+                json!({ "message": user(&format!("q{round}"), "refund") }),
+            )
+            .await;
+        let id = asked["result"]["task"]["id"].as_str().unwrap().to_string();
+        let sends: Vec<_> = (0..5)
+            .map(|i| {
+                let c = c.clone();
+                let mut answer = user(&format!("a{round}-{i}"), &format!("card {round}-{i}"));
+                answer["taskId"] = json!(id);
+                tokio::spawn(async move {
+                    let got = c.rpc("SendMessage", json!({ "message": answer })).await.1;
+                    (i, got)
+                })
+            })
+            .collect();
+        let mut joined = Vec::new();
+        for send in sends {
+            let (i, got) = send.await.unwrap();
+            if got["result"]["task"].is_object() {
+                let task = &got["result"]["task"];
+                assert_eq!(state(task), "TASK_STATE_COMPLETED", "{got}");
+                assert_eq!(
+                    task["status"]["message"]["parts"][0]["text"],
+                    format!("done: card {round}-{i}"),
+                    "answer {i} of round {round} got another's outcome: {got}"
+                );
+                joined.push(i);
+            } else {
+                assert_eq!(got["error"]["code"], -32004, "{got}");
+                // Refused while the first's turn runs, or once it ended.
+                let why = got["error"]["message"].as_str().unwrap();
+                assert!(
+                    why.contains("its turn is running") || why.contains("terminal states"),
+                    "{got}"
+                );
+                refused += 1;
+            }
+        }
+        assert_eq!(joined.len(), 1, "round {round}: {joined:?} joined");
+        // The task holds the question, and the one answer that joined.
+        let (_, got) = c.rpc("GetTask", json!({ "id": id })).await;
+        let history = got["result"]["history"].as_array().unwrap();
+        let users = history.iter().filter(|m| m["role"] == "ROLE_USER").count();
+        assert_eq!(users, 2, "{got}");
+    }
+    assert_eq!(refused, 80);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_bound_on_turns_a_resend_is_answered_and_a_new_message_refused() {
     let gated = Gated::new(0);
     let server = TestServer::start(

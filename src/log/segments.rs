@@ -146,6 +146,7 @@ impl MirrorBytes {
     /// the open found the segment ending, or across it (replication ships
     /// a segment from its start after a reopen, DESIGN.md §13); `None` if
     /// it does not hold them all.
+    #[cfg_attr(not(feature = "replicate"), allow(dead_code))]
     pub fn copy(&self, range: std::ops::Range<usize>) -> Option<Vec<u8>> {
         if range.end > self.len() || range.start > range.end {
             return None;

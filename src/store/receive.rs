@@ -7,7 +7,7 @@ use super::push::{InlinePush, Received};
 use super::tasks::{context_of, inbound, mismatch, parse_inbound, Form, MessageIds, Receipt};
 use super::{next_timestamp, Hints, Store};
 use crate::a2a::lifecycle::Op;
-use crate::a2a::Message;
+use crate::a2a::{Message, TaskState};
 use crate::error::{Error, Result};
 use crate::index::{ContextSlot, IdemStart, Life};
 use crate::log::record::{ContextName, RecordKind};
@@ -298,6 +298,27 @@ impl Store {
             }
             let task = state.task(task_id).ok_or(Error::TaskNotFound)?;
             task.check(Op::Message)?;
+            // One turn of a task at a time (`Options::one_turn_per_task`):
+            // a message joins a task only while it waits for one
+            // (INPUT_REQUIRED, AUTH_REQUIRED). One
+            // that joined before moved it to WORKING in the same critical
+            // section (`message_joined`), so of two sent at once the
+            // second is refused here, never answered with the first's
+            // turn (DESIGN.md §7, "Lifecycle").
+            let now = task.state();
+            if self.options.one_turn_per_task
+                && matches!(now, TaskState::Submitted | TaskState::Working)
+            {
+                return Err(Error::UnsupportedOperation {
+                    reason: format!(
+                        "task {task_id} is {}: its turn is running, and a task takes one \
+                         message per turn; send this one once the task asks for input \
+                         (TASK_STATE_INPUT_REQUIRED), or as a new task with \
+                         referenceTaskIds",
+                        now.name()
+                    ),
+                });
+            }
             let event = task.event_count() as u64 + 1;
             (context_id.to_string(), next_timestamp(&state), event)
         };

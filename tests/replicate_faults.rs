@@ -289,3 +289,72 @@ fn every_point_is_checked_and_a_damaged_one_is_named() {
     assert!(err.contains("restore point 1 names segment"), "{err}");
     assert!(err.contains("cannot be restored"), "{err}");
 }
+
+#[test]
+fn a_follower_never_writes_a_damaged_piece_and_goes_on_once_it_is_whole() {
+    let bucket = Arc::new(InMemory::new());
+    let to = || Replicate::to_store(bucket.clone(), "r").interval(NEVER);
+    let (dir, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = Store::open(dir.path(), options(to())).unwrap();
+    write(&store, 0, 5);
+    store.ship_replica(WAIT).unwrap();
+    let copy = out.path().join("copy");
+    let mut follower = ctxlog::replicate::Follower::start(&to(), &copy).unwrap();
+    // The next piece arrives damaged (one byte flipped in the object).
+    write(&store, 5, 10);
+    store.ship_replica(WAIT).unwrap();
+    let pieces = block_on(async {
+        use futures::TryStreamExt;
+        let all: Vec<_> = bucket
+            .list(Some(&ObjectPath::from("r/pieces")))
+            .try_collect()
+            .await
+            .unwrap();
+        all
+    });
+    let newest = pieces
+        .iter()
+        .max_by_key(|m| m.location.filename().map(str::to_string))
+        .unwrap()
+        .location
+        .clone();
+    let good = block_on(async { bucket.get(&newest).await.unwrap().bytes().await.unwrap() });
+    let mut bad = good.to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    let seg = |dir: &std::path::Path| -> Vec<(String, u64)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = seg(&copy);
+    block_on(bucket.put(&newest, bad.into())).unwrap();
+    let err = follower.catch_up().unwrap_err().to_string();
+    assert!(err.contains("do not match"), "{err}");
+    // Nothing of it was written: the copy is as it was, and opens.
+    assert_eq!(seg(&copy), before);
+    Store::open_read_only(&copy, Options::default()).unwrap();
+    // Whole again: following goes on.
+    block_on(bucket.put(&newest, good.into())).unwrap();
+    assert!(follower.catch_up().unwrap());
+    let copy_store = Store::open_read_only(&copy, Options::default()).unwrap();
+    let n: usize = (0..3)
+        .map(|i| {
+            copy_store
+                .export_context("acme", &format!("case-{i}"))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(n, 10);
+}

@@ -213,3 +213,34 @@ fn the_matcher_tells_apart_what_it_should() {
     assert!(!line_matches("x...y...z", "x1z2y"));
     assert!(!line_matches("abc", "abcd"));
 }
+
+/// The command line as `cargo install --path .` builds it (its default
+/// features) restores from what the server replicates to: a directory or
+/// S3, as the README and docs/replication.md show.
+#[test]
+fn a_default_build_has_restore_for_a_directory_and_s3() {
+    let help = Command::new(env!("CARGO_BIN_EXE_ctxlog"))
+        .args(["restore", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success(), "{}", String::from_utf8_lossy(&help.stderr));
+    assert!(text.contains("s3://"), "{text}");
+    // An S3 URL is taken (it fails on the missing bucket or credentials,
+    // not on a build without S3).
+    let tmp = tempfile::tempdir().unwrap();
+    let listed = Command::new(env!("CARGO_BIN_EXE_ctxlog"))
+        .args(["restore", "s3://no-such-bucket/prefix", "--list"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_MAX_ATTEMPTS", "1")
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(!listed.status.success());
+    assert!(!stderr.contains("replicate-s3 feature"), "{stderr}");
+}

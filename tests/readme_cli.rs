@@ -224,7 +224,11 @@ fn a_default_build_has_restore_for_a_directory_and_s3() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&help.stdout);
-    assert!(help.status.success(), "{}", String::from_utf8_lossy(&help.stderr));
+    assert!(
+        help.status.success(),
+        "{}",
+        String::from_utf8_lossy(&help.stderr)
+    );
     assert!(text.contains("s3://"), "{text}");
     // An S3 URL is taken (it fails on the missing bucket or credentials,
     // not on a build without S3).

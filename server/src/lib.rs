@@ -46,6 +46,7 @@ mod hub;
 mod inbound;
 mod keys;
 mod listener;
+pub mod logline;
 mod media;
 mod push;
 mod pushes;

@@ -188,9 +188,10 @@ enum RestartPolicy {
 fn main() -> ExitCode {
     fixed_mmap_threshold();
     let args = Args::parse();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(ctxlog_server::logline::OneLine::new(std::io::stderr, ansi))
+        .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

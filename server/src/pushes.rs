@@ -200,31 +200,69 @@ impl Pushes {
         }
     }
 
-    /// What `/healthz` shows: the deliveries under way, and each one
-    /// marked failing (its tenant, task, config, failures and last error;
-    /// never its URL or credentials).
-    pub(crate) fn report(&self) -> serde_json::Value {
+    /// What `/healthz` shows (it answers without a token): the deliveries
+    /// under way and how many are marked failing; with `detail` (a server
+    /// without tokens, whose one tenant is its operator's), the first
+    /// [`FAILING_SHOWN`] of those, each with its tenant, task, config,
+    /// failures and the kind of its last error (never its URL, host or
+    /// credentials: the log has the whole error).
+    pub(crate) fn report(&self, detail: bool) -> serde_json::Value {
         let deliveries = lock(&self.deliveries);
+        let mut failing_count = 0usize;
         let mut failing: Vec<serde_json::Value> = Vec::new();
         for ((tenant, task_id, config_id), d) in deliveries.iter() {
             let health = lock(&d.health).clone();
-            if health.failing {
+            if !health.failing {
+                continue;
+            }
+            failing_count += 1;
+            if detail && failing.len() < FAILING_SHOWN {
                 failing.push(serde_json::json!({
                     "tenant": tenant,
                     "taskId": task_id,
                     "configId": config_id,
                     "failures": health.failures,
-                    "lastError": health.last_error,
+                    "lastError": health.last_error.as_deref().map(error_kind),
                     "delivered": health.delivered,
                 }));
             }
         }
-        serde_json::json!({
+        let mut report = serde_json::json!({
             "deliveries": deliveries.len(),
-            "failing": failing,
+            "failingCount": failing_count,
             "hostsBusy": self.hosts(),
-        })
+        });
+        if detail {
+            report["failing"] = failing.into();
+        }
+        report
     }
+}
+
+/// How many failing configs `/healthz` lists at most.
+const FAILING_SHOWN: usize = 20;
+
+/// The kind of a delivery's error, for `/healthz`: what went wrong, with
+/// no address, host or URL in it.
+fn error_kind(error: &str) -> String {
+    let kind = if error.starts_with("HTTP ") {
+        // "HTTP 500 Internal Server Error", or a redirect's whole
+        // message: the answer's status, nothing of the URL.
+        return error.chars().take(120).collect();
+    } else if error.starts_with("no answer within") {
+        "no answer within the timeout"
+    } else if error.contains("does not resolve") || error.contains("resolves to no address") {
+        "the host does not resolve"
+    } else if error.contains("is not a public address") {
+        "not a public address"
+    } else if error.starts_with("cannot connect") {
+        "cannot connect"
+    } else if error.contains("TLS") {
+        "TLS handshake failed"
+    } else {
+        "the delivery failed"
+    };
+    kind.to_string()
 }
 
 fn stop(delivery: &Delivery) {

@@ -797,3 +797,49 @@ async fn https_webhooks_get_every_event_when_their_certificate_is_trusted() {
         server.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tokens_healthz_counts_failing_configs_and_names_none() {
+    // /healthz answers without a token: with tenants, it says how many
+    // configs fail and nothing of whose, which task, or where.
+    let tokens = "alpha-token alice\n";
+    let gated = Gated::new(0);
+    let server = TestServer::start(
+        Arc::new(GatedAgent(gated.clone())),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+            c.push.retry_base = Duration::from_millis(5);
+            c.push.failing_after = 1;
+        },
+        Some(tokens),
+    )
+    .await;
+    let alice = Client::new(&server.url, Some("alpha-token"));
+    let hook = "http://127.0.0.1:9/secret-path";
+    let task = begin(
+        &alice,
+        "m1",
+        Some(json!({ "url": hook, "id": "cfg\nWARN forged" })),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + WAIT;
+    let health = loop {
+        let (_, health) = common::health(&server.url).await;
+        if health["push"]["failingCount"].as_u64() >= Some(1) {
+            break health;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never failing: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let text = health.to_string();
+    assert!(health["push"].get("failing").is_none(), "{health}");
+    for secret in ["alice", task.as_str(), "cfg", "127.0.0.1:9", "secret-path"] {
+        assert!(!text.contains(secret), "{secret} in {health}");
+    }
+    gated.open();
+    server.stop().await;
+}

@@ -53,7 +53,8 @@ pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request
         Ok(Some(call)) => call,
         // A notification: nothing is done, and nothing answered.
         Ok(None) => return StatusCode::NO_CONTENT.into_response(),
-        Err(e) => return error(&null(), &e),
+        // The error carries the request's id whenever it could be read.
+        Err((id, e)) => return error(&id.unwrap_or_else(null), &e),
     };
     let served = shared.config.protocols;
     match crate::auth::check_version(&parts.headers, parts.uri.query(), served) {
@@ -72,42 +73,58 @@ struct Call {
     params: Option<Box<RawValue>>,
 }
 
-/// The request's id, method and params; `None` for a notification.
-fn envelope(body: &[u8]) -> Result<Option<Call>, A2aError> {
+/// A request's failure, with its id if it could be read.
+type Refused = (Option<Box<RawValue>>, A2aError);
+
+/// The request's id, method and params; `None` for a notification (a
+/// method and no id). A request with neither is no notification: it is
+/// refused, as every malformed request is.
+fn envelope(body: &[u8]) -> Result<Option<Call>, Refused> {
+    let no_id = |e: A2aError| (None, e);
     let raw: Box<RawValue> =
-        serde_json::from_slice(body).map_err(|e| A2aError::Parse(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| no_id(A2aError::Parse(e.to_string())))?;
     match raw.get().as_bytes().first() {
         Some(b'{') => {}
         Some(b'[') => {
-            return Err(A2aError::InvalidRequest(
+            return Err(no_id(A2aError::InvalidRequest(
                 "batch requests are not supported; send one request at a time".into(),
-            ))
+            )))
         }
         _ => {
-            return Err(A2aError::InvalidRequest(
+            return Err(no_id(A2aError::InvalidRequest(
                 "the request is not a JSON object".into(),
-            ))
+            )))
         }
     }
-    let env: Envelope = serde_json::from_str(raw.get())
-        .map_err(|e| A2aError::InvalidRequest(format!("not a JSON-RPC request: {e}")))?;
-    if env.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
-        return Err(A2aError::InvalidRequest(
-            r#"it needs "jsonrpc": "2.0""#.into(),
-        ));
-    }
-    let Some(id) = env.id else {
-        return Ok(None);
+    let env: Envelope = serde_json::from_str(raw.get()).map_err(|e| {
+        no_id(A2aError::InvalidRequest(format!(
+            "not a JSON-RPC request: {e}"
+        )))
+    })?;
+    // The id, if it is one a response can carry back.
+    let id_present = env.id.is_some();
+    let id = env.id.filter(|id| is_id(id.get()));
+    let refused = |id: &Option<Box<RawValue>>, why: &str| {
+        Err((id.clone(), A2aError::InvalidRequest(why.into())))
     };
-    if !is_id(id.get()) {
-        return Err(A2aError::InvalidRequest(
-            "the id must be a string, an integer (of at most 64 bits) or null".into(),
-        ));
+    if env.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+        return refused(&id, r#"it needs "jsonrpc": "2.0""#);
     }
-    let Some(Value::String(method)) = env.method else {
-        return Err(A2aError::InvalidRequest(
-            "the method must be a string".into(),
-        ));
+    let method = match env.method {
+        Some(Value::String(method)) => Some(method),
+        None => None,
+        Some(_) => return refused(&id, "the method must be a string"),
+    };
+    let (id, method) = match (id, method) {
+        (Some(id), Some(method)) => (id, method),
+        (None, Some(_)) if !id_present => return Ok(None),
+        (None, _) if id_present => {
+            return refused(
+                &None,
+                "the id must be a string, an integer (of at most 64 bits) or null",
+            )
+        }
+        (id, _) => return refused(&id, "a request needs a method (a string)"),
     };
     Ok(Some(Call {
         id,

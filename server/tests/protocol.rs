@@ -207,7 +207,29 @@ async fn errors_carry_the_specs_codes_statuses_and_reasons() {
     let (_, e) = c
         .raw_rpc(br#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#.to_vec())
         .await;
-    assert_eq!(e["error"]["code"], -32600);
+    // The error carries the request's id whenever it could be read.
+    assert_eq!(
+        (e["error"]["code"].clone(), e["id"].clone()),
+        (json!(-32600), json!(1))
+    );
+    // Neither id nor method: no notification, an invalid request.
+    let (status, e) = c.raw_rpc(br#"{"jsonrpc":"2.0"}"#.to_vec()).await;
+    assert_eq!(
+        (status, e["error"]["code"].clone(), e["id"].clone()),
+        (200, json!(-32600), Value::Null)
+    );
+    let (_, e) = c.raw_rpc(br#"{"jsonrpc":"2.0","id":"r1"}"#.to_vec()).await;
+    assert_eq!(
+        (e["error"]["code"].clone(), e["id"].clone()),
+        (json!(-32600), json!("r1"))
+    );
+    let (_, e) = c
+        .raw_rpc(br#"{"jsonrpc":"2.0","id":"r2","method":7}"#.to_vec())
+        .await;
+    assert_eq!(
+        (e["error"]["code"].clone(), e["id"].clone()),
+        (json!(-32600), json!("r2"))
+    );
     let (_, e) = c
         .raw_rpc(br#"{"jsonrpc":"2.0","id":{},"method":"GetTask"}"#.to_vec())
         .await;

@@ -131,10 +131,10 @@ impl Target {
             .trim_end_matches(']')
             .to_string();
         if !allow_private {
-            if let Ok(ip) = host.parse::<IpAddr>() {
+            if let Some(ip) = literal_address(&host) {
                 check_public(ip)?;
-            } else if host.eq_ignore_ascii_case("localhost") {
-                return Err(refused("localhost"));
+            } else if is_local_name(&host) {
+                return Err(refused(&host));
             }
         }
         let default_port = if tls { 443 } else { 80 };
@@ -150,6 +150,63 @@ impl Target {
             host_header,
         })
     }
+}
+
+/// The address a host names literally, as a resolver would read it: an
+/// IPv6 or dotted IPv4 address, or one of the IPv4 forms `inet_aton`
+/// takes (`127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`), so that
+/// none of them passes the check at creation only to be refused at
+/// connect.
+fn literal_address(host: &str) -> Option<IpAddr> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    inet_aton(host).map(IpAddr::V4)
+}
+
+/// `host` read as `inet_aton` reads it: one to four numbers (decimal,
+/// `0x` hexadecimal, or octal with a leading 0), separated by dots, the
+/// last filling the bytes that remain.
+fn inet_aton(host: &str) -> Option<Ipv4Addr> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut numbers = Vec::with_capacity(parts.len());
+    for part in &parts {
+        let n = if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            u32::from_str_radix(hex, 16).ok()?
+        } else if part.len() > 1 && part.starts_with('0') {
+            u32::from_str_radix(part, 8).ok()?
+        } else if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            part.parse().ok()?
+        } else {
+            return None;
+        };
+        numbers.push(n);
+    }
+    let (last, first) = numbers.split_last()?;
+    let mut value: u32 = 0;
+    for (i, &n) in first.iter().enumerate() {
+        if n > 255 {
+            return None;
+        }
+        value |= n << (24 - 8 * i);
+    }
+    // What the last number may fill: the bytes after the ones before it.
+    let room = 32 - 8 * first.len();
+    if room < 32 && u64::from(*last) >= 1u64 << room {
+        return None;
+    }
+    Some(Ipv4Addr::from(value | last))
+}
+
+/// Whether `host` names this machine however it is spelt: `localhost`,
+/// with a final dot, or a name under it (`a.localhost`, RFC 6761).
+fn is_local_name(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost") || host == "localhost.localdomain"
 }
 
 fn refused(what: &str) -> String {
@@ -169,15 +226,43 @@ fn check_public(ip: IpAddr) -> Result<(), String> {
 /// Whether `ip` is a public unicast address: not loopback, private,
 /// link-local (cloud metadata services live there), shared (carrier NAT),
 /// unspecified, broadcast, multicast, documentation or reserved; IPv6
-/// unique-local and link-local too, and an IPv4-mapped address as its
-/// IPv4 one.
+/// unique-local, site-local and link-local too; an IPv6 address that
+/// carries an IPv4 one (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`,
+/// NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4 `2002::/16`) as that
+/// IPv4 address; Teredo (`2001::/32`) and the discard prefix (`100::/64`)
+/// never.
 pub(crate) fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+        IpAddr::V6(v6) => match embedded_v4(v6) {
             Some(v4) => is_public_v4(v4),
             None => is_public_v6(v6),
         },
+    }
+}
+
+/// The IPv4 address an IPv6 one carries, by the forms that route to it.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let low = Ipv4Addr::new(
+        (s[6] >> 8) as u8,
+        (s[6] & 0xff) as u8,
+        (s[7] >> 8) as u8,
+        (s[7] & 0xff) as u8,
+    );
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, ..] => Some(low),
+        // IPv4-compatible (deprecated; `::` and `::1` are not such).
+        [0, 0, 0, 0, 0, 0, hi, _] if hi != 0 => Some(low),
+        [0x64, 0xff9b, 0, 0, 0, 0, ..] => Some(low),
+        [0x64, 0xff9b, 1, ..] => Some(low),
+        [0x2002, a, b, ..] => Some(Ipv4Addr::new(
+            (a >> 8) as u8,
+            (a & 0xff) as u8,
+            (b >> 8) as u8,
+            (b & 0xff) as u8,
+        )),
+        _ => None,
     }
 }
 
@@ -198,13 +283,16 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let [first, second, ..] = ip.segments();
+    let [first, second, third, fourth, ..] = ip.segments();
     !(ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
         || (first & 0xfe00) == 0xfc00
         || (first & 0xffc0) == 0xfe80
-        || first == 0x2001 && second == 0x0db8)
+        || (first & 0xffc0) == 0xfec0
+        || first == 0x2001 && second == 0x0db8
+        || first == 0x2001 && second == 0
+        || first == 0x100 && second == 0 && third == 0 && fourth == 0)
 }
 
 /// One delivery's request: the body and the headers beside the
@@ -559,9 +647,66 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            // IPv6 forms that carry a private IPv4 address, and prefixes
+            // that are no one's.
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::7f00:1",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "100::1",
+            "fec0::1",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
+        for ip in ["::8.8.8.8", "64:ff9b::808:808", "2002:808:808::1"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn every_spelling_of_a_private_host_is_refused_at_creation() {
+        for url in [
+            "http://[::127.0.0.1]/h",
+            "http://[64:ff9b::7f00:1]/h",
+            "http://localhost./h",
+            "http://LOCALHOST/h",
+            "http://a.localhost/h",
+            "http://127.1/h",
+            "http://127.0.1/h",
+            "http://2130706433/h",
+            "http://0x7f000001/h",
+            "http://0x7f.1/h",
+            "http://0177.0.0.1/h",
+            "http://017700000001/h",
+            "http://169.254.43518/h",
+            "http://10.1/h",
+        ] {
+            let e = Target::parse(url, false).unwrap_err();
+            assert!(e.contains("--allow-private-webhooks"), "{url}: {e}");
+        }
+        // Names and numbers that are no address stay names (checked at
+        // connect, on what they resolve to).
+        for url in [
+            "http://8.8.8.8/h",
+            "http://134744072/h",
+            "http://1.example/h",
+            "http://0xg/h",
+        ] {
+            assert!(Target::parse(url, false).is_ok(), "{url}");
+        }
+        assert_eq!(inet_aton("127.1"), Some(Ipv4Addr::new(127, 0, 0, 1)));
+        assert_eq!(inet_aton("0x7f.0.0.1"), Some(Ipv4Addr::new(127, 0, 0, 1)));
+        assert_eq!(inet_aton("1.2.3.4."), Some(Ipv4Addr::new(1, 2, 3, 4)));
+        assert_eq!(inet_aton("1.2.3.256"), None);
+        assert_eq!(inet_aton("1.2.65536"), None);
+        assert_eq!(inet_aton("4294967296"), None);
+        assert_eq!(inet_aton("1.2.3.4.5"), None);
+        assert_eq!(inet_aton("08"), None);
+        assert_eq!(inet_aton(""), None);
     }
 
     #[test]

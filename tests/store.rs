@@ -324,3 +324,71 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_store_is_made_only_where_no_other_files_live() {
+    // A directory of someone else's files (a source checkout, a home) is
+    // refused, and left as it was; an empty one, a missing one and one a
+    // creation cut short (its lock, a temporary identity) are taken.
+    let tmp = tmp();
+    let theirs = tmp.path().join("checkout");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("Cargo.toml"), b"[package]").unwrap();
+    let err = Store::open(&theirs, Options::default()).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidParams { field: "dir", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Cargo.toml"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&theirs).unwrap().collect();
+    assert_eq!(left.len(), 1, "nothing was written there");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    Store::open(&empty, Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    Store::open(tmp.path().join("missing"), Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let cut = tmp.path().join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    std::fs::write(cut.join("LOCK"), b"").unwrap();
+    std::fs::write(cut.join("IDENTITY.tmp"), b"half").unwrap();
+    Store::open(&cut, Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    // A store, with files of its own beside (a checkpoint, a manifest), is
+    // opened as ever.
+    std::fs::write(empty.join("notes.txt"), b"the operator's").unwrap();
+    Store::open(&empty, Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_command_line_checks_a_message_before_it_makes_a_store() {
+    let tmp = tmp();
+    let dir = tmp.path().join("new-store");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ctxlog"))
+        .args(["--dir", dir.to_str().unwrap(), "send"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"{not json").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("InvalidParams"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.exists(), "a refused message made the store's folder");
+}

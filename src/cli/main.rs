@@ -304,6 +304,9 @@ pub(crate) fn stdin_bytes() -> Result<Vec<u8>, Failure> {
 
 fn send(g: &Global) -> Outcome {
     let raw = stdin_bytes()?;
+    // Checked before the store is opened (and perhaps created): a bad
+    // message leaves nothing behind.
+    Store::check_message(&raw)?;
     let r = open_write(g, true)?.receive_message(&g.tenant, &raw)?;
     print_json(
         &json!({ "contextId": r.context_id, "taskId": r.task_id, "duplicate": r.duplicate }),

@@ -18,6 +18,8 @@ use crate::fs::Fs;
 
 /// The identity file's name.
 pub const IDENTITY: &str = "IDENTITY";
+/// The identity being written, before its rename.
+pub const IDENTITY_TMP: &str = "IDENTITY.tmp";
 const MAGIC: [u8; 8] = *b"CTXLID\0\0";
 const VERSION: u32 = 1;
 const LEN: usize = 32;
@@ -66,7 +68,7 @@ pub fn read(fs: &dyn Fs, dir: &Path) -> Result<Read> {
 
 /// Writes the identity file of `dir` atomically and durably.
 pub fn write(fs: &dyn Fs, dir: &Path, id: StoreId) -> Result<()> {
-    let tmp = dir.join("IDENTITY.tmp");
+    let tmp = dir.join(IDENTITY_TMP);
     fs.write_file(&tmp, &encode(id))
         .map_err(|e| Error::io("write the store's identity", &tmp, e))?;
     fs.rename(&tmp, &dir.join(IDENTITY))

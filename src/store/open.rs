@@ -636,8 +636,34 @@ pub(super) fn holds_store(fs: &dyn Fs, dir: &Path) -> Result<bool> {
     }
 }
 
+/// Makes `dir` for a new store, or takes it as it is if it holds one, or
+/// nothing but what a creation cut short leaves (its lock, a temporary
+/// identity). A directory that holds anything else (a source checkout, a
+/// home directory) is refused: a store never spreads its files among
+/// another's.
 fn create_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
     if fs.exists(dir) {
+        if holds_store(fs, dir)? {
+            return Ok(());
+        }
+        let names = fs
+            .list(dir)
+            .map_err(|e| Error::io("list the store directory", dir, e))?;
+        let other = names
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .find(|name| *name != LOCK_FILE && *name != crate::log::identity::IDENTITY_TMP);
+        if let Some(other) = other {
+            return Err(Error::InvalidParams {
+                field: "dir",
+                reason: format!(
+                    "{} holds files of its own ({other:?} among them) and no store: a store is \
+                     made only in a new or empty directory, or opened in one that holds a \
+                     store; give a new path",
+                    dir.display()
+                ),
+            });
+        }
         return Ok(());
     }
     fs.create_dir_all(dir)

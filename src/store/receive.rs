@@ -62,6 +62,21 @@ impl Store {
         }
     }
 
+    /// Checks `raw` as [`receive_message`](Self::receive_message) checks a
+    /// message before anything else (JSON with no key twice, an A2A
+    /// Message from the user with sound parts), with no store at hand: a
+    /// caller that would create a store for the message checks it first,
+    /// so that a bad message leaves nothing behind.
+    ///
+    /// ```
+    /// use ctxlog::Store;
+    /// assert!(Store::check_message(br#"{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}"#).is_ok());
+    /// assert!(Store::check_message(b"{not json").is_err());
+    /// ```
+    pub fn check_message(raw: &[u8]) -> Result<()> {
+        parse_inbound(raw, Form::V1).map(drop)
+    }
+
     /// Receives an inbound A2A message (JSON, as it came from the client)
     /// under the A2A rules, and saves it exactly as received, durably, before
     /// returning. See DESIGN.md, "The task model", for the rules. A resend

@@ -77,8 +77,8 @@ fn hang(bucket: &Arc<InMemory>, how: impl FnOnce(&mut ThrottleConfig)) -> Arc<dy
     Arc::new(ThrottledStore::new(inner, config))
 }
 
-/// Deletes every object under `prefix`.
-fn wipe(bucket: &dyn ObjectStore, prefix: &str) {
+/// The paths of the objects under `prefix`.
+fn listed(bucket: &dyn ObjectStore, prefix: &str) -> Vec<ObjectPath> {
     use futures::TryStreamExt;
     block_on(async {
         let all: Vec<_> = bucket
@@ -86,11 +86,17 @@ fn wipe(bucket: &dyn ObjectStore, prefix: &str) {
             .try_collect()
             .await
             .unwrap();
-        assert!(!all.is_empty());
-        for meta in all {
-            bucket.delete(&meta.location).await.unwrap();
-        }
-    });
+        all.into_iter().map(|m| m.location).collect()
+    })
+}
+
+/// Deletes every object under `prefix`.
+fn wipe(bucket: &dyn ObjectStore, prefix: &str) {
+    let all = listed(bucket, prefix);
+    assert!(!all.is_empty());
+    for path in all {
+        block_on(bucket.delete(&path)).unwrap();
+    }
 }
 
 #[test]
@@ -268,18 +274,10 @@ fn every_point_is_checked_and_a_damaged_one_is_named() {
     assert!(points.len() >= 6, "{points:?}");
     assert_eq!(check_points(&to()).unwrap(), points.len());
     // One byte of the first piece flipped: every point names it.
-    let piece = block_on(async {
-        use futures::TryStreamExt;
-        let all: Vec<_> = bucket
-            .list(Some(&ObjectPath::from("r/pieces")))
-            .try_collect()
-            .await
-            .unwrap();
-        all.into_iter()
-            .map(|m| m.location)
-            .find(|l| l.filename() == Some("0000000000000000"))
-            .unwrap()
-    });
+    let piece = listed(bucket.as_ref(), "r/pieces")
+        .into_iter()
+        .find(|l| l.filename() == Some("0000000000000000"))
+        .unwrap();
     let mut bytes =
         block_on(async { bucket.get(&piece).await.unwrap().bytes().await.unwrap() }).to_vec();
     let last = bytes.len() - 1;
@@ -303,21 +301,10 @@ fn a_follower_never_writes_a_damaged_piece_and_goes_on_once_it_is_whole() {
     // The next piece arrives damaged (one byte flipped in the object).
     write(&store, 5, 10);
     store.ship_replica(WAIT).unwrap();
-    let pieces = block_on(async {
-        use futures::TryStreamExt;
-        let all: Vec<_> = bucket
-            .list(Some(&ObjectPath::from("r/pieces")))
-            .try_collect()
-            .await
-            .unwrap();
-        all
-    });
-    let newest = pieces
-        .iter()
-        .max_by_key(|m| m.location.filename().map(str::to_string))
-        .unwrap()
-        .location
-        .clone();
+    let newest = listed(bucket.as_ref(), "r/pieces")
+        .into_iter()
+        .max_by_key(|l| l.filename().map(str::to_string))
+        .unwrap();
     let good = block_on(async { bucket.get(&newest).await.unwrap().bytes().await.unwrap() });
     let mut bad = good.to_vec();
     let last = bad.len() - 1;

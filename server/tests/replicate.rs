@@ -416,23 +416,12 @@ fn server_on(dir: &std::path::Path, args: &[&str]) -> Process {
     Process::ctxlog_server(env!("CARGO_BIN_EXE_ctxlog-server"), &all, "info")
 }
 
-/// A raw JSON-RPC SendMessage: whether it was acknowledged (a task came
-/// back) and the body, or `None` if the server did not answer.
+/// A SendMessage: whether it was acknowledged (a task came back) and the
+/// answer, or `None` if the server did not answer.
 async fn try_send(http: &reqwest::Client, url: &str, id: &str) -> Option<(bool, Value)> {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-        "params": { "message": user(id, &format!("text of {id}")) } });
-    let answer = http
-        .post(format!("{url}/"))
-        .header("A2A-Version", "1.0")
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .ok()?;
-    let status = answer.status().as_u16();
-    let text = answer.text().await.ok()?;
-    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Some((status == 200 && body["result"]["task"].is_object(), body))
+    let params = json!({ "message": user(id, &format!("text of {id}")) });
+    let answer = process::try_rpc(http, url, "SendMessage", params).await?;
+    Some((answer["result"]["task"].is_object(), answer))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::process::Process;
+use common::process::{self, Process};
 use common::user;
 use ctxlog::{Options, Replicate, Store};
 use serde_json::{json, Value};
@@ -26,8 +26,10 @@ use serde_json::{json, Value};
 /// The replication interval of the harness's writer.
 const INTERVAL: Duration = Duration::from_millis(200);
 /// What an asynchronous writer may lose at a kill: the interval and one
-/// round (the round that was under way).
-const ASYNC_WINDOW: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 * 2 + 300);
+/// round (the round that was under way), a round taken as up to a second
+/// on a loaded machine against moto (the defect this guards against lost
+/// writes 10-23 s old).
+const ASYNC_WINDOW: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 * 2 + 1000);
 /// Concurrent clients.
 const CLIENTS: usize = 4;
 
@@ -70,8 +72,21 @@ struct Acked {
     at: Instant,
 }
 
-/// Sends until the server stops answering (it was killed) or `stop`:
-/// each 200 with a task is recorded.
+/// The task a SendMessage of `message` was answered with (`None`: an
+/// error, or no answer).
+async fn send(http: &reqwest::Client, url: &str, message: &str) -> Result<String, Value> {
+    let params = json!({ "message": user(message, &format!("text of {message}")) });
+    let answer = process::try_rpc(http, url, "SendMessage", params)
+        .await
+        .unwrap_or(Value::Null);
+    match answer["result"]["task"]["id"].as_str() {
+        Some(task) => Ok(task.to_string()),
+        None => Err(answer),
+    }
+}
+
+/// Sends until the server stops answering (it was killed): each answer
+/// with a task is recorded, and `first` told of it.
 async fn load(
     url: String,
     tag: String,
@@ -84,31 +99,17 @@ async fn load(
         .unwrap();
     for i in 0..100_000 {
         let message = format!("{tag}-{i}");
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-            "params": { "message": user(&message, &format!("text of {message}")) } });
-        let sent = http
-            .post(&url)
-            .header("A2A-Version", "1.0")
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await;
-        let Ok(answer) = sent else { return };
-        let status = answer.status().as_u16();
-        let Ok(text) = answer.text().await else {
-            return;
-        };
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        match (status, body["result"]["task"]["id"].as_str()) {
-            (200, Some(task)) => {
+        match send(&http, &url, &message).await {
+            Ok(task) => {
                 acked.lock().unwrap().push(Acked {
                     message,
-                    task: task.to_string(),
+                    task,
                     at: Instant::now(),
                 });
                 first.notify_one();
             }
-            _ => eprintln!("{message}: {status} {body}"),
+            Err(Value::Null) => return,
+            Err(answer) => eprintln!("{message}: {answer}"),
         }
     }
 }
@@ -118,25 +119,14 @@ async fn load(
 async fn first_ack(url: &str, message: &str) -> Duration {
     let http = reqwest::Client::new();
     let began = Instant::now();
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-        "params": { "message": user(message, "after a restart") } });
     for _ in 0..200 {
-        let answer = http
-            .post(url)
-            .header("A2A-Version", "1.0")
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        if answer.status() == 200 {
-            return began.elapsed();
-        }
+        let answer = match send(&http, url, message).await {
+            Ok(_) => return began.elapsed(),
+            Err(answer) => answer,
+        };
         assert!(
             began.elapsed() < Duration::from_secs(20),
-            "the restarted writer acknowledged nothing in 20 s: {} {}",
-            answer.status(),
-            answer.text().await.unwrap()
+            "the restarted writer acknowledged nothing in 20 s: {answer}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -178,15 +168,14 @@ async fn kill_and_restore(url: &str, sync: bool) -> Figures {
     let mut figures = Figures::default();
     for kill in 0..kills() {
         let server = start(&dir, url, sync);
-        let rpc = format!("{}/", server.url);
-        let restart = first_ack(&rpc, &format!("k{kill}-first")).await;
+        let restart = first_ack(&server.url, &format!("k{kill}-first")).await;
         figures.slowest_restart = figures.slowest_restart.max(restart);
         let acked = Arc::new(Mutex::new(Vec::new()));
         let first = Arc::new(tokio::sync::Notify::new());
         let clients: Vec<_> = (0..CLIENTS)
             .map(|c| {
                 let tag = format!("k{kill}-c{c}");
-                tokio::spawn(load(rpc.clone(), tag, acked.clone(), first.clone()))
+                tokio::spawn(load(server.url.clone(), tag, acked.clone(), first.clone()))
             })
             .collect();
         // Once the load is answered, at a random moment of it: not a
@@ -240,7 +229,7 @@ async fn kill_and_restore(url: &str, sync: bool) -> Figures {
     // ever published restores (each at its own time: the newest of its
     // millisecond).
     let server = start(&dir, url, sync);
-    first_ack(&format!("{}/", server.url), "last").await;
+    first_ack(&server.url, "last").await;
     drop(server);
     let points = {
         let url = url.to_string();
@@ -392,8 +381,7 @@ async fn a_writer_cut_off_from_s3_stops_acknowledging_within_its_lease() {
         "info",
         &[("AWS_ENDPOINT_URL", &forwarder.url)],
     );
-    let writer_rpc = format!("{}/", writer.url);
-    first_ack(&writer_rpc, "before").await;
+    first_ack(&writer.url, "before").await;
     let mut args: Vec<&std::ffi::OsStr> = vec![
         "--dir".as_ref(),
         standby_dir.as_os_str(),
@@ -414,33 +402,10 @@ async fn a_writer_cut_off_from_s3_stops_acknowledging_within_its_lease() {
     let mut acked_after = Vec::new();
     let mut promoted_after = None;
     for i in 0..100_000 {
-        let message = format!("cut-{i}");
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-            "params": { "message": user(&message, "during the cut") } });
-        let answer: Value = http
-            .post(&writer_rpc)
-            .header("A2A-Version", "1.0")
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap())
-            .unwrap();
-        if answer["result"]["task"].is_object() {
+        if send(&http, &writer.url, &format!("cut-{i}")).await.is_ok() {
             acked_after.push(cut_at.elapsed());
         }
-        let health: Value = http
-            .get(format!("{}/healthz", standby.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap())
-            .unwrap();
+        let (_, health) = process::health(&standby.url).await;
         if health["standby"]["promoted"] == true {
             promoted_after = Some(cut_at.elapsed());
             break;
@@ -466,15 +431,7 @@ async fn a_writer_cut_off_from_s3_stops_acknowledging_within_its_lease() {
     forwarder.set_cut(false);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let health: Value = http
-            .get(format!("{}/healthz", writer.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap())
-            .unwrap();
+        let (_, health) = process::health(&writer.url).await;
         if health["replication"]["stopped"] == true {
             let why = health["replication"]["lastError"].as_str().unwrap();
             assert!(why.contains("claimed the replica"), "{health}");

@@ -219,6 +219,23 @@ pub async fn rpc(
     method: &str,
     params: serde_json::Value,
 ) -> serde_json::Value {
+    let answer = try_rpc(http, url, method, params)
+        .await
+        .unwrap_or_else(|| panic!("{method}: no answer"));
+    assert!(answer.get("error").is_none(), "{method}: {answer}");
+    answer["result"].clone()
+}
+
+/// A JSON-RPC call of `method` to the server at `url`: the whole answer
+/// (a result or an error), or `None` if the server did not answer (it
+/// was killed, or is paused past the client's timeout).
+#[allow(dead_code)]
+pub async fn try_rpc(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> Option<serde_json::Value> {
     let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
     let text = http
         .post(format!("{url}/"))
@@ -227,13 +244,11 @@ pub async fn rpc(
         .body(body.to_string())
         .send()
         .await
-        .unwrap()
+        .ok()?
         .text()
         .await
-        .unwrap();
-    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert!(answer.get("error").is_none(), "{method}: {answer}");
-    answer["result"].clone()
+        .ok()?;
+    Some(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
 }
 
 /// `GET /healthz`: its status and its JSON.

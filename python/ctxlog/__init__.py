@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any, Literal
 
 from . import _native
@@ -86,8 +87,39 @@ Text = bytes | str
 JsonIn = Json | Text
 
 
+# The stores this process has open to write, by their directory's real
+# path: a second ``Store(path)`` shares the first's (the engine locks a
+# store to one open at a time; SQLite lets a process open as many
+# connections to a file as it likes, and callers expect the same).
+_OPEN: dict[str, list[Any]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+class _Closed:
+    """What a closed handle holds: every call raises as a closed store's."""
+
+    closed = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __getattr__(self, name: str) -> Any:
+        def closed(*_args: Any, **_kwargs: Any) -> Any:
+            raise Error("the store is closed; open it again with ctxlog.Store(path)")
+
+        return closed
+
+    def close(self) -> None:
+        pass
+
+
 class Store:
     """A ctxlog store in the directory ``path``.
+
+    One process may open a store any number of times: every ``Store`` of
+    one directory (to write) shares one open store, with the settings of
+    the first (a later one that asks for others raises
+    :class:`InvalidParams`), which is closed when the last of them is.
 
     Args:
         path: the store's directory.
@@ -118,15 +150,39 @@ class Store:
         retention_seconds: float | None = None,
         lock_wait_seconds: float = 0.5,
     ) -> None:
-        self._s = _native.Store(
-            os.fspath(path),
-            durability=durability,
-            create=create,
-            read_only=read_only,
-            recovery=recovery,
-            retention_seconds=retention_seconds,
-            lock_wait_seconds=lock_wait_seconds,
-        )
+        def open_native() -> Any:
+            return _native.Store(
+                os.fspath(path),
+                durability=durability,
+                create=create,
+                read_only=read_only,
+                recovery=recovery,
+                retention_seconds=retention_seconds,
+                lock_wait_seconds=lock_wait_seconds,
+            )
+
+        self._key: str | None = None
+        if read_only:
+            # Unlocked: as many as asked for, each its own.
+            self._s = open_native()
+            return
+        key = os.path.realpath(os.fspath(path))
+        settings = (durability, recovery, retention_seconds)
+        with _OPEN_LOCK:
+            held = _OPEN.get(key)
+            if held is not None and not held[0].closed:
+                if held[2] != settings:
+                    raise InvalidParams(
+                        f"{key} is open in this process already with durability, recovery "
+                        f"and retention {held[2]!r}; open it with the same settings (or "
+                        f"close the other Store first)"
+                    )
+                held[1] += 1
+                self._s, self._key = held[0], key
+                return
+            self._s = open_native()
+            _OPEN[key] = [self._s, 1, settings]
+            self._key = key
 
     def __enter__(self) -> Store:
         return self
@@ -149,9 +205,24 @@ class Store:
         return self._s.closed
 
     def close(self) -> None:
-        """Writes a checkpoint, syncs and releases the store; calling it
+        """Writes a checkpoint, syncs and releases the store (once every
+        ``Store`` of this process on its directory is closed); calling it
         again does nothing."""
-        self._s.close()
+        native, key = self._s, self._key
+        if isinstance(native, _Closed):
+            return
+        self._s = _Closed(str(native.path))
+        if key is None:
+            native.close()
+            return
+        with _OPEN_LOCK:
+            held = _OPEN.get(key)
+            if held is not None and held[0] is native:
+                held[1] -= 1
+                if held[1] > 0:
+                    return
+                del _OPEN[key]
+        native.close()
 
     # The A2A task model.
 

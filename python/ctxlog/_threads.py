@@ -115,7 +115,7 @@ class _Thread:
             if only and cid != only:
                 continue
             metadata = self.checkpoints[ns][cid].metadata
-            if not filter or all(metadata.get(k) == v for k, v in filter.items()):
+            if not filter or all(_metadata_at(metadata, k) == v for k, v in filter.items()):
                 out.append(cid)
         return out if self.whole or len(out) == limit else None
 
@@ -218,3 +218,25 @@ class _Thread:
             if key in stored and not replace:
                 continue
             stored[key] = (record["task"], channel, type_, value, record["path"])
+
+
+_MISSING = object()
+
+
+def _metadata_at(metadata: dict[str, Any], key: str) -> Any:
+    """The value a metadata filter's `key` names: the member of that name,
+    or, if there is none, the nested member its dotted path names
+    (`"user.access-level"` is `metadata["user"]["access-level"]`), as
+    SqliteSaver reads a filter key as a JSON path. `None` if neither is
+    there (a filter for `None` then matches, as a missing JSON member
+    compares equal to null in SqliteSaver)."""
+    if key in metadata:
+        return metadata[key]
+    value: Any = metadata
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part, _MISSING)
+        if value is _MISSING:
+            return None
+    return value

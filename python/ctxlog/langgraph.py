@@ -444,7 +444,8 @@ class CtxlogSaver(BaseCheckpointSaver[str], StoreUser):
     def _all_threads(self) -> list[str]:
         ids, token = [], None
         while True:
-            page = self._store.list_contexts(self._tenant, 1000, token)
+            # The engine's largest page (100): a larger one is refused.
+            page = self._store.list_contexts(self._tenant, 100, token)
             ids.extend(c["contextId"] for c in page["contexts"])
             token = page["nextPageToken"]
             if not token:

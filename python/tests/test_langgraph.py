@@ -189,6 +189,40 @@ def test_rewritten_writes_keep_or_replace_as_sqlite_does(tmp_path):
     conn.close()
 
 
+def test_listing_every_thread_and_a_dotted_filter_answer_as_sqlite_saver(tmp_path):
+    """`list(None)` (every thread; its sync and async forms) walks the
+    store's threads in pages it accepts, however many there are, and a
+    dotted filter key names a nested metadata member, as SqliteSaver
+    reads it as a JSON path."""
+    conn = sqlite3.connect(str(tmp_path / "sqlite.db"), check_same_thread=False)
+    theirs = SqliteSaver(conn)
+    mine = CtxlogSaver(tmp_path / "ctxlog")
+    for saver in (mine, theirs):
+        for t in range(130):
+            cfg = {"configurable": {"thread_id": f"t{t}", "checkpoint_ns": ""}}
+            meta = {"source": "loop", "user": {"access-level": "admin" if t % 7 == 0 else "user"}}
+            saver.put(cfg, empty_checkpoint(), meta, {})
+    def ids(saver, **kw):
+        return sorted(c.config["configurable"]["thread_id"] for c in saver.list(None, **kw))
+    assert ids(mine) == ids(theirs)
+    assert len(ids(mine)) == 130
+    admins = ids(mine, filter={"user.access-level": "admin"})
+    assert admins == ids(theirs, filter={"user.access-level": "admin"})
+    assert len(admins) == 19
+    assert ids(mine, filter={"source": "loop"}) == ids(theirs, filter={"source": "loop"})
+
+    mine.close()
+
+    async def listed():
+        saver = AsyncCtxlogSaver(tmp_path / "ctxlog")
+        try:
+            return [c async for c in saver.alist(None)]
+        finally:
+            saver.close()
+    assert len(asyncio.run(listed())) == 130
+    conn.close()
+
+
 def test_a_graph_waiting_for_a_human_outlives_a_kill(tmp_path):
     """The example graph stops at its approval and waits; the process is
     SIGKILLed there. A new process resumes it from the checkpoint with the

@@ -100,8 +100,6 @@ def test_errors_are_classes_under_ctxlog_error(store_dir, tmp_path):
         with pytest.raises(ctxlog.InvalidParams) as e:
             store.receive_message("t", '{"messageId":"m","role":"user","parts":[{"kind":"text","text":"x"}]}')
         assert "v0.3" in str(e.value) and isinstance(e.value, ctxlog.Error)
-        with pytest.raises(ctxlog.Locked):
-            ctxlog.Store(store_dir)
         with pytest.raises(TypeError):
             store.append_message("t", "c", 42)
         with pytest.raises(ValueError):
@@ -264,3 +262,32 @@ def test_a_forked_child_draws_ids_of_its_own(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(child) == len(parent) == 32
     assert child != parent
+
+
+def test_one_process_opens_a_store_as_often_as_it_likes(store_dir):
+    """Every Store of one directory in a process shares one open store
+    (as SQLite's connections share a file); another process is still
+    refused while it is open, and let in once the last one closes."""
+    import subprocess
+    import sys
+
+    first = ctxlog.Store(store_dir)
+    second = ctxlog.Store(os.path.join(store_dir, "."), create=False)
+    first.append_message("t", "c", "from the first")
+    second.append_message("t", "c", "from the second")
+    assert [m[2] for m in second.history("t", "c")] == [b"from the first", b"from the second"]
+    with pytest.raises(ctxlog.InvalidParams):
+        ctxlog.Store(store_dir, durability="buffered")
+    probe = [sys.executable, "-c",
+             "import sys, ctxlog\n"
+             "try:\n ctxlog.Store(sys.argv[1], lock_wait_seconds=0)\n"
+             "except ctxlog.Locked:\n sys.exit(3)\n", store_dir]
+    assert subprocess.run(probe).returncode == 3
+    first.close()
+    assert first.closed and not second.closed
+    with pytest.raises(ctxlog.Error):
+        first.stats()
+    second.append_message("t", "c", "after the first closed")
+    assert subprocess.run(probe).returncode == 3
+    second.close()
+    assert subprocess.run(probe).returncode == 0

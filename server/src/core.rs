@@ -162,13 +162,12 @@ pub(crate) async fn send_streaming(
     // Counted until the stream starts; its turn's writes go on after.
     let _sending = shared.store.sending();
     let (begun, history, _) = begin_send(shared, tenant, params, key, true).await?;
-    // A new task's stream may be its direct reply alone: it starts once
-    // the agent has said which. Any other starts at once.
-    let start = if begun.receipt.duplicate {
-        Start::Snapshot
-    } else {
-        Start::FirstAgentEvent(begun.receipt.event)
-    };
+    // A stream may be its direct reply alone: it starts once the agent
+    // has said which (at once if it has, as for a resend of a message
+    // answered long ago). A resend that races the first send's turn waits
+    // for it as the first send does, so it gets the same reply, never the
+    // task the reply is kept in.
+    let start = Start::FirstAgentEvent(begun.receipt.event);
     Ok(Follow::new(
         shared,
         tenant,

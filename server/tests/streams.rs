@@ -287,3 +287,56 @@ async fn every_stream_of_a_task_sends_what_a_replay_of_the_store_sends() {
     until_nothing_followed(&server.url).await;
     server.stop().await;
 }
+
+/// Answers with a message (a direct reply) after a pause of its own.
+struct RepliesAfterAPause;
+
+impl ctxlog_server::AgentExecutor for RepliesAfterAPause {
+    fn execute(
+        &self,
+        turn: ctxlog_server::TurnContext,
+        events: ctxlog_server::EventSink,
+    ) -> ctxlog_server::BoxFuture<Result<(), ctxlog_server::AgentError>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let text = format!("reply to {}", ctxlog_server::agents::message_text(&turn.message));
+            let reply = ctxlog::a2a::Message::new("", ctxlog::a2a::Role::Agent, &[&text]);
+            events.reply(reply).await?;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_streamed_resends_of_a_direct_reply_each_get_the_reply() {
+    // Six streamed sends of one message at once, 10 rounds: the one that
+    // runs the turn and the five resends each stream the reply alone,
+    // never the task it is kept in (which no client may read).
+    let server = TestServer::start(Arc::new(RepliesAfterAPause), |_| {}, None).await;
+    let c = Client::new(&server.url, None);
+    for round in 0..10 {
+        let body = json!({ "message": user(&format!("r{round}"), &format!("ask {round}")) });
+        let streams: Vec<_> = (0..6)
+            .map(|_| {
+                let (c, body) = (c.clone(), body.clone());
+                tokio::spawn(async move {
+                    c.sse("POST", "/message:stream", Some(body), None)
+                        .await
+                        .all()
+                        .await
+                })
+            })
+            .collect();
+        for stream in streams {
+            let events = stream.await.unwrap();
+            assert_eq!(events.len(), 1, "round {round}: {events:?}");
+            let message = &events[0].data["message"];
+            assert_eq!(
+                message["parts"][0]["text"],
+                format!("reply to ask {round}"),
+                "round {round}: {events:?}"
+            );
+        }
+    }
+    server.stop().await;
+}

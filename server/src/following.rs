@@ -11,7 +11,6 @@ use ctxlog::{Durability, Options, Store};
 use tracing::{error, info, warn};
 
 use crate::error::now_ms;
-use crate::standby::Standby;
 use crate::state::Shared;
 use crate::util::lock;
 
@@ -88,11 +87,22 @@ async fn catch_up(shared: &Arc<Shared>) {
                 let Some(standby) = shared.standby.as_ref() else {
                     return Ok(None);
                 };
-                let mut follower = lock(&standby.follower);
-                let Some(follower) = follower.as_mut() else {
+                let mut held = lock(&standby.follower);
+                // Gone after a promotion that failed and could not open
+                // the copy again: started again here, so following goes on.
+                if held.is_none() {
+                    *held = Some(
+                        ctxlog::replicate::Follower::start(&standby.from, &standby.dir)
+                            .map_err(|e| e.to_string())?,
+                    );
+                }
+                let Some(follower) = held.as_mut() else {
                     return Ok(None);
                 };
-                if !follower.catch_up().map_err(|e| e.to_string())? {
+                let served = shared.store.get().is_some();
+                // A copy not served (a promotion failed) is opened again
+                // even when no newer point came.
+                if !follower.catch_up().map_err(|e| e.to_string())? && served {
                     return Ok(None);
                 }
                 let mut store = Store::open_read_only(&standby.dir, Options::default())
@@ -195,15 +205,24 @@ async fn promote(shared: &Arc<Shared>) -> bool {
                 state.last_error = Some(format!("promotion failed: {why}"));
                 state.promotion_error = Some(why.clone());
             }
+            // The copy as it was before the promotion, served again and
+            // followed on from there; no catch-up is needed first (the one
+            // that failed may fail again until a damaged object is whole):
+            // the follow loop goes on with it.
             let (from, dir) = (standby.from.clone(), standby.dir.clone());
-            let again = tokio::task::spawn_blocking(move || Standby::start(from, dir)).await;
+            let again = tokio::task::spawn_blocking(move || {
+                let follower = ctxlog::replicate::Follower::start(&from, &dir)?;
+                let store = Store::open_read_only(&dir, Options::default())?;
+                Ok::<_, ctxlog::Error>((follower, store))
+            })
+            .await;
             match again {
-                Ok(Ok((fresh, store))) => {
-                    *lock(&standby.follower) = lock(&fresh.follower).take();
+                Ok(Ok((follower, store))) => {
+                    *lock(&standby.follower) = Some(follower);
                     shared.store.set(Some(Arc::new(store)));
                 }
-                Ok(Err(e)) => error!(error = %e, "the copy could not be opened again"),
-                Err(e) => error!(error = %e, "the copy could not be opened again"),
+                Ok(Err(e)) => error!(error = %e, "the copy could not be opened again; retrying"),
+                Err(e) => error!(error = %e, "the copy could not be opened again; retrying"),
             }
             false
         }

@@ -152,14 +152,23 @@ impl Server {
         Ok(Self::build(store, config, agent, tokens, Some(standby)))
     }
 
-    /// Promotes a standby (see [`follow`](Self::follow)) once `signal`
-    /// completes; nothing for a server that is not one.
-    pub fn promote_on(&self, signal: impl Future<Output = ()> + Send + 'static) {
+    /// Promotes a standby (see [`follow`](Self::follow)) each time a
+    /// future `signal` makes completes (a promotion that fails goes back to
+    /// following, and the next signal tries again); nothing for a server
+    /// that is not one.
+    pub fn promote_on<F, S>(&self, mut signal: S)
+    where
+        F: Future<Output = ()> + Send + 'static,
+        S: FnMut() -> F + Send + 'static,
+    {
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            signal.await;
-            if let Some(standby) = shared.standby.as_ref() {
-                standby.promote.notify_one();
+            loop {
+                signal().await;
+                match shared.standby.as_ref() {
+                    Some(standby) => standby.promote.notify_one(),
+                    None => return,
+                }
             }
         });
     }

@@ -314,7 +314,23 @@ fn serve(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{}: {e}", e.kind_name()))?;
-        server.promote_on(promote_signal());
+        // Every SIGUSR1 promotes (again, after one that failed).
+        #[cfg(unix)]
+        let usr1 = std::sync::Arc::new(tokio::sync::Mutex::new(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                .map_err(|e| format!("listen for SIGUSR1: {e}"))?,
+        ));
+        server.promote_on(move || {
+            #[cfg(unix)]
+            let usr1 = usr1.clone();
+            async move {
+                #[cfg(unix)]
+                if usr1.lock().await.recv().await.is_some() {
+                    return;
+                }
+                std::future::pending::<()>().await;
+            }
+        });
         tracing::info!(address = %local, dir = %args.dir.display(), "serving A2A");
         server
             .run(listener, shutdown_signal())
@@ -356,19 +372,6 @@ fn fixed_mmap_threshold() {
             .env(VARIABLE, "131072")
             .exec();
     }
-}
-
-/// SIGUSR1: a standby takes over. Never, where there are no such signals.
-async fn promote_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut usr1) = signal(SignalKind::user_defined1()) {
-            usr1.recv().await;
-            return;
-        }
-    }
-    std::future::pending::<()>().await;
 }
 
 /// SIGINT or SIGTERM.

@@ -555,3 +555,84 @@ async fn a_wiped_bucket_stops_replication_and_the_writer_says_why() {
     // Nothing was published into the emptied bucket.
     assert!(std::fs::read_dir(bucket.join("points")).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_whose_promotion_failed_follows_on_once_the_object_is_whole() {
+    // The newest piece is damaged while the standby is paused; its
+    // promotion (SIGUSR1) then fails on it. The standby serves its copy
+    // again, says why in /healthz, and once the piece is whole follows on
+    // and takes over at the next SIGUSR1.
+    let tmp = tempfile::tempdir().unwrap();
+    let bucket = tmp.path().join("bucket");
+    let writer = start(&tmp.path().join("writer"), &bucket);
+    let w = Client::new(&writer.url, None);
+    let first = send(&w, "first").await;
+    caught_up(&writer.url).await;
+    let standby = standby(&tmp.path().join("standby"), &bucket);
+    let s = Client::new(&standby.url, None);
+    until(&standby.url, "caught up", |b| {
+        b["standby"]["restorePoint"].as_u64() >= Some(1)
+    })
+    .await;
+    standby.signal("STOP");
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        tasks.push(send(&w, &format!("more-{i}")).await);
+    }
+    caught_up(&writer.url).await;
+    drop(writer);
+    // The newest piece, one byte flipped.
+    let mut pieces: Vec<std::path::PathBuf> = Vec::new();
+    for segment in std::fs::read_dir(bucket.join("pieces")).unwrap() {
+        for piece in std::fs::read_dir(segment.unwrap().path()).unwrap() {
+            pieces.push(piece.unwrap().path());
+        }
+    }
+    pieces.sort_by_key(|p| p.file_name().unwrap().to_os_string());
+    let newest = pieces.last().unwrap().clone();
+    let good = std::fs::read(&newest).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(&newest, &bad).unwrap();
+    standby.signal("CONT");
+    standby.signal("USR1");
+    let body = until(&standby.url, "the promotion failed", |b| {
+        !b["standby"]["promotionError"].is_null()
+    })
+    .await;
+    assert_eq!(body["standby"]["promoted"], false, "{body}");
+    // It serves its copy again.
+    let body = until(&standby.url, "serving again", |b| b["status"] == "ok").await;
+    assert_eq!(body["standby"]["promoted"], false, "{body}");
+    let (_, got) = s.rpc("GetTask", json!({ "id": first })).await;
+    assert_eq!(got["result"]["id"], json!(first), "{got}");
+    // Whole again: it follows on, and takes over.
+    std::fs::write(&newest, &good).unwrap();
+    let last = tasks.last().unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, got) = s.rpc("GetTask", json!({ "id": last })).await;
+        if got["result"]["id"] == json!(last) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never caught up: {got}");
+        tokio::task::yield_now().await;
+    }
+    standby.signal("USR1");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, b) = health(&standby.url).await;
+        if b["standby"]["promoted"] == true {
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!("never promoted: {b}\n{:#?}", standby.log());
+        }
+        tokio::task::yield_now().await;
+    }
+    for task in &tasks {
+        let (_, got) = s.rpc("GetTask", json!({ "id": task })).await;
+        assert_eq!(got["result"]["id"], json!(task), "{got}");
+    }
+}

@@ -299,7 +299,10 @@ impl ctxlog_server::AgentExecutor for RepliesAfterAPause {
     ) -> ctxlog_server::BoxFuture<Result<(), ctxlog_server::AgentError>> {
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(30)).await;
-            let text = format!("reply to {}", ctxlog_server::agents::message_text(&turn.message));
+            let text = format!(
+                "reply to {}",
+                ctxlog_server::agents::message_text(&turn.message)
+            );
             let reply = ctxlog::a2a::Message::new("", ctxlog::a2a::Role::Agent, &[&text]);
             events.reply(reply).await?;
             Ok(())

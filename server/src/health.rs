@@ -125,7 +125,19 @@ async fn let_go(store: Arc<Store>) -> Result<Store, Arc<Store>> {
 /// `lingeredSyncs`: the store's group-commit syncs since it was opened,
 /// and those that waited for more writes first (`--commit-linger-us`).
 pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    let trouble = shared.store.trouble();
+    let replica = shared.store.get().and_then(|s| s.replication());
+    // A store whose replication refuses writes (fenced, the replica gone,
+    // a lapsed lease, failing synchronous rounds) takes none either.
+    let trouble = shared.store.trouble().or_else(|| {
+        replica.as_ref().filter(|r| !r.acknowledging).map(|r| {
+            format!(
+                "replication refuses writes: {}",
+                r.last_error
+                    .as_deref()
+                    .unwrap_or("its lease lapsed (the object store has not answered)")
+            )
+        })
+    });
     let mut body = serde_json::json!({
         "status": if trouble.is_some() { "unavailable" } else { "ok" },
         "store": if trouble.is_some() { "refusing writes" } else { "writable" },
@@ -142,7 +154,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     if let Some(standby) = shared.standby.as_ref() {
         body["standby"] = standby.report();
     }
-    if let Some(replica) = shared.store.get().and_then(|s| s.replication()) {
+    if let Some(replica) = replica {
         body["replication"] = serde_json::json!({
             "target": replica.target,
             "lagBytes": replica.lag_bytes,
@@ -154,6 +166,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
             "failures": replica.failures,
             "lastError": replica.last_error,
             "stopped": replica.stopped,
+            "acknowledging": replica.acknowledging,
         });
     }
     if shared.config.push.enabled {

@@ -535,6 +535,18 @@ async fn a_wiped_bucket_stops_replication_and_the_writer_says_why() {
     .await;
     let why = body["replication"]["lastError"].as_str().unwrap();
     assert!(why.contains("is gone from"), "{body}");
+    // It takes no more writes, and says so where a probe looks.
+    let (status, body) = health(&writer.url).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    assert!(
+        body["reason"].as_str().unwrap().contains("is gone from"),
+        "{body}"
+    );
+    assert_eq!(body["replication"]["acknowledging"], false, "{body}");
     // Once its lease lapses, a write is refused with the reason.
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);

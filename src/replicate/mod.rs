@@ -371,4 +371,9 @@ pub struct ReplicationStatus {
     /// replica, or the replica is gone): `last_error` says why, and the
     /// store must be restored or pointed elsewhere to replicate again.
     pub stopped: bool,
+    /// Whether a write is acknowledged now: not while fenced or stopped
+    /// (under a lease), not while the lease has lapsed (asynchronous), not
+    /// while rounds fail (synchronous: its writes wait for one that
+    /// succeeds). `/healthz` answers 503 while it is false.
+    pub acknowledging: bool,
 }

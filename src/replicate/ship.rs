@@ -73,6 +73,9 @@ impl Link {
 /// closes.
 pub(crate) struct Replicator {
     shared: Arc<Control>,
+    synchronous: bool,
+    /// The lease in force (asynchronous replication only).
+    lease: Option<Duration>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -93,6 +96,9 @@ pub(crate) struct Control {
     nudged: AtomicBool,
     /// Another writer has claimed the replica: the store refuses writes.
     fenced: AtomicBool,
+    /// Replication has ended for good (fenced, or the replica is gone):
+    /// under a lease, writes are refused at once.
+    stopped: AtomicBool,
     /// The last round failed: the shipper backs off before the next.
     failing: AtomicBool,
     /// The clock of `confirmed`.
@@ -130,6 +136,7 @@ impl Replicator {
             covered_ms: AtomicU64::new(now_ms()),
             nudged: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             base: Instant::now(),
             confirmed: AtomicU64::new(0),
@@ -144,6 +151,7 @@ impl Replicator {
             .map_err(|e| Error::io("start the replication runtime", config.describe(), e))?;
         let describe = config.describe();
         let describe_for_marker = describe.clone();
+        let (synchronous, lease) = (config.synchronous, config.lease_in_force());
         let thread = std::thread::Builder::new()
             .name("ctxlog-replicate".into())
             .spawn({
@@ -158,6 +166,8 @@ impl Replicator {
             .map_err(|e| Error::io("start the replication thread", describe, e))?;
         Ok(Self {
             shared: control,
+            synchronous,
+            lease,
             thread: Some(thread),
         })
     }
@@ -168,6 +178,17 @@ impl Replicator {
     /// of them is younger).
     pub fn status(&self, synced: u64) -> ReplicationStatus {
         let mut status = self.shared.status.lock().clone();
+        let control = &self.shared;
+        let first_round = control.rounds.lock().finished == 0;
+        status.acknowledging = !control.fenced.load(Ordering::Acquire)
+            && match (self.synchronous, self.lease) {
+                // Its writes wait for a round that succeeds.
+                (true, _) => !status.stopped && status.last_error.is_none(),
+                (false, Some(lease)) => {
+                    !status.stopped && (first_round || control.confirmed_within(lease))
+                }
+                (false, None) => true,
+            };
         let position = self.shared.covered_position.load(Ordering::Acquire);
         status.lag_bytes = synced.saturating_sub(position);
         status.lag_ms = match status.lag_bytes {
@@ -276,6 +297,16 @@ impl Control {
     /// once while the shipper backs off after a failure, or while a round
     /// has run longer than the lease (the object store hangs).
     fn check_lease(&self, lease: Duration, timeout: Duration) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            let why = self.status.lock().last_error.clone().unwrap_or_default();
+            return Err(Error::replica(
+                "acknowledge a write",
+                format!(
+                    "replication has stopped ({why}); the write is stored and durable on this \
+                     disk, and no more is shipped"
+                ),
+            ));
+        }
         if self.confirmed_within(lease) {
             return Ok(());
         }
@@ -478,6 +509,7 @@ fn run(
             }
         }
         if let Some(why) = &shipper.fenced {
+            control.stopped.store(true, Ordering::Release);
             status.stopped = true;
             status.last_error = Some(why.clone());
             drop(status);
@@ -487,6 +519,7 @@ fn run(
             return;
         }
         if let Some(why) = &shipper.gone {
+            control.stopped.store(true, Ordering::Release);
             status.stopped = true;
             status.last_error = Some(why.clone());
             drop(status);

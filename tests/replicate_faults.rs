@@ -176,38 +176,52 @@ fn a_wiped_replica_stops_replication_with_a_clear_error() {
 }
 
 #[test]
-fn the_lag_after_a_reopen_counts_from_the_replicas_newest_point() {
-    let bucket = Arc::new(InMemory::new());
-    let to = || Replicate::to_store(bucket.clone(), "r").interval(NEVER);
+fn the_lag_after_a_reopen_counts_from_what_the_replica_held() {
+    // One replica, reached through a store the test can make hang.
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let throttled = Arc::new(ThrottledStore::new(inner, ThrottleConfig::default()));
+    let to = || {
+        Replicate::to_store(throttled.clone(), "r")
+            .interval(NEVER)
+            .round_timeout(Duration::from_millis(300))
+            .lease(None)
+    };
     let disk = MemFs::new();
     let store = open_on(&disk, to());
     write(&store, 0, 5);
     store.ship_replica(WAIT).unwrap();
     let published = store.replication().unwrap().restore_point_ms;
-    // Writes the replica never gets: the store is killed before a round.
+    // Writes the replica never gets: the store is killed before a round,
+    // 300 ms after its last point.
     std::thread::sleep(Duration::from_millis(300));
     write(&store, 5, 10);
-    let disk = kill(store, &disk);
-    // Reopened on a replica that no longer answers: no round can end, and
-    // the lag is what the replica lacks, counted from its newest point.
-    let hanging = hang(&bucket, |c| c.wait_put_per_call = Duration::from_secs(3600));
-    let stuck = Replicate::to_store(hanging, "r")
-        .interval(NEVER)
-        .round_timeout(Duration::from_millis(300))
-        .lease(None);
-    let store = open_on(&disk, stuck);
-    let err = store.ship_replica(WAIT).unwrap_err().to_string();
-    assert!(err.contains("hangs rather than answers"), "{err}");
-    let status = store.replication().unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    assert!(status.lag_bytes > 0, "{status:?}");
-    assert!(status.failures >= 1, "{status:?}");
-    // At least as old as the writes made before the reopen (300 ms).
-    assert!(status.lag_ms >= now - published - 50, "{status:?}");
-    assert!(status.lag_ms >= 300, "{status:?}");
+    let mut disk = kill(store, &disk);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    // Reopened while the object store hangs: (1) on its uploads, so the
+    // round reads the newest point and fails after; (2) on everything, so
+    // no round reads anything and the store's own hint of the last round
+    // it saw is all there is. Either way the lag counts from what the
+    // replica holds, not from the reopen.
+    for hangs in [
+        (|c: &mut ThrottleConfig| c.wait_put_per_call = Duration::from_secs(3600)) as fn(&mut _),
+        |c: &mut ThrottleConfig| c.wait_list_per_call = Duration::from_secs(3600),
+    ] {
+        throttled.config_mut(hangs);
+        let store = open_on(&disk, to());
+        let err = store.ship_replica(WAIT).unwrap_err().to_string();
+        assert!(err.contains("hangs rather than answers"), "{err}");
+        let status = store.replication().unwrap();
+        assert!(status.lag_bytes > 0, "{status:?}");
+        assert!(status.failures >= 1, "{status:?}");
+        assert!(status.lag_ms >= now() - published - 50, "{status:?}");
+        assert!(status.lag_ms >= 300, "{status:?}");
+        disk = kill(store, &disk);
+    }
 }
 
 #[test]

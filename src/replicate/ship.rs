@@ -133,7 +133,13 @@ impl Replicator {
                 ..ReplicationStatus::default()
             }),
             covered_position: AtomicU64::new(0),
-            covered_ms: AtomicU64::new(now_ms()),
+            // Until a round reads the replica: as of the last round this
+            // store saw succeed, or else its open.
+            covered_ms: AtomicU64::new(
+                store
+                    .covered_hint(&config.describe())
+                    .map_or_else(now_ms, |ms| ms.min(now_ms())),
+            ),
             nudged: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
             stopped: AtomicBool::new(false),

@@ -279,6 +279,9 @@ impl Shipper {
             self.put(&objects::heartbeat(&self.root), beat.encode())
                 .await?;
             self.beat = Some(Instant::now());
+            // As often: what a reopen counts its lag from until its first
+            // round reads the replica (it may not reach it).
+            store.set_covered_hint(&self.describe, view.taken_ms);
         }
         if self
             .collected

@@ -178,6 +178,38 @@ impl Shared {
         self.writer.sync_dir()
     }
 
+    /// When, as this store last saw it, the replica `target` held its log
+    /// as of (ms since the Unix epoch), from its `REPLICA.covered` hint;
+    /// `None` if there is none for that replica.
+    pub(crate) fn covered_hint(&self, target: &str) -> Option<u64> {
+        let bytes = self
+            .options
+            .fs
+            .read(&self.writer.dir().join(COVERED))
+            .ok()?;
+        let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return None;
+        }
+        let ms = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+        (body.get(8..)? == target.as_bytes()).then_some(ms)
+    }
+
+    /// Records, unsynced (a hint: a power loss may leave an older one,
+    /// which only makes the lag read longer), that the replica `target`
+    /// holds the log as of `ms`.
+    pub(crate) fn set_covered_hint(&self, target: &str, ms: u64) {
+        let mut bytes = ms.to_le_bytes().to_vec();
+        bytes.extend_from_slice(target.as_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        let (fs, dir) = (self.options.fs.as_ref(), self.writer.dir());
+        let tmp = dir.join("REPLICA.covered.tmp");
+        if fs.write_file(&tmp, &bytes).is_ok() {
+            let _ = fs.rename(&tmp, &dir.join(COVERED));
+        }
+    }
+
     /// Whether a failed write stopped the log.
     pub(crate) fn writer_poisoned(&self) -> bool {
         self.writer.is_poisoned()
@@ -206,6 +238,8 @@ impl Shared {
 
 /// The file that says which epoch the store last claimed its replica with.
 const REPLICA: &str = "REPLICA";
+/// The hint of how far the replica held the log (see `covered_hint`).
+const COVERED: &str = "REPLICA.covered";
 const REPLICA_MAGIC: [u8; 8] = *b"CTXLRPM\0";
 
 fn not_sealed(id: u64) -> Error {

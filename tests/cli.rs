@@ -720,6 +720,13 @@ fn a_v03_message_or_event_is_refused_with_what_v1_expects() {
     let d = dir.path();
     let message = br#"{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"hi"}]}"#;
     let event = br#"{"kind":"status-update","taskId":"t","contextId":"c","status":{"state":"working"},"final":false}"#;
+    // A store for the event to go to (a refused send makes none).
+    let made = ctxlog(
+        d,
+        &["send"],
+        br#"{"messageId":"m0","role":"ROLE_USER","parts":[{"text":"hi"}]}"#,
+    );
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
     for (command, body) in [("send", &message[..]), ("event", &event[..])] {
         let out = ctxlog(d, &[command], body);
         let err = String::from_utf8(out.stderr).unwrap();

@@ -208,26 +208,39 @@ def test_threads_share_one_store(store_dir):
 
 
 def test_a_call_that_waits_lets_other_threads_run(store_dir):
-    """An open that waits for the store's lock releases the GIL: the thread
-    that holds the store can close it meanwhile, and the open then gets it.
-    Were the GIL held through the wait, the holder could not run until the
-    wait had run out, and the open would fail with Locked."""
-    holder = ctxlog.Store(store_dir)
-    holder.append_message("t", "c", b"kept")
+    """An open that waits for another process to let the store go releases
+    the GIL: this process's other threads run meanwhile (here, the one that
+    tells the holder to let go). Were the GIL held through the wait, the
+    holder could not be told until the wait had run out, and the open would
+    fail with Locked. (Within one process a second open shares the first.)"""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, ctxlog\n"
+         "s = ctxlog.Store(sys.argv[1])\n"
+         "s.append_message('t', 'c', b'kept')\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.read()\n"
+         "s.close()\n", str(store_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
     waiting = threading.Event()
     opened = []
 
     def open_second():
         waiting.set()
         try:
-            opened.append(ctxlog.Store(store_dir, lock_wait_seconds=30))
+            opened.append(ctxlog.Store(store_dir, lock_wait_seconds=20))
         except ctxlog.Error as e:
             opened.append(e)
 
     second = threading.Thread(target=open_second)
     second.start()
     waiting.wait()
-    holder.close()
+    holder.stdin.close()
+    assert holder.wait(timeout=20) == 0
     second.join()
     [store] = opened
     assert isinstance(store, ctxlog.Store), store
@@ -281,7 +294,7 @@ def test_one_process_opens_a_store_as_often_as_it_likes(store_dir):
     probe = [sys.executable, "-c",
              "import sys, ctxlog\n"
              "try:\n ctxlog.Store(sys.argv[1], lock_wait_seconds=0)\n"
-             "except ctxlog.Locked:\n sys.exit(3)\n", store_dir]
+             "except ctxlog.Locked:\n sys.exit(3)\n", str(store_dir)]
     assert subprocess.run(probe).returncode == 3
     first.close()
     assert first.closed and not second.closed

@@ -1,6 +1,6 @@
 //! The server's modules use each other in one direction only: this test
 //! reads every file of `src/`, lists the modules each one uses, and fails
-//! on a cycle, naming it. It also fails when DESIGN.md's drawing of the
+//! on a cycle, naming it. It also fails when docs/design/server.md's drawing of the
 //! modules (§12, "The server's modules") leaves one out.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -236,14 +236,15 @@ fn a_group_import_names_each_module() {
 
 #[test]
 fn design_draws_every_module() {
-    let design =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../DESIGN.md"))
-            .expect("DESIGN.md reads");
+    let design = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/design/server.md"),
+    )
+    .expect("docs/design/server.md reads");
     let start = design
-        .find("### The server's modules")
-        .expect("DESIGN.md §12 has \"### The server's modules\"");
+        .find("## The server's modules")
+        .expect("docs/design/server.md has \"## The server's modules\"");
     let section = &design[start + 1..];
-    let section = &section[..section.find("\n### ").unwrap_or(section.len())];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
     for name in graph().keys().filter(|n| *n != "lib") {
         let file = match name.as_str() {
             "agents" => "`agents/`".to_string(),
@@ -252,7 +253,7 @@ fn design_draws_every_module() {
         };
         assert!(
             section.contains(&file),
-            "DESIGN.md's drawing of the server's modules does not name {file}"
+            "docs/design/server.md's drawing of the server's modules does not name {file}"
         );
     }
 }

@@ -1,5 +1,5 @@
 //! Replication's cost and lag, and restore's speed, each against a
-//! baseline measured in the same run (BENCHMARKS.md, "Replication").
+//! baseline measured in the same run (docs/benchmarks/archive.md, "Replication").
 //!
 //! `cargo bench --features replicate --bench replicate`;
 //! `CTXLOG_BENCH_QUICK=1` for a short run. With `CTXLOG_BENCH_S3=BUCKET`

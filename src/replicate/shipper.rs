@@ -568,16 +568,22 @@ impl Shipper {
     /// names only objects known to hold what it records (a mismatch fails
     /// the round, which uploads them again).
     async fn put_checked(&self, path: &Path, bytes: Vec<u8>) -> Result<()> {
-        let (len, crc) = (bytes.len(), crc32fast::hash(&bytes));
-        self.put(path, bytes).await?;
+        // Kept (a reference count, not a copy) to compare with what comes
+        // back: the caller has hashed these bytes for the point already.
+        let sent = Bytes::from(bytes);
+        self.target
+            .put(path, PutPayload::from(sent.clone()))
+            .await
+            .map_err(|e| remote("write", path, e))?;
         let back = self.get(path).await?;
-        if back.len() != len || crc32fast::hash(&back) != crc {
+        if back != sent {
             return Err(Error::replica(
                 "replicate",
                 format!(
-                    "{path} holds other bytes than were uploaded ({} bytes read back, {len} \
+                    "{path} holds other bytes than were uploaded ({} bytes read back, {} \
                      sent): the object store lost or changed them; shipping them again",
-                    back.len()
+                    back.len(),
+                    sent.len()
                 ),
             ));
         }

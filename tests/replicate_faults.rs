@@ -69,6 +69,15 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
+/// How many records a restore holds once the store in `dir`, opened with
+/// replication as `to` makes it, has shipped its log and closed.
+fn reopened_and_restored(dir: &std::path::Path, to: impl Fn() -> Replicate) -> u64 {
+    let store = Store::open(dir, options(to())).unwrap();
+    store.ship_replica(WAIT).unwrap();
+    store.close().unwrap();
+    restored_records(&to())
+}
+
 /// `bucket`, with calls that wait as `how` sets (an hour: they hang).
 fn hang(bucket: &Arc<InMemory>, how: impl FnOnce(&mut ThrottleConfig)) -> Arc<dyn ObjectStore> {
     let mut config = ThrottleConfig::default();
@@ -168,11 +177,8 @@ fn a_wiped_replica_stops_replication_with_a_clear_error() {
     assert!(err.contains("is gone from"), "{err}");
     drop(store);
     // Reopened, the store replicates into the empty place from its start.
-    let store = Store::open(dir.path(), options(to())).unwrap();
-    store.ship_replica(WAIT).unwrap();
-    store.close().unwrap();
     // The refused write was stored all the same: 10, 1 and the late one.
-    assert_eq!(restored_records(&to()), 12);
+    assert_eq!(reopened_and_restored(dir.path(), to), 12);
 }
 
 #[test]
@@ -267,10 +273,7 @@ fn a_writer_whose_lease_lapsed_refuses_writes_until_a_round_renews_it() {
     drop(store);
     // Back to a sound object store: the writes refused before were stored
     // all the same, and reach the replica.
-    let store = Store::open(dir.path(), options(to())).unwrap();
-    store.ship_replica(WAIT).unwrap();
-    store.close().unwrap();
-    assert_eq!(restored_records(&to()), 12);
+    assert_eq!(reopened_and_restored(dir.path(), to), 12);
 }
 
 #[test]

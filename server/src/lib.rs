@@ -48,6 +48,7 @@ mod keys;
 mod listener;
 pub mod logline;
 mod media;
+mod protonames;
 mod push;
 mod pushes;
 mod reply;

@@ -120,17 +120,20 @@ async fn send_body<T: DeserializeOwned>(
     Ok((params, key))
 }
 
-/// A request's body, within the configured limits; one of white space
-/// alone is `{}`.
+/// A request's body, within the configured limits, its proto field names
+/// read as JSON names; one of white space alone is `{}`.
 pub(crate) async fn body_bytes(
     shared: &Shared,
     parts: &Parts,
     body: Body,
 ) -> Result<axum::body::Bytes, A2aError> {
     let bytes = crate::listener::read_request_body(shared, &parts.headers, body).await?;
-    Ok(match bytes.iter().all(u8::is_ascii_whitespace) {
-        true => axum::body::Bytes::from_static(b"{}"),
-        false => bytes,
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(axum::body::Bytes::from_static(b"{}"));
+    }
+    Ok(match crate::protonames::json_names(&bytes)? {
+        Some(renamed) => renamed.into(),
+        None => bytes,
     })
 }
 
@@ -139,7 +142,7 @@ pub(crate) fn json_text(bytes: &[u8]) -> Result<&serde_json::value::RawValue, A2
     serde_json::from_slice(bytes).map_err(|e| A2aError::Parse(e.to_string()))
 }
 
-/// The query string's parameters (camelCase names), as a JSON object of
+/// The query string's parameters (proto names read as their JSON names), as a JSON object of
 /// strings, numbers (for `historyLength` and `pageSize`) and booleans.
 pub(crate) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
     let pairs: Vec<(String, String)> =
@@ -149,6 +152,12 @@ pub(crate) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
     for (key, value) in pairs {
         if key.eq_ignore_ascii_case("a2a-version") {
             continue;
+        }
+        let key = crate::protonames::json_name(&key);
+        if object.contains_key(&key) {
+            return Err(A2aError::invalid(format!(
+                "the query names {key} twice (perhaps under its proto name too); send it once"
+            )));
         }
         let v = match key.as_str() {
             "historyLength" | "pageSize" => match value.parse::<i64>() {

@@ -126,11 +126,23 @@ fn envelope(body: &[u8]) -> Result<Option<Call>, Refused> {
         }
         (id, _) => return refused(&id, "a request needs a method (a string)"),
     };
-    Ok(Some(Call {
-        id,
-        method,
-        params: env.params,
-    }))
+    let params = match env.params {
+        Some(raw) => Some(json_names(raw).map_err(|e| (Some(id.clone()), e))?),
+        None => None,
+    };
+    Ok(Some(Call { id, method, params }))
+}
+
+/// `params` with its proto field names read as JSON names.
+fn json_names(params: Box<RawValue>) -> Result<Box<RawValue>, A2aError> {
+    match crate::protonames::json_names(params.get().as_bytes())? {
+        // The rewrite changes keys only: it is JSON when what it read was.
+        Some(text) => String::from_utf8(text)
+            .ok()
+            .and_then(|t| RawValue::from_string(t).ok())
+            .ok_or_else(|| A2aError::invalid("the params could not be read")),
+        None => Ok(params),
+    }
 }
 
 /// Whether a request's `id` (as sent) is one a response can carry back to

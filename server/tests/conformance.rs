@@ -446,3 +446,79 @@ async fn an_idempotency_key_replays_its_first_answer_across_restarts() {
         server.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proto_field_names_are_read_as_their_json_names() {
+    let server = TestServer::start(
+        Arc::new(Echo),
+        |c: &mut Config| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+        },
+        None,
+    )
+    .await;
+    let c = Client::new(&server.url, None);
+    let message = json!({ "message_id": "pn1", "context_id": "ctx-pn", "role": "ROLE_USER",
+        "parts": [{ "text": "hello", "media_type": "text/plain" }],
+        "metadata": { "user_id": "u_1" } });
+    let (_, sent) = c
+        .rpc(
+            "SendMessage",
+            json!({ "message": message, "configuration": { "history_length": 0 } }),
+        )
+        .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["contextId"], "ctx-pn", "{sent}");
+    assert!(task.get("history").is_none(), "history_length was ignored: {sent}");
+    let id = task["id"].as_str().unwrap();
+
+    // Reads, both bindings: history_length is heard; what is served
+    // back is in the JSON names, the client's metadata as sent.
+    let (_, got) = c
+        .rpc("GetTask", json!({ "id": id, "history_length": 1 }))
+        .await;
+    assert_eq!(got["result"]["history"].as_array().unwrap().len(), 1, "{got}");
+    let (_, got) = c
+        .rest("GET", &format!("/tasks/{id}?history_length=1"), None)
+        .await;
+    assert_eq!(got["history"].as_array().unwrap().len(), 1, "{got}");
+    let (_, all) = c.rpc("GetTask", json!({ "id": id })).await;
+    let first = &all["result"]["history"][0];
+    assert_eq!(first["messageId"], "pn1", "{all}");
+    assert_eq!(first["parts"][0]["mediaType"], "text/plain");
+    assert_eq!(first["metadata"], json!({ "user_id": "u_1" }));
+    assert!(first.get("message_id").is_none(), "{first}");
+    let (_, listed) = c
+        .rpc("ListTasks", json!({ "context_id": "ctx-pn", "page_size": 1 }))
+        .await;
+    assert_eq!(listed["result"]["tasks"][0]["id"], id, "{listed}");
+    let (_, listed) = c.rest("GET", "/tasks?context_id=nowhere", None).await;
+    assert_eq!(listed["tasks"], json!([]), "context_id was ignored: {listed}");
+
+    // Push configs over JSON-RPC name their task as task_id.
+    let (_, made) = c
+        .rpc(
+            "CreateTaskPushNotificationConfig",
+            json!({ "task_id": id, "id": "pc", "url": "http://127.0.0.1:9/hook" }),
+        )
+        .await;
+    assert_eq!(made["result"]["taskId"], id, "{made}");
+    let (_, configs) = c
+        .rpc("ListTaskPushNotificationConfigs", json!({ "task_id": id }))
+        .await;
+    assert_eq!(configs["result"]["configs"][0]["id"], "pc", "{configs}");
+
+    // A field under both names is refused, naming both.
+    let (_, both) = c
+        .rpc("GetTask", json!({ "id": id, "history_length": 1, "historyLength": 2 }))
+        .await;
+    assert_eq!(both["error"]["code"], -32602, "{both}");
+    let text = both["error"]["message"].as_str().unwrap();
+    assert!(text.contains("history_length") && text.contains("historyLength"), "{text}");
+    let (status, both) = c
+        .rest("GET", &format!("/tasks/{id}?history_length=1&historyLength=1"), None)
+        .await;
+    assert_eq!(status, 400, "{both}");
+    server.stop().await;
+}

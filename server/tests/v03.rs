@@ -204,3 +204,72 @@ async fn protocols_choose_what_is_served() {
         .all(|i| i["protocolVersion"] == "0.3"));
     only_v03.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v03_reads_proto_field_names_on_both_bindings() {
+    let server = TestServer::start(
+        Arc::new(Echo),
+        |c| {
+            c.push.enabled = true;
+            c.push.allow_private = true;
+        },
+        None,
+    )
+    .await;
+    // JSON-RPC: message_id and history_length are heard.
+    let sent = rpc03(
+        &server.url,
+        "message/send",
+        r#"{"message":{"kind":"message","message_id":"s03","role":"user",
+            "parts":[{"kind":"text","text":"snake"}]},
+            "configuration":{"history_length":1}}"#,
+    )
+    .await;
+    let task = &sent["result"];
+    assert_eq!(task["history"].as_array().unwrap().len(), 1, "{sent}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let got = rpc03(&server.url, "tasks/get", &format!(r#"{{"id":"{id}"}}"#)).await;
+    assert_eq!(got["result"]["history"][0]["messageId"], "s03", "{got}");
+    let got = rpc03(
+        &server.url,
+        "tasks/get",
+        &format!(r#"{{"id":"{id}","history_length":1}}"#),
+    )
+    .await;
+    assert_eq!(got["result"]["history"].as_array().unwrap().len(), 1, "{got}");
+    let set = rpc03(
+        &server.url,
+        "tasks/pushNotificationConfig/set",
+        &format!(
+            r#"{{"task_id":"{id}","push_notification_config":{{"id":"p1","url":"http://127.0.0.1:9/h"}}}}"#
+        ),
+    )
+    .await;
+    assert_eq!(set["result"]["taskId"], id.as_str(), "{set}");
+    assert_eq!(set["result"]["pushNotificationConfig"]["id"], "p1", "{set}");
+
+    // HTTP+JSON: the proto names, `request` (the message's proto name)
+    // among them.
+    let (status, text) = post(
+        &server.url,
+        "/v1/message:send",
+        r#"{"request":{"message_id":"r03","role":"ROLE_USER","content":[{"text":"proto"}]},
+            "configuration":{"blocking":true,"history_length":1}}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let task: Value = serde_json::from_str(&text).unwrap();
+    let rest_id = task["task"]["id"].as_str().expect(&text).to_string();
+    assert_eq!(task["task"]["history"].as_array().unwrap().len(), 1, "{text}");
+    let got = get(&format!("{}/v1/tasks/{rest_id}?history_length=1", server.url)).await;
+    assert_eq!(got["history"].as_array().unwrap().len(), 1, "{got}");
+    let (status, text) = post(
+        &server.url,
+        &format!("/v1/tasks/{rest_id}/pushNotificationConfigs"),
+        r#"{"config":{"push_notification_config":{"id":"p2","url":"http://127.0.0.1:9/h"}}}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("pushNotificationConfigs/p2"), "{text}");
+    server.stop().await;
+}

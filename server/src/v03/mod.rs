@@ -52,6 +52,8 @@ pub(crate) fn payload(wire: Wire, data: &[u8], last: bool) -> Result<Bytes, A2aE
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SendParams03 {
+    /// (`request` is its proto name in v0.3's HTTP+JSON form.)
+    #[serde(alias = "request")]
     message: Box<RawValue>,
     #[serde(default)]
     configuration: Option<SendConfig03>,

@@ -79,8 +79,13 @@ pub enum Error {
         /// Why it is another store's.
         reason: String,
     },
-    /// An earlier sync failed, so the page cache can no longer be trusted.
-    Poisoned,
+    /// An earlier write or sync failed, so the page cache can no longer be
+    /// trusted: the store refuses writes until it is reopened.
+    Poisoned {
+        /// What the failed write or sync met (`StorageFull` for a full
+        /// disk), when it was an I/O error.
+        cause: Option<std::io::ErrorKind>,
+    },
     /// An argument is out of range.
     InvalidParams {
         /// The argument.
@@ -143,7 +148,7 @@ impl Error {
             Error::Corrupt { .. } => "Corrupt",
             Error::MissingRecords { .. } => "MissingRecords",
             Error::ForeignFile { .. } => "ForeignFile",
-            Error::Poisoned => "Poisoned",
+            Error::Poisoned { .. } => "Poisoned",
             Error::InvalidParams { .. } => "InvalidParams",
             Error::ContextRejected { .. } => "ContextRejected",
             Error::ContextNotFound => "ContextNotFound",
@@ -246,10 +251,18 @@ impl fmt::Display for Error {
                  or open with RecoveryMode::SkipCorrupt to leave it unread",
                 path.display()
             ),
-            Error::Poisoned => write!(
-                f,
-                "an earlier sync to disk failed, so this store refuses writes; reopen it"
-            ),
+            Error::Poisoned { cause } => {
+                let why = match cause {
+                    Some(std::io::ErrorKind::StorageFull) => " (the disk is full)".to_string(),
+                    Some(kind) => format!(" ({kind})"),
+                    None => String::new(),
+                };
+                write!(
+                    f,
+                    "an earlier write or sync to disk failed{why}, so this store refuses \
+                     writes; reopen it"
+                )
+            }
             Error::InvalidParams { field, reason } => write!(f, "invalid {field}: {reason}"),
             Error::ContextRejected { reason } => write!(f, "contextId rejected: {reason}"),
             Error::ContextNotFound => write!(

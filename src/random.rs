@@ -54,7 +54,7 @@ pub(crate) fn bytes<const N: usize>(op: &'static str) -> Result<[u8; N]> {
         let taken = pool
             .bytes
             .get_mut(start..start + N)
-            .ok_or(Error::Poisoned)?;
+            .ok_or(Error::Poisoned { cause: None })?;
         out.copy_from_slice(taken);
         // Handed out once: wiped, and never handed out again.
         taken.fill(0);

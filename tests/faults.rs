@@ -98,12 +98,22 @@ fn a_failed_sync_poisons_the_store_until_reopened() {
         let (plan, options) = faulty(durability);
         let store = Store::open(dir.path(), options).unwrap();
         store.append_message("t", "c", b"acknowledged").unwrap();
-        plan.fail_next(FileOp::Sync, io::ErrorKind::Other);
+        assert_eq!(store.poison_cause(), None);
+        plan.fail_next(FileOp::Sync, io::ErrorKind::StorageFull);
         assert!(store.append_message("t", "c", b"not acknowledged").is_err());
-        assert!(matches!(
-            store.append_message("t", "c", b"refused"),
-            Err(Error::Poisoned)
-        ));
+        // The refusal names what the failed sync met.
+        let refused = store.append_message("t", "c", b"refused").unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Error::Poisoned {
+                    cause: Some(io::ErrorKind::StorageFull)
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("disk is full"), "{refused}");
+        assert_eq!(store.poison_cause(), Some(io::ErrorKind::StorageFull));
         // Reads go on, and show only what was acknowledged.
         assert_eq!(bodies(&store, "c"), vec![b"acknowledged".to_vec()]);
         drop(store);
@@ -154,7 +164,7 @@ fn a_short_write_that_cannot_be_cut_back_poisons_and_recovers_on_reopen() {
     assert!(store.append_message("t", "c", b"two").is_err());
     assert!(matches!(
         store.append_message("t", "c", b"three"),
-        Err(Error::Poisoned)
+        Err(Error::Poisoned { .. })
     ));
     drop(store);
     let store = Store::open(dir.path(), plan.plain()).unwrap();
@@ -359,7 +369,7 @@ fn a_poisoning_rotation_wakes_group_commit_waiters() {
     );
     assert!(matches!(
         store.append_message("t", "c0", b"x"),
-        Err(Error::Poisoned)
+        Err(Error::Poisoned { .. })
     ));
 }
 
@@ -408,7 +418,7 @@ fn a_failed_sync_fails_a_deferred_write_and_publishes_nothing() {
     let pending = store.update_status_deferred("t", &done).unwrap().unwrap();
     assert!(matches!(
         common::block_on(pending.durable()),
-        Err(Error::Poisoned)
+        Err(Error::Poisoned { .. })
     ));
     assert!(pending.publish().is_err());
     let task = store.get_task("t", &r.task_id, Some(0), false).unwrap();
@@ -434,7 +444,7 @@ fn a_failed_sync_fails_a_deferred_receive_and_frees_its_message_id() {
     let task_id = pending.receipt().task_id.clone();
     assert!(matches!(
         common::block_on(pending.durable()),
-        Err(Error::Poisoned)
+        Err(Error::Poisoned { .. })
     ));
     assert!(pending.publish().is_err());
     assert!(
@@ -445,7 +455,7 @@ fn a_failed_sync_fails_a_deferred_receive_and_frees_its_message_id() {
     // store, not left waiting on it.
     assert!(matches!(
         store.receive_message("t", raw),
-        Err(Error::Poisoned)
+        Err(Error::Poisoned { .. })
     ));
     drop(Arc::try_unwrap(store).unwrap());
     plan.crash();

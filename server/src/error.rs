@@ -320,7 +320,16 @@ pub fn from_store(e: ctxlog::Error) -> A2aError {
             reason: Some("IDEMPOTENCY_CONFLICT"),
         },
         E::ContextBusy { task_id, since_ms } => busy(&task_id, since_ms),
-        E::Poisoned => A2aError::Unavailable {
+        E::Poisoned {
+            cause: Some(std::io::ErrorKind::StorageFull),
+        } => A2aError::Unavailable {
+            message: "the server's disk is full: the store refuses writes until space is freed \
+                      (the server reopens it by itself); nothing was stored for this request \
+                      (GET /healthz answers 200 once the store takes writes)"
+                .into(),
+            full: true,
+        },
+        E::Poisoned { .. } => A2aError::Unavailable {
             message: "the store refuses writes after a failed write or sync to disk, and the \
                       server is reopening it: retry shortly (GET /healthz answers 200 once it \
                       takes writes again)"
@@ -451,10 +460,26 @@ mod tests {
                 "STORAGE_FULL",
             ),
             (
-                from_store(ctxlog::Error::Poisoned),
+                from_store(ctxlog::Error::Poisoned { cause: None }),
                 -32603,
                 503,
                 "STORE_UNAVAILABLE",
+            ),
+            (
+                from_store(ctxlog::Error::Poisoned {
+                    cause: Some(std::io::ErrorKind::PermissionDenied),
+                }),
+                -32603,
+                503,
+                "STORE_UNAVAILABLE",
+            ),
+            (
+                from_store(ctxlog::Error::Poisoned {
+                    cause: Some(std::io::ErrorKind::StorageFull),
+                }),
+                -32603,
+                507,
+                "STORAGE_FULL",
             ),
         ];
         for (e, code, status, reason) in table {

@@ -71,7 +71,7 @@ async fn reopen(shared: &Arc<Shared>) {
             Ok(Ok(store)) => break store,
             Ok(Err(e)) => {
                 warn!(error = %e, "reopening the store failed; trying again");
-                cell.set_why(e.to_string());
+                cell.reopen_failed(&e);
             }
             Err(e) => warn!(error = %e, "reopening the store failed; trying again"),
         }

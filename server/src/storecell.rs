@@ -19,6 +19,9 @@ pub(crate) struct StoreCell {
     store: RwLock<Option<Arc<Store>>>,
     /// Why the store is out (or was last reopened).
     why: Mutex<String>,
+    /// What the failure that took it out met (`StorageFull`: a full disk),
+    /// which the calls refused meanwhile name.
+    cause: Mutex<Option<std::io::ErrorKind>>,
     /// A reopen is under way.
     reopening: AtomicBool,
     /// The last reopen, and how many came each soon after the one before.
@@ -56,6 +59,7 @@ impl StoreCell {
             reopen,
             store: RwLock::new(Some(Arc::new(store))),
             why: Mutex::new(String::new()),
+            cause: Mutex::new(None),
             reopening: AtomicBool::new(false),
             last: Mutex::new(None),
             reopened: tokio::sync::watch::channel(0).0,
@@ -152,7 +156,7 @@ impl StoreCell {
         f: impl FnOnce(&Store) -> ctxlog::Result<T> + Send + 'static,
     ) -> ctxlog::Result<T> {
         let Some(store) = self.get() else {
-            return Err(ctxlog::Error::Poisoned);
+            return Err(self.out());
         };
         let held = store.clone();
         let result = match tokio::task::spawn_blocking(move || f(&held)).await {
@@ -242,13 +246,30 @@ impl StoreCell {
             return;
         }
         *lock(&self.why) = error.to_string();
+        *lock(&self.cause) = store.poison_cause().or_else(|| io_kind(error));
         warn!(error = %error, "the store refuses writes; reopening it");
         (self.reopen)();
     }
 
-    /// Records why the store is out (a failed reopen).
+    /// Records why the store is out (no I/O error: a promotion).
     pub(crate) fn set_why(&self, why: String) {
         *lock(&self.why) = why;
+        *lock(&self.cause) = None;
+    }
+
+    /// Records why the store is still out: its reopen failed.
+    pub(crate) fn reopen_failed(&self, error: &ctxlog::Error) {
+        *lock(&self.why) = error.to_string();
+        if let Some(kind) = io_kind(error) {
+            *lock(&self.cause) = Some(kind);
+        }
+    }
+
+    /// The error a call gets while the store is out: it names the cause.
+    fn out(&self) -> ctxlog::Error {
+        ctxlog::Error::Poisoned {
+            cause: *lock(&self.cause),
+        }
     }
 
     /// The reopen has ended (the store is in, or it will be tried again at
@@ -272,6 +293,15 @@ impl StoreCell {
         };
         *last = Some((Instant::now(), streak));
         backoff(streak)
+    }
+}
+
+/// The I/O error `error` met, if it was one.
+fn io_kind(error: &ctxlog::Error) -> Option<std::io::ErrorKind> {
+    match error {
+        ctxlog::Error::Poisoned { cause } => *cause,
+        ctxlog::Error::Io { source, .. } => Some(source.kind()),
+        _ => None,
     }
 }
 
@@ -315,7 +345,10 @@ where
     /// Publishes it and runs what follows, here.
     fn finish(mut self) -> ctxlog::Result<T> {
         // Always there: only this, which takes `self`, and `Drop` take it.
-        let (pending, then) = self.rest.take().ok_or(ctxlog::Error::Poisoned)?;
+        let (pending, then) = self
+            .rest
+            .take()
+            .ok_or(ctxlog::Error::Poisoned { cause: None })?;
         pending.publish().and_then(|out| then(&self.store, out))
     }
 }

@@ -134,6 +134,8 @@ pub struct Log {
     /// Signalled when an appender asks for a sync, or at shutdown.
     work: Condvar,
     poisoned: AtomicBool,
+    /// What the failed write or sync that poisoned the log met.
+    poison_cause: Mutex<Option<std::io::ErrorKind>>,
     /// Every byte before this log position is on disk. Read without a lock;
     /// advanced under `sync`, so that a waiter that checked it under `sync`
     /// cannot miss the wake-up.
@@ -217,6 +219,7 @@ impl LogWriter {
             synced_cv: Condvar::new(),
             work: Condvar::new(),
             poisoned: AtomicBool::new(false),
+            poison_cause: Mutex::new(None),
             synced: AtomicU64::new(len),
             waiting: AtomicUsize::new(0),
             syncs_begun: AtomicU64::new(0),
@@ -408,7 +411,7 @@ impl Log {
                 // even that fails, the file's contents are unknown and the
                 // store must stop writing.
                 if active.file.set_len(active.len).is_err() {
-                    self.poison();
+                    self.poison(e.kind());
                 }
                 active.prepared = active.len;
                 let len = usize::try_from(active.len).unwrap_or(usize::MAX);
@@ -524,7 +527,7 @@ impl Log {
     /// were several appenders', and the file past `flushed` is unknown).
     fn flush_all(&self, active: &mut Active) -> Result<()> {
         self.flush(active, active.len).map_err(|e| {
-            self.poison();
+            self.poison(e.kind());
             Error::io(
                 "write appended records to the active segment",
                 self.path(active.id),
@@ -544,7 +547,7 @@ impl Log {
             Ok(())
         };
         if let Err(e) = cut.and_then(|()| active.file.sync_data()) {
-            self.poison();
+            self.poison(e.kind());
             return Err(Error::io(doing, self.path(active.id), e));
         }
         active.prepared = active.len;
@@ -612,7 +615,7 @@ impl Log {
         let synced = file.sync_data();
         self.syncs_ended.fetch_add(1, Ordering::Release);
         if let Err(e) = synced {
-            self.poison();
+            self.poison(e.kind());
             return Err(Error::io("sync the active segment", self.path(segment), e));
         }
         self.advance_synced(end);
@@ -782,9 +785,23 @@ impl Log {
         self.poisoned.load(Ordering::Acquire)
     }
 
+    /// The error a write gets from a poisoned log: it names what the
+    /// failed write or sync met.
+    pub fn poisoned_error(&self) -> Error {
+        Error::Poisoned {
+            cause: self.poison_cause(),
+        }
+    }
+
+    /// What the failed write or sync that poisoned the log met (`None`
+    /// while it is not poisoned).
+    pub fn poison_cause(&self) -> Option<std::io::ErrorKind> {
+        *self.poison_cause.lock()
+    }
+
     fn check_poison(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            Err(Error::Poisoned)
+            Err(self.poisoned_error())
         } else {
             Ok(())
         }
@@ -793,7 +810,9 @@ impl Log {
     /// Marks the log poisoned and wakes every appender waiting for a sync
     /// (it then fails). Takes the sync lock to make the wake-up impossible to
     /// miss, so it must not be called with that lock held.
-    fn poison(&self) {
+    fn poison(&self, cause: std::io::ErrorKind) {
+        // The cause is set before the flag, so whoever sees the flag finds it.
+        self.poison_cause.lock().get_or_insert(cause);
         if !self.poisoned.swap(true, Ordering::AcqRel) {
             tracing::error!(
                 dir = %self.dir.display(),
@@ -855,7 +874,7 @@ impl Durable {
         {
             Some(Ok(()))
         } else if self.log.poisoned.load(Ordering::Acquire) {
-            Some(Err(Error::Poisoned))
+            Some(Err(self.log.poisoned_error()))
         } else {
             None
         }

@@ -575,6 +575,13 @@ impl Store {
         self.writer.is_poisoned()
     }
 
+    /// What the failed write or sync that poisoned the store met
+    /// (`StorageFull` for a full disk): `None` while the store takes
+    /// writes, or when the failure was no I/O error.
+    pub fn poison_cause(&self) -> Option<std::io::ErrorKind> {
+        self.writer.poison_cause()
+    }
+
     /// Makes every append so far durable (for [`Durability::Buffered`](crate::Durability::Buffered)).
     ///
     /// # Examples

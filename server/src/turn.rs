@@ -485,7 +485,8 @@ pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why:
             Ok(None) => return,
             Err(e) => {
                 warn!(error = %e, task = %task_id, "could not fail the task");
-                let unwritable = matches!(e, ctxlog::Error::Poisoned { .. } | ctxlog::Error::Io { .. });
+                let unwritable =
+                    matches!(e, ctxlog::Error::Poisoned { .. } | ctxlog::Error::Io { .. });
                 shared
                     .hub
                     .notify_failed(tenant, task_id, crate::error::from_store(e));

@@ -470,7 +470,10 @@ async fn proto_field_names_are_read_as_their_json_names() {
         .await;
     let task = &sent["result"]["task"];
     assert_eq!(task["contextId"], "ctx-pn", "{sent}");
-    assert!(task.get("history").is_none(), "history_length was ignored: {sent}");
+    assert!(
+        task.get("history").is_none(),
+        "history_length was ignored: {sent}"
+    );
     let id = task["id"].as_str().unwrap();
 
     // Reads, both bindings: history_length is heard; what is served
@@ -478,7 +481,11 @@ async fn proto_field_names_are_read_as_their_json_names() {
     let (_, got) = c
         .rpc("GetTask", json!({ "id": id, "history_length": 1 }))
         .await;
-    assert_eq!(got["result"]["history"].as_array().unwrap().len(), 1, "{got}");
+    assert_eq!(
+        got["result"]["history"].as_array().unwrap().len(),
+        1,
+        "{got}"
+    );
     let (_, got) = c
         .rest("GET", &format!("/tasks/{id}?history_length=1"), None)
         .await;
@@ -490,11 +497,18 @@ async fn proto_field_names_are_read_as_their_json_names() {
     assert_eq!(first["metadata"], json!({ "user_id": "u_1" }));
     assert!(first.get("message_id").is_none(), "{first}");
     let (_, listed) = c
-        .rpc("ListTasks", json!({ "context_id": "ctx-pn", "page_size": 1 }))
+        .rpc(
+            "ListTasks",
+            json!({ "context_id": "ctx-pn", "page_size": 1 }),
+        )
         .await;
     assert_eq!(listed["result"]["tasks"][0]["id"], id, "{listed}");
     let (_, listed) = c.rest("GET", "/tasks?context_id=nowhere", None).await;
-    assert_eq!(listed["tasks"], json!([]), "context_id was ignored: {listed}");
+    assert_eq!(
+        listed["tasks"],
+        json!([]),
+        "context_id was ignored: {listed}"
+    );
 
     // Push configs over JSON-RPC name their task as task_id.
     let (_, made) = c
@@ -511,13 +525,23 @@ async fn proto_field_names_are_read_as_their_json_names() {
 
     // A field under both names is refused, naming both.
     let (_, both) = c
-        .rpc("GetTask", json!({ "id": id, "history_length": 1, "historyLength": 2 }))
+        .rpc(
+            "GetTask",
+            json!({ "id": id, "history_length": 1, "historyLength": 2 }),
+        )
         .await;
     assert_eq!(both["error"]["code"], -32602, "{both}");
     let text = both["error"]["message"].as_str().unwrap();
-    assert!(text.contains("history_length") && text.contains("historyLength"), "{text}");
+    assert!(
+        text.contains("history_length") && text.contains("historyLength"),
+        "{text}"
+    );
     let (status, both) = c
-        .rest("GET", &format!("/tasks/{id}?history_length=1&historyLength=1"), None)
+        .rest(
+            "GET",
+            &format!("/tasks/{id}?history_length=1&historyLength=1"),
+            None,
+        )
         .await;
     assert_eq!(status, 400, "{both}");
     server.stop().await;

@@ -168,3 +168,130 @@ async fn a_full_disk_answers_at_once_and_the_server_recovers_when_space_is_freed
     );
     server.stop().await;
 }
+
+/// A script that mounts a tmpfs of `size` at `$1`, fills `$1/ballast`
+/// with 1 MiB (freed later, from the outside), and `exec`s the server at
+/// `$2` on `$1/store`: in a mount namespace of its own (`unshare -m`), so
+/// the mount goes with the process, whatever ends it.
+const ON_TMPFS: &str = r#"mount -t tmpfs -o size=4m ctxlog-test "$1" \
+    && head -c 1048576 /dev/zero > "$1/ballast" \
+    && exec "$2" --listen 127.0.0.1:0 --dir "$1/store" --agent echo"#;
+
+/// A full tmpfs: the server answers every write 507 and lives on (it died
+/// of SIGBUS: a failed write on a full tmpfs can leave a range of the
+/// segment unbacked, and the reopen's recovery read it through a map,
+/// which a full tmpfs cannot back), then takes writes again once space is
+/// freed, nothing acknowledged lost. The test mounts the tmpfs (as root,
+/// in a mount namespace of the server's own); where mounting is refused
+/// (no root), the engine's fault-injecting file system stands in for it
+/// (`tests/faults.rs`, a hole a map must not read), and this says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_tmpfs_never_kills_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mountable = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m",
+            "ctxlog-probe",
+        ])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mountable {
+        eprintln!(
+            "mounting a tmpfs is refused here (it needs root): the hole a full tmpfs leaves \
+             is tested on the engine's fault-injecting file system only (tests/faults.rs)"
+        );
+        return;
+    }
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["-m", "sh", "-c", ON_TMPFS, "sh"])
+        .arg(dir.path())
+        .arg(env!("CARGO_BIN_EXE_ctxlog-server"));
+    let mut server = common::process::Process::spawn(command, "warn,ctxlog_server=info");
+    let c = Client::new(&server.url, None);
+    let text = "x".repeat(30_000);
+    let send = |i: usize| {
+        let c = c.clone();
+        let message = user(&format!("m{i}"), &format!("{i} {text}"));
+        async move {
+            c.rest("POST", "/message:send", Some(json!({ "message": message })))
+                .await
+        }
+    };
+
+    // Fill the disk: every send is acknowledged until one meets it full.
+    let mut acknowledged = Vec::new();
+    let mut i = 0;
+    loop {
+        assert!(i < 400, "the 4 MiB disk never filled");
+        let (status, body) = send(i).await;
+        i += 1;
+        if status != 200 {
+            assert_eq!((status, reason(&body)), (507, "STORAGE_FULL".into()));
+            break;
+        }
+        acknowledged.push(body["task"]["id"].as_str().unwrap().to_string());
+    }
+    // Writes on the full disk (each poisons the store, which is reopened,
+    // and recovery reads what the failed write left; one may fit in what
+    // a cut freed): refused or taken, never a crash.
+    let mut refused = 0;
+    for _ in 0..40 {
+        let (status, body) = send(i).await;
+        i += 1;
+        assert!(
+            server.child.try_wait().unwrap().is_none(),
+            "the server died"
+        );
+        if status == 200 {
+            acknowledged.push(body["task"]["id"].as_str().unwrap().to_string());
+            continue;
+        }
+        assert_eq!((status, reason(&body)), (507, "STORAGE_FULL".into()));
+        refused += 1;
+    }
+    assert!(
+        refused >= 20,
+        "the disk was not full: {refused} of 40 refused"
+    );
+
+    // Space is freed (in the server's mount namespace): it takes writes
+    // again by itself.
+    let freed = std::process::Command::new("nsenter")
+        .args(["-t", &server.child.id().to_string(), "-m", "rm"])
+        .arg(dir.path().join("ballast"))
+        .status()
+        .unwrap();
+    assert!(freed.success(), "nsenter rm failed");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = send(i).await;
+        i += 1;
+        if status == 200 {
+            acknowledged.push(body["task"]["id"].as_str().unwrap().to_string());
+            break;
+        }
+        assert!([503, 507].contains(&status), "{status} {}", reason(&body));
+        assert!(
+            Instant::now() < deadline,
+            "no write taken after space was freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for id in &acknowledged {
+        let (status, got) = c.rest("GET", &format!("/tasks/{id}"), None).await;
+        assert_eq!(status, 200, "task {id}: {}", reason(&got));
+        assert_eq!(got["status"]["state"], "TASK_STATE_COMPLETED", "task {id}");
+    }
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server died"
+    );
+}

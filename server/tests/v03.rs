@@ -236,7 +236,11 @@ async fn v03_reads_proto_field_names_on_both_bindings() {
         &format!(r#"{{"id":"{id}","history_length":1}}"#),
     )
     .await;
-    assert_eq!(got["result"]["history"].as_array().unwrap().len(), 1, "{got}");
+    assert_eq!(
+        got["result"]["history"].as_array().unwrap().len(),
+        1,
+        "{got}"
+    );
     let set = rpc03(
         &server.url,
         "tasks/pushNotificationConfig/set",
@@ -260,8 +264,16 @@ async fn v03_reads_proto_field_names_on_both_bindings() {
     assert_eq!(status, 200, "{text}");
     let task: Value = serde_json::from_str(&text).unwrap();
     let rest_id = task["task"]["id"].as_str().expect(&text).to_string();
-    assert_eq!(task["task"]["history"].as_array().unwrap().len(), 1, "{text}");
-    let got = get(&format!("{}/v1/tasks/{rest_id}?history_length=1", server.url)).await;
+    assert_eq!(
+        task["task"]["history"].as_array().unwrap().len(),
+        1,
+        "{text}"
+    );
+    let got = get(&format!(
+        "{}/v1/tasks/{rest_id}?history_length=1",
+        server.url
+    ))
+    .await;
     assert_eq!(got["history"].as_array().unwrap().len(), 1, "{got}");
     let (status, text) = post(
         &server.url,

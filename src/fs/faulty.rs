@@ -5,6 +5,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use super::{Fs, Mapped, SegmentFile};
 
 /// A file operation a [`FaultPlan`] may fail.
@@ -46,6 +48,12 @@ pub enum Fault {
     Fail(io::Error),
     /// (`Write` and `Replace`) write this many bytes of the buffer, then fail.
     Short(usize, io::Error),
+    /// (`Write`) the bytes after the first this many reach the file and
+    /// those never do, then fail: a hole inside the file's length, as a
+    /// failed write on a full tmpfs leaves. Until a cut removes it, a map
+    /// of the file fails (on a full tmpfs, a map's read of the hole kills
+    /// the process with SIGBUS). A `Replace` fails without writing.
+    Hole(usize, io::Error),
 }
 
 impl Fault {
@@ -54,7 +62,7 @@ impl Fault {
     fn allow(self) -> io::Result<()> {
         match self {
             Fault::Pass => Ok(()),
-            Fault::Fail(e) | Fault::Short(_, e) => Err(e),
+            Fault::Fail(e) | Fault::Short(_, e) | Fault::Hole(_, e) => Err(e),
         }
     }
 
@@ -64,7 +72,7 @@ impl Fault {
     fn write(self, buf: &[u8], write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::Result<()> {
         match self {
             Fault::Pass => write(buf),
-            Fault::Fail(e) => Err(e),
+            Fault::Fail(e) | Fault::Hole(_, e) => Err(e),
             Fault::Short(n, e) => {
                 write(buf.get(..n).unwrap_or(buf))?;
                 Err(e)
@@ -84,6 +92,22 @@ pub trait FaultPlan: Send + Sync {
 pub struct FaultyFs {
     inner: Arc<dyn Fs>,
     plan: Arc<dyn FaultPlan>,
+    holes: Holes,
+}
+
+/// The holes [`Fault::Hole`] left: each file's, by where they start.
+type Holes = Arc<Mutex<Vec<(PathBuf, u64)>>>;
+
+/// A map of `path` fails while a hole lies in it.
+fn check_holes(holes: &Holes, path: &Path) -> io::Result<()> {
+    if holes.lock().iter().any(|(p, _)| p == path) {
+        return Err(io::Error::other(format!(
+            "a map of {} covers a range a failed write left unbacked: on a full tmpfs its \
+             read would kill the process (SIGBUS)",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for FaultyFs {
@@ -97,7 +121,11 @@ impl fmt::Debug for FaultyFs {
 impl FaultyFs {
     /// Wraps `inner`, asking `plan` before every call.
     pub fn new(inner: Arc<dyn Fs>, plan: Arc<dyn FaultPlan>) -> Self {
-        Self { inner, plan }
+        Self {
+            inner,
+            plan,
+            holes: Holes::default(),
+        }
     }
 
     /// Fails the call if the plan says so.
@@ -110,6 +138,7 @@ impl FaultyFs {
             inner: file,
             path: path.to_path_buf(),
             plan: self.plan.clone(),
+            holes: self.holes.clone(),
         })
     }
 }
@@ -151,6 +180,7 @@ impl Fs for FaultyFs {
 
     fn map(&self, path: &Path) -> io::Result<Mapped> {
         self.check(FileOp::Read, path)?;
+        check_holes(&self.holes, path)?;
         self.inner.map(path)
     }
 
@@ -167,7 +197,9 @@ impl Fs for FaultyFs {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.check(FileOp::Remove, path)?;
-        self.inner.remove_file(path)
+        self.inner.remove_file(path)?;
+        self.holes.lock().retain(|(p, _)| p != path);
+        Ok(())
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<(String, u64)>> {
@@ -185,18 +217,31 @@ struct FaultyFile {
     inner: Arc<dyn SegmentFile>,
     path: PathBuf,
     plan: Arc<dyn FaultPlan>,
+    holes: Holes,
 }
 
 impl SegmentFile for FaultyFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.plan
-            .before(FileOp::Write, &self.path)
-            .write(buf, |b| self.inner.write_at(b, offset))
+        match self.plan.before(FileOp::Write, &self.path) {
+            Fault::Hole(n, e) => {
+                if let Some(after) = buf.get(n..).filter(|a| !a.is_empty()) {
+                    self.inner.write_at(after, offset + n as u64)?;
+                    self.holes.lock().push((self.path.clone(), offset));
+                }
+                Err(e)
+            }
+            fault => fault.write(buf, |b| self.inner.write_at(b, offset)),
+        }
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.plan.before(FileOp::Truncate, &self.path).allow()?;
-        self.inner.set_len(len)
+        self.inner.set_len(len)?;
+        // A cut below a hole removes it.
+        self.holes
+            .lock()
+            .retain(|(p, at)| p != &self.path || *at < len);
+        Ok(())
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -206,7 +251,17 @@ impl SegmentFile for FaultyFile {
 
     fn map(&self) -> io::Result<Mapped> {
         self.plan.before(FileOp::Read, &self.path).allow()?;
+        check_holes(&self.holes, &self.path)?;
         self.inner.map()
+    }
+
+    fn file_len(&self) -> io::Result<u64> {
+        self.inner.file_len()
+    }
+
+    fn read_range(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.plan.before(FileOp::Read, &self.path).allow()?;
+        self.inner.read_range(buf, offset)
     }
 }
 

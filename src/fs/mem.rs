@@ -324,6 +324,21 @@ impl SegmentFile for MemFile {
         let bytes = self.fs.state.lock().node(self.node)?.bytes.clone();
         Ok(Mapped(MappedBytes::Memory(bytes.into())))
     }
+
+    fn file_len(&self) -> io::Result<u64> {
+        Ok(self.fs.state.lock().node(self.node)?.bytes.len() as u64)
+    }
+
+    fn read_range(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let offset = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let mut state = self.fs.state.lock();
+        let bytes = &state.node(self.node)?.bytes;
+        let from = offset
+            .checked_add(buf.len())
+            .and_then(|end| bytes.get(offset..end));
+        buf.copy_from_slice(from.ok_or(io::ErrorKind::UnexpectedEof)?);
+        Ok(())
+    }
 }
 
 impl fmt::Debug for MemFile {

@@ -75,6 +75,12 @@ pub trait SegmentFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// A read-only view of the file, once nothing writes it any more.
     fn map(&self) -> io::Result<Mapped>;
+    /// The file's length.
+    fn file_len(&self) -> io::Result<u64>;
+    /// Fills `buf` with the file's bytes from `offset` (`pread`, never a
+    /// map: a range a failed write left unbacked, which a full tmpfs
+    /// cannot back when a map reads it, reads as zeros).
+    fn read_range(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }
 
 /// A read-only view of a whole file.

@@ -134,4 +134,12 @@ impl SegmentFile for File {
     fn map(&self) -> io::Result<Mapped> {
         Ok(Mapped(MappedBytes::File(SealedMap::map(self)?)))
     }
+
+    fn file_len(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn read_range(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_exact_at(buf, offset)
+    }
 }

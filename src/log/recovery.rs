@@ -533,10 +533,10 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
     }
 
     /// Continues the newest segment, `id`: cuts a torn tail, makes what is
-    /// left durable, and hands it to the writer. It is mapped, not read: a
-    /// clean close left nothing after the checkpoint's point to scan, so an
-    /// open reads none of it, and the writer's mirror reads what is there
-    /// through the map.
+    /// left durable, and hands it to the writer. The part after the
+    /// checkpoint's point is read (a clean close left none), the rest
+    /// never; once the torn tail is cut the segment is mapped, and the
+    /// writer's mirror reads what is there through the map.
     fn newest(&mut self, fs: &dyn Fs, dir: &Path, id: u64, fresh: Fresh) -> Result<ActiveSegment> {
         if self.read_only {
             return self.newest_read_only(fs, dir, id, fresh);
@@ -545,13 +545,19 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
         let file = fs
             .open(&path)
             .map_err(|e| Error::io("open the newest segment", &path, e))?;
-        let map = fs
-            .map(&path)
-            .map_err(|e| Error::io("map the newest segment", &path, e))?;
-        let bytes = map.bytes();
-        if bytes.len() as u64 <= HEADER_LEN && decode_header(bytes).is_err() {
+        let read = |e| Error::io("read the newest segment", &path, e);
+        let len = file.file_len().map_err(read)?;
+        // What the scan reads is read, not mapped: a range a failed write
+        // left unbacked (a full tmpfs does) reads as zeros here, where a
+        // map's read of it would kill the process (SIGBUS). The bytes
+        // before `from` are not read: zeroed pages nothing touches.
+        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| read(too_long()))?];
+        let head = bytes.len().min(HEADER_LEN as usize);
+        file.read_range(bytes.get_mut(..head).unwrap_or_default(), 0)
+            .map_err(read)?;
+        if len <= HEADER_LEN && decode_header(&bytes).is_err() {
             // A rotation crashed before the new header was durable.
-            drop((map, file));
+            drop(file);
             fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
             sync_dir(fs, dir)?;
@@ -559,37 +565,33 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
             return fresh_segment(fs, dir, fresh);
         }
         let header_len = self
-            .check_header(&path, id, decode_header(bytes))?
+            .check_header(&path, id, decode_header(&bytes))?
             .records_start();
-        let len = bytes.len() as u64;
         let from = self.start_of(id, len, header_len)?.unwrap_or(len);
-        let cut = self.frames(id, bytes, true, from)?;
-        // The map is let go before a cut: nothing maps a file that shrinks.
-        let map = match cut {
-            None => Some(map),
-            Some(cut) => {
-                // Only zeros: preallocated space, where no record had started
-                // (or none left a byte).
-                let torn = torn_tail(bytes, id, cut, self.max_record);
-                drop(map);
-                file.set_len(cut)
-                    .and_then(|()| file.sync_data())
-                    .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
-                self.report.torn_tail = torn;
-                None
-            }
-        };
+        let from = from.max(head as u64);
+        // `from` is within the file: `start_of` gives at most `len`.
+        if let Some(rest) = bytes.get_mut(from as usize..) {
+            file.read_range(rest, from).map_err(read)?;
+        }
+        if let Some(cut) = self.frames(id, &bytes, true, from)? {
+            // Only zeros: preallocated space, where no record had started
+            // (or none left a byte).
+            self.report.torn_tail = torn_tail(&bytes, id, cut, self.max_record);
+            file.set_len(cut)
+                .and_then(|()| file.sync_data())
+                .map_err(|e| Error::io("truncate the torn tail", &path, e))?;
+        }
+        drop(bytes);
         // Whatever a crashed process left in the page cache is made durable
         // now, so the writer may start with the whole segment as its watermark.
         file.sync_data()
             .map_err(|e| Error::io("sync the newest segment", &path, e))?;
         self.report.segments += 1;
-        let map = match map {
-            Some(map) => map,
-            None => fs
-                .map(&path)
-                .map_err(|e| Error::io("map the newest segment", &path, e))?,
-        };
+        // Every byte below the file's end now holds checked frames, so the
+        // map never reads an unbacked range.
+        let map = fs
+            .map(&path)
+            .map_err(|e| Error::io("map the newest segment", &path, e))?;
         // Not copied: the writer's mirror reads these bytes through the map
         // (nothing cuts or writes the file below its length now again) and
         // keeps only what it appends after them.
@@ -642,6 +644,14 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
     }
 }
 
+/// A newest segment too long for this platform's memory.
+fn too_long() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        "the segment is longer than this platform can address",
+    )
+}
+
 /// The file of a read-only store's newest segment: every write fails.
 struct Unwritable;
 
@@ -659,6 +669,14 @@ impl crate::fs::SegmentFile for Unwritable {
     }
 
     fn map(&self) -> std::io::Result<crate::fs::Mapped> {
+        Err(read_only())
+    }
+
+    fn file_len(&self) -> std::io::Result<u64> {
+        Err(read_only())
+    }
+
+    fn read_range(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
         Err(read_only())
     }
 }

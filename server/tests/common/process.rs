@@ -61,11 +61,20 @@ impl Process {
         log: &str,
         env: &[(&str, &str)],
     ) -> Process {
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied());
+        Self::spawn(command, log)
+    }
+
+    /// Runs `command`, which starts a server listening on a free loopback
+    /// port (in its own process: a wrapper must `exec` it), and waits
+    /// (bounded) for the log line that names the address it bound.
+    pub fn spawn(mut command: Command, log: &str) -> Process {
+        let mut child = command
             .env("RUST_LOG", log)
-            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -95,9 +95,15 @@ impl Process {
                 kept.lock().unwrap().push(line);
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server logs its address");
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => addr,
+            Err(e) => {
+                // Not left running when the test fails.
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the server never logged its address: {e}");
+            }
+        };
         Process {
             child,
             url: format!("http://{addr}"),

@@ -55,6 +55,12 @@ pub trait Fs: Send + Sync + fmt::Debug {
     fn map(&self, path: &Path) -> io::Result<Mapped>;
     /// Creates or truncates `path`, writes `bytes` and syncs them.
     fn write_file(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// [`write_file`](Self::write_file) of `parts` one after the other,
+    /// which a file system may write without joining them first (a
+    /// checkpoint's sections: no copy of the whole file in memory).
+    fn write_file_parts(&self, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+        self.write_file(path, &parts.concat())
+    }
     /// Renames `from` to `to`, replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.

@@ -84,6 +84,20 @@ impl Fs for OsFs {
         file.sync_all()
     }
 
+    fn write_file_parts(&self, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        let mut at = 0u64;
+        for part in parts {
+            file.write_all_at(part, at)?;
+            at += part.len() as u64;
+        }
+        file.sync_all()
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)
     }

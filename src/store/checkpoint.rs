@@ -175,7 +175,15 @@ impl super::Shared {
         ];
         // The records and tasks of every context, and the entries that say
         // where in them each context's are.
-        let (mut recs, mut tasks, mut entries) = (Vec::new(), Vec::new(), Vec::new());
+        // Sized once (appends meanwhile may add a few): a vector that
+        // doubled its way there would hold up to twice the index.
+        let (n_recs, n_tasks) = slots.iter().fold((0, 0), |(r, t), slot| {
+            let state = slot.state.read();
+            (r + state.record_count(), t + state.task_count())
+        });
+        let mut recs = Vec::with_capacity(n_recs * RECORD_BYTES);
+        let mut tasks = Vec::with_capacity(n_tasks * TASK_BYTES);
+        let mut entries = Vec::new();
         let mut spans = Vec::with_capacity(slots.len());
         let mut shards: Vec<ShardSizes> = vec![(0, 0, 0, 0); SHARDS];
         for (i, slot) in slots.iter().enumerate() {
@@ -207,39 +215,68 @@ impl super::Shared {
             records: self.records(),
             shards,
         };
-        let mut file = MAGIC.to_vec();
-        file.extend_from_slice(&VERSION.to_le_bytes());
-        file.extend_from_slice(&[0; 4]);
-        encode(&header, &mut file)?;
-        let recs_at = put_section(&mut file, recs);
-        let tasks_at = put_section(&mut file, tasks);
-        file.extend_from_slice(&(slots.len() as u64).to_le_bytes());
-        file.extend_from_slice(&entries);
-        drop(entries);
-        // Where each shard's run lies in the file.
+        let mut head = MAGIC.to_vec();
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&[0; 4]);
+        encode(&header, &mut head)?;
+        // The file is written part by part, never joined in memory (that
+        // copy, and the vector growing to hold it, were up to three times
+        // the index at once). Where each part starts:
+        let recs_len = (recs.len() as u64).to_le_bytes();
+        let recs_at = (head.len() + 8, recs.len());
+        let tasks_len = (tasks.len() as u64).to_le_bytes();
+        let tasks_at = (recs_at.0 + recs.len() + 8, tasks.len());
+        let count = (slots.len() as u64).to_le_bytes();
+        let idem_at = tasks_at.0 + tasks.len() + 8 + entries.len();
+        // Each shard's run, and where it lies in the file.
+        let mut idem = Vec::new();
         let mut runs = Vec::with_capacity(SHARDS);
         for shard in self.index.idem_shards() {
-            let entries: Vec<_> = shard
+            let shard_entries: Vec<_> = shard
                 .into_iter()
                 .filter_map(|(key, at)| {
                     let &p = place.get(at.context as usize).filter(|&&p| p != u32::MAX)?;
                     Some((key, p, at.seq))
                 })
                 .collect();
-            file.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-            runs.push((file.len(), entries.len()));
-            for (key, p, seq) in entries {
-                put_entry(&mut file, &key, p, seq);
+            idem.extend_from_slice(&(shard_entries.len() as u64).to_le_bytes());
+            runs.push((idem_at + idem.len(), shard_entries.len()));
+            for (key, p, seq) in shard_entries {
+                put_entry(&mut idem, &key, p, seq);
             }
         }
-        let crc = crc32fast::hash(file.get(PREAMBLE..).unwrap_or_default());
-        if let Some(at) = file.get_mut(PREAMBLE - 4..PREAMBLE) {
-            at.copy_from_slice(&crc.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(head.get(PREAMBLE..).unwrap_or_default());
+        for part in [
+            &recs_len[..],
+            &recs,
+            &tasks_len,
+            &tasks,
+            &count,
+            &entries,
+            &idem,
+        ] {
+            crc.update(part);
         }
+        if let Some(at) = head.get_mut(PREAMBLE - 4..PREAMBLE) {
+            at.copy_from_slice(&crc.finalize().to_le_bytes());
+        }
+        let parts = [
+            &head[..],
+            &recs_len,
+            &recs,
+            &tasks_len,
+            &tasks,
+            &count,
+            &entries,
+            &idem,
+        ];
+        let file_len: usize = parts.iter().map(|p| p.len()).sum();
         let (fs, dir) = (self.writer.fs(), self.writer.dir());
         let tmp = dir.join("CHECKPOINT.tmp");
-        fs.write_file(&tmp, &file)
+        fs.write_file_parts(&tmp, &parts)
             .map_err(|e| Error::io("write the checkpoint", &tmp, e))?;
+        drop((recs, tasks, entries, idem));
         // Mapped before the rename, so the map is of the file just written;
         // it is used only once the rename has made that file the
         // checkpoint, which is then never changed in place.
@@ -249,8 +286,8 @@ impl super::Shared {
         // The next is due after at least this one's size of log, so
         // checkpoints never write more than the log does.
         self.checkpoint_size
-            .store(file.len() as u64, std::sync::atomic::Ordering::Release);
-        if let Some(map) = map.filter(|m| m.bytes().len() == file.len()) {
+            .store(file_len as u64, std::sync::atomic::Ordering::Release);
+        if let Some(map) = map.filter(|m| m.bytes().len() == file_len) {
             // The index now reads from the new file what it read from the
             // one before (unlinked by the rename), which is then let go:
             // the messageIds, and the records and tasks that have not changed
@@ -709,13 +746,6 @@ pub fn peek(fs: &dyn Fs, dir: &Path) -> Option<Resume> {
 
 /// Appends a section (its length as a u64, then `bytes`): where its bytes
 /// start in the file, and their length.
-fn put_section(file: &mut Vec<u8>, bytes: Vec<u8>) -> (usize, usize) {
-    file.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-    let at = file.len();
-    file.extend_from_slice(&bytes);
-    (at, bytes.len())
-}
-
 fn encode_error(e: bincode::error::EncodeError) -> Error {
     Error::InvalidParams {
         field: "checkpoint",
@@ -1016,10 +1046,13 @@ mod tests {
         want[0] = contents(&store).swap_remove(0);
         store.write_checkpoint().unwrap();
         assert_eq!(contents(&store), want);
+        // The changed context's vectors, as the checkpoint wrote them, are
+        // read from it too.
+        assert_eq!(mapped(&store, 0), (true, true));
         // A compaction moves every record (copying them to the heap) and
-        // ends with a checkpoint that takes over the tasks still in place.
+        // ends with a checkpoint that takes them over again.
         store.compact().unwrap();
-        assert!((1..7).all(|c| mapped(&store, c) == (false, true)));
+        assert!((0..7).all(|c| mapped(&store, c) == (true, true)));
         assert_eq!(contents(&store), want);
         store.close().unwrap();
         let store = Store::open(dir, options).unwrap();

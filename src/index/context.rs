@@ -1446,11 +1446,23 @@ mod tests {
         }
         assert_eq!(back.is_mapped(), (false, true));
         assert_eq!(read(&back), read(&s));
-        // A written checkpoint takes over mapped entries of the same count
-        // only: never a vector's.
+        // A written checkpoint takes over mapped entries of the same count,
+        // and a vector's that holds what the checkpoint wrote (the vector is
+        // freed).
         let (recs, tasks) = mapped(&s);
         back.remap_entries(recs, tasks);
-        assert_eq!(back.is_mapped(), (false, true));
+        assert_eq!(back.is_mapped(), (true, true));
+        assert_eq!(read(&back), read(&s));
+        // Never one that changed since it was written: a status, with as
+        // many tasks as before.
+        back.set_status(3, TaskState::Failed, 100);
+        let (recs, tasks) = mapped(&s);
+        back.remap_entries(recs, tasks);
+        assert_eq!(back.is_mapped(), (true, false));
+        assert_eq!(
+            back.tasks().nth(3).map(|t| t.state()),
+            Some(TaskState::Failed)
+        );
         let mut owned = ContextState::default();
         let (recs, tasks) = mapped(&s);
         owned.remap_entries(recs, tasks);

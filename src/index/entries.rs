@@ -236,13 +236,35 @@ impl<T: Fixed> Entries<T> {
         }
     }
 
-    /// Reads them from `span` instead, if they are still mapped and as many
-    /// (after a new checkpoint: the same entries, in the new file).
+    /// Reads them from `span` (a new checkpoint's) instead, if it holds
+    /// them as they are now: mapped ones as many (mapped entries change
+    /// only by being copied to the heap first), heap ones byte for byte as
+    /// a checkpoint writes them. So after each checkpoint the heap holds
+    /// only the entries changed since it was taken, as a fresh open's would
+    /// after the same changes; the vector is freed.
     pub fn remap(&mut self, span: Span) {
-        if matches!(self, Entries::Mapped(m) if m.len == span.len) {
+        let same = match self {
+            Entries::Mapped(m) => m.len == span.len,
+            Entries::Owned(v) => v.len() == span.len() && same_bytes(v, span.bytes(T::SIZE)),
+        };
+        if same {
             *self = Entries::Mapped(span);
         }
     }
+}
+
+/// Whether `entries`, written as a checkpoint writes them, are `bytes`.
+fn same_bytes<T: Fixed>(entries: &[T], bytes: &[u8]) -> bool {
+    let mut one = Vec::with_capacity(T::SIZE);
+    entries.len() * T::SIZE == bytes.len()
+        && entries
+            .iter()
+            .zip(bytes.chunks_exact(T::SIZE))
+            .all(|(entry, written)| {
+                one.clear();
+                entry.put(&mut one);
+                one == written
+            })
 }
 
 /// Whether every entry of `bytes` decodes as a `T`.

@@ -13,7 +13,11 @@
 //! once the traffic is over, it is back within [`SLACK`] of where it
 //! started, plus what the store's own index grew by (the data kept, read
 //! from a read-only open beside the server); and that the 300 slow readers
-//! held at most [`SLOW_READERS_BOUND`] while they were open.
+//! held at most [`SLOW_READERS_BOUND`] while they were open. Last it starts
+//! a fresh server on the store the traffic left and prints its memory
+//! beside the idle level (RssAnon and VmRSS). `CTXLOG_SOAK_SENDS` sets the
+//! units of traffic (100,000 by default; a million takes about 7.5
+//! minutes on 2 cores, BENCHMARKS.md's figure).
 //!
 //! `cargo bench -p ctxlog-server --bench soak [-- MINUTES]` (the long form,
 //! 30 minutes by default): mixed traffic from 8 clients at a steady rate
@@ -39,7 +43,7 @@ use tokio::io::AsyncWriteExt;
 #[path = "../tests/common/process.rs"]
 mod process;
 
-use process::{rss_anon, Process};
+use process::{rss_anon, rss_total, Process};
 
 /// How far above its starting level (plus the index's growth) the
 /// server's memory may be once the traffic is over: the active segment's
@@ -290,10 +294,13 @@ fn p99(mut latencies: Vec<Duration>) -> Duration {
 }
 
 /// The short form: fixed amounts of each kind of traffic, then the bound.
-async fn short(server: &Process, dir: &Path) {
+async fn short(server: &Process, dir: &Path) -> Checks {
     let pid = server.child.id();
     let client = Client::new(&server.url);
-    let sends = 100_000;
+    let sends = std::env::var("CTXLOG_SOAK_SENDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
     let streams = 10_000;
     // Warm up (the runtime's threads, the allocator's arenas, the first
     // segments), then take the starting level.
@@ -392,17 +399,49 @@ async fn short(server: &Process, dir: &Path) {
         mib(grown),
         mib(bound)
     );
-    assert!(
-        during.saturating_sub(before_slow) <= SLOW_READERS_BOUND,
-        "300 slow readers held {:.1} MiB",
-        mib(during.saturating_sub(before_slow))
-    );
-    assert!(
-        rss_end <= bound,
-        "memory did not return: {:.1} MiB > {:.1} MiB",
-        mib(rss_end),
-        mib(bound)
-    );
+    Checks {
+        slow_readers: during.saturating_sub(before_slow),
+        rss_end,
+        total_end: rss_total(pid),
+        bound,
+    }
+}
+
+/// What the short form measured, checked once everything is printed.
+struct Checks {
+    slow_readers: u64,
+    rss_end: u64,
+    total_end: u64,
+    bound: u64,
+}
+
+impl Checks {
+    fn assert(&self) {
+        assert!(
+            self.slow_readers <= SLOW_READERS_BOUND,
+            "300 slow readers held {:.1} MiB",
+            mib(self.slow_readers)
+        );
+        assert!(
+            self.rss_end <= self.bound,
+            "memory did not return: {:.1} MiB > {:.1} MiB",
+            mib(self.rss_end),
+            mib(self.bound)
+        );
+    }
+}
+
+/// A fresh server on the store the traffic left, once settled: its
+/// RssAnon and VmRSS, against which the idle level after the traffic is
+/// compared.
+async fn fresh(mut server: Process, dir: &Path, script: &Path) -> (u64, u64) {
+    server.signal("TERM");
+    assert!(server.exited_within(Duration::from_secs(60)), "no exit");
+    let server = start_server(dir, script);
+    let client = Client::new(&server.url);
+    settled(&client).await;
+    let pid = server.child.id();
+    (rss_anon(pid), rss_total(pid))
 }
 
 /// `total` units of traffic from [`CLIENTS`] clients; their SendMessage
@@ -665,7 +704,17 @@ fn main() {
             );
             long(server, &store, &script, minutes, rate).await;
         } else {
-            short(&server, &store).await;
+            let checks = short(&server, &store).await;
+            let (fresh_anon, fresh_total) = fresh(server, &store, &script).await;
+            println!(
+                "idle after the traffic: RssAnon {:.1} MiB, VmRSS {:.1} MiB; a fresh process \
+                 on the same store: RssAnon {:.1} MiB, VmRSS {:.1} MiB",
+                mib(checks.rss_end),
+                mib(checks.total_end),
+                mib(fresh_anon),
+                mib(fresh_total),
+            );
+            checks.assert();
         }
     });
 }

@@ -182,10 +182,22 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
 /// pages are the page cache's, not the process's), in bytes.
 #[allow(dead_code)]
 pub fn rss_anon(pid: u32) -> u64 {
+    status_kb(pid, "RssAnon:")
+}
+
+/// A process's whole resident memory (`VmRSS`: its heap and the pages of
+/// the files it maps that are in memory), in bytes.
+#[allow(dead_code)]
+pub fn rss_total(pid: u32) -> u64 {
+    status_kb(pid, "VmRSS:")
+}
+
+/// A `/proc/PID/status` field given in kB, in bytes.
+fn status_kb(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .expect("RssAnon in /proc/PID/status");

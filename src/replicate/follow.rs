@@ -10,8 +10,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 use super::objects::{self, Entry, Heartbeat};
+use super::remote::{get, newest_point, remote, segment_range};
 use super::restore::{restore_into, RestorePoint};
-use super::ship::{get, newest_point, remote, segment_range};
 use super::Replicate;
 use crate::error::{Error, Result};
 use crate::fs::OsFs;

@@ -32,8 +32,10 @@ use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
 
+mod control;
 mod follow;
 mod objects;
+mod remote;
 mod restore;
 mod ship;
 mod shipper;

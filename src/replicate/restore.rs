@@ -7,7 +7,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 use super::objects::{self, Point};
-use super::ship::{get, list, segment_range};
+use super::remote::{get, list, segment_range};
 use super::Replicate;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};

@@ -5,22 +5,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures::TryStreamExt;
-use object_store::path::Path;
-use object_store::ObjectStore;
 use parking_lot::{Condvar, Mutex};
 
-use super::objects::{self, Entry, Point};
+use super::control::{Control, Rounds};
 use super::shipper::Shipper;
 use super::{Replicate, ReplicationStatus};
 use crate::error::{Error, Result};
 use crate::store::now_ms;
 use crate::store::Shared;
 
-/// How often, at most, restore points and retired objects past the
-/// retention window are deleted (or each round, with a shorter window).
-pub(crate) const COLLECT_EVERY: Duration = Duration::from_secs(60);
 /// The longest wait between two tries after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -77,47 +70,6 @@ pub(crate) struct Replicator {
     /// The lease in force (asynchronous replication only).
     lease: Option<Duration>,
     thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// What the store and the thread share.
-pub(crate) struct Control {
-    rounds: Mutex<Rounds>,
-    /// Wakes the thread (a stop, or a round asked for).
-    wake: Condvar,
-    /// Signalled as each round ends.
-    done: Condvar,
-    pub status: Mutex<ReplicationStatus>,
-    /// What the newest restore point covers: the synced log position of
-    /// its view (read by every write), and when the view was taken (ms
-    /// since the Unix epoch).
-    covered_position: AtomicU64,
-    covered_ms: AtomicU64,
-    /// A write has asked for a round since the last one began.
-    nudged: AtomicBool,
-    /// Another writer has claimed the replica: the store refuses writes.
-    fenced: AtomicBool,
-    /// Replication has ended for good (fenced, or the replica is gone):
-    /// under a lease, writes are refused at once.
-    stopped: AtomicBool,
-    /// The last round failed: the shipper backs off before the next.
-    failing: AtomicBool,
-    /// The clock of `confirmed`.
-    base: Instant,
-    /// When the last round that found no later writer's claim began, in ms
-    /// since `base`, plus one (0: never).
-    confirmed: AtomicU64,
-    /// When the round under way (or the last) began, in ms since `base`.
-    round_began: AtomicU64,
-}
-
-/// The thread's rounds, counted.
-#[derive(Default)]
-struct Rounds {
-    stop: bool,
-    /// A caller waits for the round with this number to end.
-    asked: u64,
-    started: u64,
-    finished: u64,
 }
 
 impl Replicator {
@@ -258,147 +210,6 @@ impl Replicator {
         self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
-        }
-    }
-}
-
-impl Control {
-    /// A restore point now covers the synced log position `position` of a
-    /// view taken at `taken_ms`.
-    pub fn cover(&self, position: u64, taken_ms: u64) {
-        self.covered_ms.store(taken_ms, Ordering::Release);
-        self.covered_position.store(position, Ordering::Release);
-    }
-
-    /// A round that began at `began` found no later writer's claim.
-    pub fn confirm(&self, began: Instant) {
-        let ms = began.saturating_duration_since(self.base).as_millis();
-        let ms = u64::try_from(ms).unwrap_or(u64::MAX - 1) + 1;
-        self.confirmed.fetch_max(ms, Ordering::AcqRel);
-    }
-
-    /// How long the round under way (or the last one) has run.
-    fn round_age(&self) -> Duration {
-        let began = self.round_began.load(Ordering::Acquire);
-        let now = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(now.saturating_sub(began))
-    }
-
-    /// Whether a round that began within `lease` found no later claim.
-    fn confirmed_within(&self, lease: Duration) -> bool {
-        match self.confirmed.load(Ordering::Acquire) {
-            0 => false,
-            at => {
-                let now = self.base.elapsed().as_millis();
-                now.saturating_sub(u128::from(at - 1)) <= lease.as_millis()
-            }
-        }
-    }
-
-    /// Fails unless a round that began within `lease` found no later
-    /// writer's claim. Waits for a round to renew it while the shipper is
-    /// sound: the store's first round (which claims the replica and, in a
-    /// takeover, waits out the lease) up to `timeout` past the lease; a
-    /// later one (after a quiet stretch) up to half the lease. Fails at
-    /// once while the shipper backs off after a failure, or while a round
-    /// has run longer than the lease (the object store hangs).
-    fn check_lease(&self, lease: Duration, timeout: Duration) -> Result<()> {
-        if self.stopped.load(Ordering::Acquire) {
-            let why = self.status.lock().last_error.clone().unwrap_or_default();
-            return Err(Error::replica(
-                "acknowledge a write",
-                format!(
-                    "replication has stopped ({why}); the write is stored and durable on this \
-                     disk, and no more is shipped"
-                ),
-            ));
-        }
-        if self.confirmed_within(lease) {
-            return Ok(());
-        }
-        let mut rounds = self.rounds.lock();
-        let want = rounds.started + 1;
-        rounds.asked = rounds.asked.max(want);
-        self.wake.notify_all();
-        let hung = rounds.started > rounds.finished && self.round_age() > lease;
-        if !hung && !self.failing.load(Ordering::Acquire) {
-            let bound = match rounds.finished {
-                0 => timeout.saturating_add(lease),
-                _ => lease / 2,
-            };
-            let deadline = Instant::now() + bound;
-            while !self.confirmed_within(lease)
-                && !rounds.stop
-                && rounds.finished < want
-                && !self.failing.load(Ordering::Acquire)
-                && !self.done.wait_until(&mut rounds, deadline).timed_out()
-            {}
-        }
-        drop(rounds);
-        if self.confirmed_within(lease) {
-            return Ok(());
-        }
-        let why = self.status.lock().last_error.clone();
-        Err(Error::replica(
-            "acknowledge a write",
-            format!(
-                "this store has not confirmed within its lease ({lease:?}) that it is still its \
-                 replica's writer{}; the write is stored and durable on this disk, and a \
-                 resent A2A message is recognised: retry once the object store answers",
-                why.map(|e| format!(" (last error: {e})"))
-                    .unwrap_or_default()
-            ),
-        ))
-    }
-
-    /// The replica holds nothing of the store younger than `ms` (its
-    /// newest point, found at a claim): the lag counts from then at most.
-    pub fn trails_since(&self, ms: u64) {
-        self.covered_ms.fetch_min(ms, Ordering::AcqRel);
-    }
-
-    fn covers(&self, end: u64) -> bool {
-        self.covered_position.load(Ordering::Acquire) >= end
-    }
-
-    /// Returns once a restore point covers the synced log position `end`,
-    /// asking for rounds until one does (appenders that wait together share
-    /// them); fails past `timeout`, or if the thread has stopped.
-    fn wait_covered(&self, end: u64, timeout: Duration) -> Result<()> {
-        if self.covers(end) {
-            return Ok(());
-        }
-        let deadline = Instant::now() + timeout;
-        let mut rounds = self.rounds.lock();
-        loop {
-            if self.covers(end) {
-                return Ok(());
-            }
-            if rounds.stop {
-                return Err(Error::replica(
-                    "confirm a write in the replica",
-                    "replication has stopped (the store is closing, or its thread failed); the \
-                     write is stored and durable on this disk",
-                ));
-            }
-            rounds.asked = rounds.asked.max(rounds.started + 1);
-            self.wake.notify_all();
-            if self.done.wait_until(&mut rounds, deadline).timed_out() {
-                if self.covers(end) {
-                    return Ok(());
-                }
-                let why = self.status.lock().last_error.clone();
-                return Err(Error::replica(
-                    "confirm a write in the replica",
-                    format!(
-                        "no restore point covered it within {timeout:?}{}; the write is stored \
-                         and durable on this disk but may be missing from the replica (a \
-                         resent A2A message is recognised)",
-                        why.map(|e| format!(" (last error: {e})"))
-                            .unwrap_or_default()
-                    ),
-                ));
-            }
         }
     }
 }
@@ -555,120 +366,4 @@ fn backoff(interval: Duration, failed: u32, lease: Option<Duration>) -> Duration
     let jitter = crate::random::bytes::<2>("draw a backoff's jitter")
         .map_or(0, |b| u32::from(u16::from_le_bytes(b)) % 1024);
     full.saturating_sub(full / 4 * jitter / 1024)
-}
-
-/// The objects under `prefix`.
-pub(crate) async fn list(
-    target: &dyn ObjectStore,
-    prefix: &Path,
-) -> Result<Vec<object_store::ObjectMeta>> {
-    target
-        .list(Some(prefix))
-        .try_collect()
-        .await
-        .map_err(|e| remote("list", prefix, e))
-}
-
-/// The object at `path`, whole.
-pub(crate) async fn get(target: &dyn ObjectStore, path: &Path) -> Result<Bytes> {
-    let found = target
-        .get(path)
-        .await
-        .map_err(|e| remote("read", path, e))?;
-    found.bytes().await.map_err(|e| remote("read", path, e))
-}
-
-/// The newest restore point under `root`, if there is one.
-pub(crate) async fn newest_point(target: &dyn ObjectStore, root: &Path) -> Result<Option<Point>> {
-    let newest = list(target, &objects::points(root))
-        .await?
-        .into_iter()
-        .filter_map(|m| {
-            let [number, _] = objects::parse_hexes::<2>(m.location.filename()?, "")?;
-            Some((number, m.location))
-        })
-        .max_by_key(|p| p.0);
-    match newest {
-        Some((_, path)) => {
-            let bytes = get(target, &path).await?;
-            Point::decode(&bytes, path.as_ref()).map(Some)
-        }
-        None => Ok(None),
-    }
-}
-
-/// Bytes `from..entry.len` of a segment: from its whole object, or from
-/// the pieces that cover them (each starting where the one before ended,
-/// from the segment's start). `doing` names the operation and adds a hint
-/// to the error when they are not all there.
-pub(crate) async fn segment_range(
-    target: &dyn ObjectStore,
-    root: &Path,
-    entry: &Entry,
-    from: u64,
-    doing: (&'static str, &str),
-) -> Result<Vec<u8>> {
-    let missing = |at: u64| {
-        Error::replica(
-            doing.0,
-            format!(
-                "the replica lacks bytes {at}..{} of segment {} (an object is missing or cut \
-                 short){}",
-                entry.len, entry.id, doing.1
-            ),
-        )
-    };
-    let whole = objects::segment(root, entry.id, entry.epoch);
-    match target.head(&whole).await {
-        Ok(meta) if meta.size >= entry.len => {
-            return target
-                .get_range(&whole, from..entry.len)
-                .await
-                .map(|b| b.to_vec())
-                .map_err(|e| remote("read", &whole, e));
-        }
-        Ok(_) => return Err(missing(from)),
-        Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(remote("read", &whole, e)),
-    }
-    let mut pieces: Vec<(u64, u64, Path)> =
-        list(target, &objects::pieces(root, entry.id, entry.epoch))
-            .await?
-            .into_iter()
-            .filter_map(|m| {
-                let [start] = objects::parse_hexes::<1>(m.location.filename()?, "")?;
-                Some((start, m.size, m.location))
-            })
-            .collect();
-    pieces.sort_unstable_by_key(|p| p.0);
-    // The pieces chain from the segment's start; those that overlap the
-    // bytes wanted are read.
-    let (mut at, mut bytes) = (0u64, Vec::new());
-    for (start, size, path) in pieces {
-        if start != at || at >= entry.len {
-            continue;
-        }
-        let end = (start + size).min(entry.len);
-        if end > from {
-            let range = from.max(start) - start..end - start;
-            let got = target
-                .get_range(&path, range)
-                .await
-                .map_err(|e| remote("read", &path, e))?;
-            bytes.extend_from_slice(&got);
-        }
-        at = start + size;
-    }
-    if at < entry.len || bytes.len() as u64 != entry.len - from {
-        return Err(missing(from + bytes.len() as u64));
-    }
-    Ok(bytes)
-}
-
-/// An object store's failure, naming the object.
-pub(crate) fn remote(doing: &str, path: &Path, e: object_store::Error) -> Error {
-    Error::replica(
-        "use the object store",
-        format!("could not {doing} {path}: {e}; check that it is reachable and writable"),
-    )
 }

@@ -10,8 +10,9 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 
+use super::control::Control;
 use super::objects::{self, Entry, Point};
-use super::ship::{get, list, newest_point, remote, Control, COLLECT_EVERY};
+use super::remote::{get, list, newest_point, remote};
 use super::Replicate;
 use crate::error::{Error, Result};
 use crate::log::frame::StoreId;
@@ -22,6 +23,9 @@ use futures::TryStreamExt;
 
 /// How often, at most, a writer says it is alive (each round that
 /// succeeds, no more often than this).
+/// How often, at most, restore points and retired objects past the
+/// retention window are deleted (or each round, with a shorter window).
+pub(crate) const COLLECT_EVERY: Duration = Duration::from_secs(60);
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 /// The active segment as far as this writer has shipped it.

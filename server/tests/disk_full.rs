@@ -184,7 +184,7 @@ const ON_TMPFS: &str = r#"mount -t tmpfs -o size=4m ctxlog-test "$1" \
 /// freed, nothing acknowledged lost. The test mounts the tmpfs (as root,
 /// in a mount namespace of the server's own); where mounting is refused
 /// (no root), the engine's fault-injecting file system stands in for it
-/// (`tests/faults.rs`, a hole a map must not read), and this says so.
+/// (`tests/it/faults.rs`, a hole a map must not read), and this says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_tmpfs_never_kills_the_server() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +205,7 @@ async fn a_full_tmpfs_never_kills_the_server() {
     if !mountable {
         eprintln!(
             "mounting a tmpfs is refused here (it needs root): the hole a full tmpfs leaves \
-             is tested on the engine's fault-injecting file system only (tests/faults.rs)"
+             is tested on the engine's fault-injecting file system only (tests/it/faults.rs)"
         );
         return;
     }

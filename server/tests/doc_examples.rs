@@ -8,7 +8,7 @@
 //! a stream). `cargo install` lines are what built the binaries used here.
 //! Blocks naming `s3://` need an object store and are left to the
 //! replication tests; the CLI's examples are run by the engine's
-//! `tests/readme_cli.rs`.
+//! `tests/it/readme_cli.rs`.
 //!
 //! What broke: the README's v0.3 curl and docs/server.md's examples reused
 //! `m1`/`m2` on the same store, so following both answered

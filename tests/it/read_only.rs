@@ -4,7 +4,7 @@
 //! wrote, a checksum scan finds nothing wrong, and the reader changes
 //! nothing on disk.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -80,7 +80,7 @@ fn readers_beside_a_live_writer_see_prefixes() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "writer_process",
+            "read_only::writer_process",
             "--ignored",
             "--nocapture",
             "--quiet",

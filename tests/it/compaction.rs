@@ -4,7 +4,7 @@
 //! re-pointed at the merge's output), reads and writes go on meanwhile,
 //! and the space comes back.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -3,7 +3,7 @@
 //! store that opens, and a crash that loses unsynced bytes loses only
 //! unacknowledged appends.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;

@@ -1,7 +1,7 @@
 //! History rendering: lossless and unambiguous for any stored text, within
 //! budget, and immune to the forgeries that broke earlier systems.
 
-mod common;
+use crate::common;
 
 use ctxlog::render::{self, Budget, History, Role, Turn};
 use ctxlog::Store;

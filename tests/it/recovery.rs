@@ -1,7 +1,7 @@
 //! Opening after a crash or damage: torn tails are cut, nothing acknowledged
 //! is lost, damage elsewhere is refused with its segment and offset.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -2,7 +2,7 @@
 //! operations against a plain in-memory model of the A2A rules, with the
 //! store reopened at random points; every answer is compared.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -1,7 +1,7 @@
 //! Export and import: every kind of record leaves a store as one JSON line
 //! and comes back byte for byte; an import is checked as live writes are.
 
-mod common;
+use crate::common;
 
 use ctxlog::a2a::TaskState;
 use ctxlog::{Error, Item, ItemKind, Options, Store};

@@ -10,7 +10,7 @@
 //! `f64`, so a resend whose number differed in its 20th digit was taken for
 //! the same message.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -1,7 +1,7 @@
 //! The namespace: distinct (tenant, contextId) pairs never share a key, keys
 //! are stable across builds, and histories under distinct ids never mix.
 
-mod common;
+use crate::common;
 
 use ctxlog::{ContextKey, Options, Store};
 use proptest::prelude::*;

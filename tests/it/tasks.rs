@@ -1,7 +1,7 @@
 //! The A2A task model: receiving under the A2A rules, the lifecycle,
 //! idempotency, artifacts, reads, listings and tenants.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 // They drive the built binary, which needs the `cli` feature.
 #![cfg(feature = "cli")]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! `close()` failed with `Locked` (152 times in 600). An open now retries a
 //! held lock for `Options::lock_wait` before it reports one.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 /// One command of a session and what it should print.
 struct Step {

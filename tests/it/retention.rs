@@ -1,7 +1,7 @@
 //! Deletion and retention: gone contexts vanish from every read and listing
 //! at once, stay gone across a reopen, and their ids are refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! replaced, deleted, tenant-scoped, never task events, and the same after
 //! a reopen, a whole-log replay, a compaction and a crash.
 
-mod common;
+use crate::common;
 
 use ctxlog::a2a::{TaskState, TaskStatus};
 use ctxlog::{Error, Options, Receipt, Store};

@@ -1,7 +1,7 @@
 //! Deferred task events: written at once, published once durable, the
 //! context's lock held by the pending write in between.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! makes (a torn tail cut, a checkpoint not used), compaction, poisoning;
 //! and, without a subscriber, nothing.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! of a merge loses nothing and leaves nothing behind, and the space of
 //! deleted contexts comes back without `compact()`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! durable, the context's lock and the messageId's claim held by the
 //! pending receive in between.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! were silently gone; the same for a segment missing from the middle of
 //! the log or replaced by an older copy of itself.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

@@ -8,7 +8,7 @@
 //! an `IdempotencyConflict`; and a client that uses messageIds as labels
 //! (as most SDKs do) could not send the same one twice.
 
-mod common;
+use crate::common;
 
 use ctxlog::a2a::{Message, Role, TaskState, TaskStatus, DIRECT_REPLY};
 use ctxlog::{Error, ListTasksQuery, MessageIds, Options, Store};

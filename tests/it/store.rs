@@ -1,7 +1,7 @@
 //! The store's API: raw bytes kept byte for byte, tenants isolated, limits
 //! enforced, listings paged, every durability round-tripping through reopen.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! once, in the order the appends returned, readers always seeing a prefix,
 //! nothing deadlocking; and turn leases as a policy.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,7 @@
 //! (`pop_message`), all of them (`empty_context`), durable across reopens,
 //! crashes and compactions, the context's id kept.
 
-mod common;
+use crate::common;
 
 use ctxlog::{Durability, Error, Options, Store};
 use proptest::prelude::*;

@@ -59,7 +59,7 @@ fn summarize(mut latencies: Vec<Duration>, errors: usize, elapsed: Duration) -> 
     }
 }
 
-#[path = "../tests/common/process.rs"]
+#[path = "../tests/it/common/process.rs"]
 mod process;
 
 #[path = "../bench/floor.rs"]

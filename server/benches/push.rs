@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-#[path = "../tests/common/process.rs"]
+#[path = "../tests/it/common/process.rs"]
 mod process;
 
 use process::{cpu_time, quantile, rpc, rss_anon, Process};

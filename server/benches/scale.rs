@@ -31,7 +31,7 @@ use ctxlog::{Durability, Options, Store};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-#[path = "../tests/common/process.rs"]
+#[path = "../tests/it/common/process.rs"]
 mod process;
 
 use process::{cpu_time, quantile, rpc, rss_anon, Process};

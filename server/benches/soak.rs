@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-#[path = "../tests/common/process.rs"]
+#[path = "../tests/it/common/process.rs"]
 mod process;
 
 use process::{rss_anon, rss_total, Process};

@@ -4,7 +4,7 @@
 //! from what the replica holds; an object store that hangs is a failure;
 //! a writer whose lease lapsed stops acknowledging.
 //!
-//! The server's kill-and-restore harness (`server/tests/replicate_faults.rs`)
+//! The server's kill-and-restore harness (`server/tests/it/replicate_faults.rs`)
 //! does the same with SIGKILLs under load.
 #![cfg(feature = "replicate")]
 

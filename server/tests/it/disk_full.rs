@@ -11,7 +11,7 @@
 //! TASK_STATE_SUBMITTED although the turn had failed; `/healthz` stayed 503
 //! until a restart, even after space was freed.
 
-mod common;
+use crate::common;
 
 use std::io;
 use std::path::Path;

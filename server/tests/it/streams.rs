@@ -7,7 +7,7 @@
 //! kept an entry, with a copy of the settled task, for every task a
 //! blocking send had waited on and every unknown task id subscribed to.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! What broke: a raw part that was not base64 was stored; a JSON-RPC id of
 //! `1e999999` was echoed back.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

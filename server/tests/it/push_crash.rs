@@ -4,9 +4,8 @@
 //! acknowledgements after the last position record: at most 16 per
 //! config).
 
-mod common;
-#[path = "common/hook.rs"]
-mod hook;
+use crate::common;
+use crate::hook;
 use common::process;
 
 use std::sync::atomic::Ordering;

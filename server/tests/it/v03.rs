@@ -4,7 +4,7 @@
 //! `--protocols` chooses what is served. (a2a-sdk 0.3.26's own client is
 //! driven against the server in server/interop/v03.)
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@
 //! the stale INPUT_REQUIRED and the previous question; at `--max-turns`, a
 //! resend (which starts no turn) was refused TOO_MANY_TURNS.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

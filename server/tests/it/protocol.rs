@@ -3,7 +3,7 @@
 //! (order, two subscribers, one dropping out, Last-Event-ID), resends,
 //! the busy context, limits and malformed requests.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

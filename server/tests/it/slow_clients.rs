@@ -9,7 +9,7 @@
 //! before it was refused; a client that stopped reading its stream kept
 //! the server's memory.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

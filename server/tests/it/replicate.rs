@@ -3,7 +3,7 @@
 //! every message acknowledged before a replication round that began after
 //! it, and serves them from a new server.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -7,9 +7,8 @@
 //! credentials as `Authorization: {scheme} {credentials}` and a body in
 //! the `StreamResponse` form.
 
-mod common;
-#[path = "common/hook.rs"]
-mod hook;
+use crate::common;
+use crate::hook;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! restart policy resolves the interrupted turn, and a stream that
 //! reconnects with `Last-Event-ID` gets exactly the events it missed.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

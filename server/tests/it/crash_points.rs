@@ -10,7 +10,7 @@
 //! INPUT_REQUIRED, with the answer in its history and no turn to run it,
 //! forever; the restart scan only looked at SUBMITTED and WORKING tasks.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

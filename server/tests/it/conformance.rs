@@ -12,7 +12,7 @@
 //! different messages was refused as a conflict where SDKs take messageIds
 //! as labels.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

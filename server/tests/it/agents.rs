@@ -7,7 +7,7 @@
 //! artifact texts; and `--agent scripted:refund-desk` worked only from a
 //! source checkout.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -14,7 +14,7 @@
 //! `m1`/`m2` on the same store, so following both answered
 //! IDEMPOTENCY_CONFLICT.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

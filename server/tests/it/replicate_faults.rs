@@ -12,7 +12,7 @@
 //! with `--ignored`); `CTXLOG_KILLS=200` makes the long run whose figures
 //! docs/replication.md records.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

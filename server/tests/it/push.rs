@@ -4,9 +4,8 @@
 //! deletes that stop delivery, refused and unsafe URLs, and a server with
 //! push off answering as the spec requires.
 
-mod common;
-#[path = "common/hook.rs"]
-mod hook;
+use crate::common;
+use crate::hook;
 
 use std::sync::Arc;
 use std::time::Duration;

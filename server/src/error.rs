@@ -368,6 +368,32 @@ pub fn from_store(e: ctxlog::Error) -> A2aError {
     }
 }
 
+/// A store error that cut a turn whose message was already stored (task
+/// `task_id`): the answer says so, where a refused write's says nothing
+/// was stored. The message stays received (a resend finds the task), and
+/// the task is failed once the store takes writes again; a follow-up
+/// naming it asks again.
+pub(crate) fn turn_cut(error: A2aError, task_id: &str) -> A2aError {
+    match error {
+        A2aError::Unavailable { full, .. } => {
+            let cause = match full {
+                true => "the server's disk is full",
+                false => "the store refused a write",
+            };
+            A2aError::Unavailable {
+                message: format!(
+                    "the message was received and stored (task {task_id}), but the agent's \
+                     answer could not be: {cause}. The task is failed once the store takes \
+                     writes again (GET /healthz answers 200 then); send a follow-up that \
+                     names it in referenceTaskIds to ask again"
+                ),
+                full,
+            }
+        }
+        other => other,
+    }
+}
+
 /// The error a message to a context whose turn is running gets, under the
 /// single-active-turn policy.
 pub fn busy(task_id: &str, since_ms: u64) -> A2aError {

@@ -399,7 +399,7 @@ impl Turn {
                 warn!(error = %other, "the store refused an agent event");
                 // A send waiting for the turn's end answers with this now:
                 // the end cannot be stored either.
-                let error = crate::error::from_store(other);
+                let error = crate::error::turn_cut(crate::error::from_store(other), &self.task_id);
                 let message = error.message();
                 self.shared
                     .hub
@@ -487,9 +487,11 @@ pub(crate) async fn fail(shared: &Arc<Shared>, tenant: &str, task_id: &str, why:
                 warn!(error = %e, task = %task_id, "could not fail the task");
                 let unwritable =
                     matches!(e, ctxlog::Error::Poisoned { .. } | ctxlog::Error::Io { .. });
-                shared
-                    .hub
-                    .notify_failed(tenant, task_id, crate::error::from_store(e));
+                shared.hub.notify_failed(
+                    tenant,
+                    task_id,
+                    crate::error::turn_cut(crate::error::from_store(e), task_id),
+                );
                 if !unwritable || *shutdown.borrow() {
                     return;
                 }

@@ -100,6 +100,13 @@ async fn a_full_disk_answers_at_once_and_the_server_recovers_when_space_is_freed
     // The answer names the cause, whether the write met the full disk or
     // the store it poisoned.
     assert_eq!(reason(&answer), "STORAGE_FULL", "{answer}");
+    // Its message was stored before the disk filled: the answer says so,
+    // and names the task (a refused write's says nothing was stored).
+    let text = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        text.contains("received and stored") && text.contains(&cut_task),
+        "{text}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "answered at once"

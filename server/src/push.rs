@@ -334,22 +334,43 @@ pub(crate) async fn list(
     tenant: &str,
     params: ConfigRef,
 ) -> Result<ConfigList, A2aError> {
-    if params.page_size.is_some_and(|n| n < 0) {
-        return Err(A2aError::invalid("pageSize: send 0 or more"));
-    }
-    if params.page_token.as_deref().is_some_and(|t| !t.is_empty()) {
-        return Err(A2aError::invalid(
-            "pageToken: every config comes in the first page; there is no next one",
-        ));
-    }
-    let configs = configs(shared, tenant, &params.task_id)
-        .await?
+    let size = match params.page_size {
+        Some(n) if n < 0 => return Err(A2aError::invalid("pageSize: send 0 or more")),
+        // 0 or none: every config that is left.
+        Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    // The token is the last config id of the page before, in hex; configs
+    // come in the order they were made, and a page starts after it.
+    let all = configs(shared, tenant, &params.task_id).await?;
+    let start = match params.page_token.as_deref().filter(|t| !t.is_empty()) {
+        Some(token) => {
+            let last = hex::decode(token)
+                .ok()
+                .and_then(|id| String::from_utf8(id).ok());
+            let at = last.and_then(|id| all.iter().position(|c| c.config_id == id));
+            at.map(|i| i + 1).ok_or_else(|| {
+                A2aError::invalid(
+                    "pageToken: not a token of this task's configs (or its page's last \
+                     config was deleted since); list from the first page",
+                )
+            })?
+        }
+        None => 0,
+    };
+    let mut rest = all.into_iter().skip(start).peekable();
+    let page: Vec<_> = rest.by_ref().take(size).collect();
+    let next_page_token = match (rest.peek(), page.last()) {
+        (Some(_), Some(last)) => hex::encode(&last.config_id),
+        _ => String::new(),
+    };
+    let configs = page
         .into_iter()
         .map(|c| answer(&params.task_id, c))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ConfigList {
         configs,
-        next_page_token: String::new(),
+        next_page_token,
     })
 }
 

@@ -223,6 +223,27 @@ async fn every_event_arrives_once_in_order_with_its_headers() {
 
     // Reads over both bindings give the same configs.
     assert_eq!(config_ids(&c, &task).await, [task.as_str(), "rpc", "rest"]);
+    // In pages of pageSize, in the order they were made.
+    let page = |size: i64, token: &str| {
+        let c = c.clone();
+        let params = json!({ "taskId": task, "pageSize": size, "pageToken": token });
+        async move { c.rpc("ListTaskPushNotificationConfigs", params).await.1 }
+    };
+    let first = page(2, "").await;
+    let ids = |p: &serde_json::Value| -> Vec<String> {
+        p["result"]["configs"].as_array().map_or(Vec::new(), |a| {
+            a.iter().map(|c| c["id"].as_str().unwrap().to_string()).collect()
+        })
+    };
+    assert_eq!(ids(&first), [task.as_str(), "rpc"], "{first}");
+    let token = first["result"]["nextPageToken"].as_str().unwrap().to_string();
+    assert!(!token.is_empty(), "{first}");
+    let second = page(2, &token).await;
+    assert_eq!(ids(&second), ["rest"], "{second}");
+    assert_eq!(second["result"]["nextPageToken"], "", "{second}");
+    assert_eq!(ids(&page(0, "").await).len(), 3);
+    let bad = page(2, "zz").await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
     let (status, got) = c
         .rest(
             "GET",

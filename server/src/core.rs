@@ -36,7 +36,7 @@ pub(crate) struct SendParams {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SendConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::protonames::int")]
     pub(crate) history_length: Option<i64>,
     #[serde(default)]
     pub(crate) return_immediately: Option<bool>,
@@ -49,7 +49,7 @@ pub(crate) struct SendConfig {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct GetParams {
     pub(crate) id: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::protonames::int")]
     pub(crate) history_length: Option<i64>,
 }
 
@@ -67,11 +67,11 @@ pub(crate) struct ListParams {
     pub(crate) context_id: Option<String>,
     #[serde(default)]
     pub(crate) status: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::protonames::int")]
     pub(crate) page_size: Option<i64>,
     #[serde(default)]
     pub(crate) page_token: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::protonames::int")]
     pub(crate) history_length: Option<i64>,
     #[serde(default)]
     pub(crate) status_timestamp_after: Option<String>,

@@ -66,6 +66,29 @@ pub(crate) fn json_name(proto: &str) -> String {
     out
 }
 
+/// An optional integer field (`int32` in the proto) as ProtoJSON writes
+/// it: a JSON number, or a string holding one (`"historyLength": "2"`),
+/// which its parsers must accept too.
+pub(crate) fn int<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    use serde::Deserialize;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Int {
+        Number(i64),
+        Text(String),
+    }
+    match Option::<Int>::deserialize(d)? {
+        None => Ok(None),
+        Some(Int::Number(n)) => Ok(Some(n)),
+        Some(Int::Text(t)) => t
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| D::Error::custom(format!("{t:?} is not a whole number"))),
+    }
+}
+
 /// Why a walk stopped early.
 enum Stop {
     /// The text is not JSON (or nests too deep): left to the parser.

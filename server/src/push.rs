@@ -62,7 +62,7 @@ pub(crate) struct ConfigRef {
     pub(crate) task_id: String,
     #[serde(default)]
     pub(crate) id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::protonames::int")]
     pub(crate) page_size: Option<i64>,
     #[serde(default)]
     pub(crate) page_token: Option<String>,

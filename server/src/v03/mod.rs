@@ -64,7 +64,7 @@ struct SendParams03 {
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SendConfig03 {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::protonames::int")]
     history_length: Option<i64>,
     #[serde(default)]
     blocking: Option<bool>,

@@ -490,6 +490,19 @@ async fn proto_field_names_are_read_as_their_json_names() {
         .rest("GET", &format!("/tasks/{id}?history_length=1"), None)
         .await;
     assert_eq!(got["history"].as_array().unwrap().len(), 1, "{got}");
+    // An int32 may come as a string, as ProtoJSON allows.
+    let (_, got) = c
+        .rpc("GetTask", json!({ "id": id, "historyLength": "1" }))
+        .await;
+    assert_eq!(
+        got["result"]["history"].as_array().unwrap().len(),
+        1,
+        "{got}"
+    );
+    let (_, bad) = c
+        .rpc("GetTask", json!({ "id": id, "historyLength": "one" }))
+        .await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
     let (_, all) = c.rpc("GetTask", json!({ "id": id })).await;
     let first = &all["result"]["history"][0];
     assert_eq!(first["messageId"], "pn1", "{all}");

@@ -232,11 +232,16 @@ async fn every_event_arrives_once_in_order_with_its_headers() {
     let first = page(2, "").await;
     let ids = |p: &serde_json::Value| -> Vec<String> {
         p["result"]["configs"].as_array().map_or(Vec::new(), |a| {
-            a.iter().map(|c| c["id"].as_str().unwrap().to_string()).collect()
+            a.iter()
+                .map(|c| c["id"].as_str().unwrap().to_string())
+                .collect()
         })
     };
     assert_eq!(ids(&first), [task.as_str(), "rpc"], "{first}");
-    let token = first["result"]["nextPageToken"].as_str().unwrap().to_string();
+    let token = first["result"]["nextPageToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(!token.is_empty(), "{first}");
     let second = page(2, &token).await;
     assert_eq!(ids(&second), ["rest"], "{second}");

@@ -11,6 +11,7 @@ mod conversation;
 mod crash;
 mod deferred;
 mod deferred_receive;
+mod doc_links;
 mod exact_json;
 mod faults;
 mod foreign_and_lost;

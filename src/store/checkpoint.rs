@@ -245,32 +245,18 @@ impl super::Shared {
                 put_entry(&mut idem, &key, p, seq);
             }
         }
+        // After the head, in order; the CRC (in the head) covers the rest.
+        let body: [&[u8]; 7] = [
+            &recs_len, &recs, &tasks_len, &tasks, &count, &entries, &idem,
+        ];
         let mut crc = crc32fast::Hasher::new();
         crc.update(head.get(PREAMBLE..).unwrap_or_default());
-        for part in [
-            &recs_len[..],
-            &recs,
-            &tasks_len,
-            &tasks,
-            &count,
-            &entries,
-            &idem,
-        ] {
-            crc.update(part);
-        }
+        body.iter().for_each(|part| crc.update(part));
         if let Some(at) = head.get_mut(PREAMBLE - 4..PREAMBLE) {
             at.copy_from_slice(&crc.finalize().to_le_bytes());
         }
-        let parts = [
-            &head[..],
-            &recs_len,
-            &recs,
-            &tasks_len,
-            &tasks,
-            &count,
-            &entries,
-            &idem,
-        ];
+        let mut parts = vec![&head[..]];
+        parts.extend(body);
         let file_len: usize = parts.iter().map(|p| p.len()).sum();
         let (fs, dir) = (self.writer.fs(), self.writer.dir());
         let tmp = dir.join("CHECKPOINT.tmp");

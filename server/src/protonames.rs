@@ -33,13 +33,23 @@ pub(crate) fn json_names(text: &[u8]) -> Result<Option<Vec<u8>>, A2aError> {
     let mut w = Walk {
         b: text,
         at: 0,
-        out: Vec::with_capacity(text.len()),
-        renamed: false,
+        edits: Vec::new(),
     };
     match w.value(true, 0) {
-        Ok(()) if w.renamed => {
-            w.out.extend_from_slice(w.b.get(w.at..).unwrap_or_default());
-            Ok(Some(w.out))
+        // Copied only when a key is renamed: a body that needs nothing
+        // costs the walk alone.
+        Ok(()) if !w.edits.is_empty() => {
+            let mut out = Vec::with_capacity(text.len());
+            let mut from = 0;
+            for (start, end, json) in &w.edits {
+                out.extend_from_slice(text.get(from..*start).unwrap_or_default());
+                out.push(b'"');
+                out.extend_from_slice(json.as_bytes());
+                out.push(b'"');
+                from = *end;
+            }
+            out.extend_from_slice(text.get(from..).unwrap_or_default());
+            Ok(Some(out))
         }
         Ok(()) | Err(Stop::NotJson) => Ok(None),
         Err(Stop::Both(proto, json)) => Err(A2aError::invalid(format!(
@@ -100,8 +110,8 @@ enum Stop {
 struct Walk<'a> {
     b: &'a [u8],
     at: usize,
-    out: Vec<u8>,
-    renamed: bool,
+    /// Each renamed key: where its quoted text lies, and its JSON name.
+    edits: Vec<(usize, usize, String)>,
 }
 
 impl Walk<'_> {
@@ -109,10 +119,11 @@ impl Walk<'_> {
         self.b.get(self.at).copied()
     }
 
-    /// Copies bytes up to `to` to the output.
+    /// Passes the bytes up to `to` (kept as they are).
     fn copy_to(&mut self, to: usize) -> Result<(), Stop> {
-        let bytes = self.b.get(self.at..to).ok_or(Stop::NotJson)?;
-        self.out.extend_from_slice(bytes);
+        if to < self.at || to > self.b.len() {
+            return Err(Stop::NotJson);
+        }
         self.at = to;
         Ok(())
     }
@@ -217,11 +228,8 @@ impl Walk<'_> {
             match std::str::from_utf8(key) {
                 Ok(name) if proto => {
                     let json = json_name(name);
-                    self.out.push(b'"');
-                    self.out.extend_from_slice(json.as_bytes());
-                    self.out.push(b'"');
+                    self.edits.push((self.at, end, json.clone()));
                     self.at = end;
-                    self.renamed = true;
                     keys.push(json.clone().into_bytes());
                     renamed.push((name.to_string(), json));
                 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::a2a::{Task, TaskState};
+use crate::error::Error;
 use crate::fs::{Crash, Fs, MemFs};
 use crate::log::frame::{decode_frame, decode_header, find_next_frame, HEADER_LEN};
 use crate::log::record::{self, Decoded};
@@ -17,7 +18,6 @@ use crate::namespace::ContextKey;
 use crate::options::{Durability, Maintenance, Options, RecoveryMode};
 use crate::render::{self, History, Role, Turn};
 use crate::store::Store;
-use crate::Error;
 
 /// A fresh in-memory store directory: fuzzing never touches the disk.
 fn scratch() -> (MemFs, PathBuf) {

@@ -97,7 +97,9 @@ pub use log::recovery::{OpenReport, Skipped, TornTail};
 pub use log::verify::{Damage, VerifyReport};
 pub use log::writer::Durable;
 pub use namespace::{ContextKey, MAX_CONTEXT_ID_BYTES, MAX_TENANT_BYTES, NAMESPACE_VERSION};
-pub use options::{Durability, Maintenance, Options, RecoveryMode, TurnPolicy, MAX_COMMIT_LINGER};
+pub use options::{
+    Durability, Maintenance, Options, RecoveryMode, TurnPolicy, MAX_COMMIT_LINGER, MAX_RECORD_BYTES,
+};
 #[cfg(feature = "replicate")]
 pub use replicate::{Replicate, ReplicationStatus};
 pub use store::{
@@ -131,6 +133,3 @@ pub mod internals {
     pub use crate::log::segments::{list_segment_ids, segment_path};
     pub use crate::store::CompactStep;
 }
-
-/// The largest record payload the format allows (16 MiB).
-pub const MAX_RECORD_BYTES: u32 = 16 << 20;

@@ -180,7 +180,7 @@ impl<'de> Deserialize<'de> for Artifacts {
 mod tests {
     use super::*;
 
-    use crate::store::checkpoint::config;
+    use crate::index::checkpoint_config as config;
 
     fn entry(task: u32, id: &str, chunks: &[u32], closed: bool) -> ArtifactEntry {
         ArtifactEntry {

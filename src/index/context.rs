@@ -1176,7 +1176,7 @@ mod tests {
         RecordLoc {
             segment: crate::log::segments::MAX_SEGMENT_ID,
             offset,
-            len: crate::MAX_RECORD_BYTES,
+            len: crate::options::MAX_RECORD_BYTES,
         }
     }
 
@@ -1551,7 +1551,7 @@ mod tests {
         assert_eq!(back.task_pos("one-more"), Some(n));
     }
 
-    use crate::store::checkpoint::config;
+    use crate::index::checkpoint_config as config;
 
     fn any_extra() -> impl Strategy<Value = Extra> {
         use proptest::collection::vec;

@@ -9,6 +9,8 @@ pub mod context;
 pub mod entries;
 pub mod idem_run;
 mod packed_map;
+#[cfg(test)]
+mod task_rules;
 pub mod tasks;
 pub mod write_lock;
 
@@ -28,6 +30,16 @@ use crate::namespace::{task_key, ContextKey};
 
 /// Number of shards of the key map.
 pub const SHARDS: usize = 64;
+
+/// The checkpoint's bincode: fixed-width little-endian, at most 1 GiB.
+/// The index owns it: it reads the checkpoint's sections in place (the
+/// store writes them with it).
+pub(crate) fn checkpoint_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<{ 1 << 30 }>()
+}
 
 /// An estimate of the bytes one context's slot holds: the slot, its
 /// reference counts, and what its state keeps on the heap.

@@ -13,7 +13,7 @@ use super::segments::segment_path;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::log::record;
-use crate::MAX_RECORD_BYTES;
+use crate::options::MAX_RECORD_BYTES;
 
 /// One damaged place.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -24,9 +24,9 @@ type Held = (u64, u32);
 /// A local copy of a replica, brought up to its newest restore point by
 /// [`catch_up`](Self::catch_up): the segments' new bytes appended, new
 /// segments and manifests written, segments no longer named removed. Open
-/// it with [`Store::open_read_only`](crate::Store::open_read_only) after
+/// it with [`Store::open_read_only`](crate::store::Store::open_read_only) after
 /// each catch-up that changed it; never write to it (promote instead: open
-/// it with [`Options::replicate`](crate::Options::replicate) to the same
+/// it with [`Options::replicate`](crate::options::Options::replicate) to the same
 /// replica, which claims it).
 pub struct Follower {
     from: Replicate,
@@ -119,8 +119,10 @@ impl Follower {
     /// [`OpenReport::replayed`](crate::OpenReport::replayed) says how
     /// much), never while anything writes to the copy.
     pub fn checkpoint(&self) -> Result<()> {
-        let options = crate::Options::default().create(false).maintenance(None);
-        crate::Store::open(&self.dir, options)?.close()
+        let options = crate::options::Options::default()
+            .create(false)
+            .maintenance(None);
+        crate::store::Store::open(&self.dir, options)?.close()
     }
 
     /// The restore point the local copy holds (`None` until a catch-up

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
 use crate::log::manifest::Manifest;
 use crate::log::segments::sync_dir;
-use crate::{Options, Store};
+use crate::options::Options;
+use crate::store::Store;
 
 /// A restore point of a replica: the log as it stood at a moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,12 +12,13 @@ use super::shipper::Shipper;
 use super::{Replicate, ReplicationStatus};
 use crate::error::{Error, Result};
 use crate::store::now_ms;
-use crate::store::Shared;
+use crate::store::{Attach, Attachment, Shared, WriteGate};
 
 /// The longest wait between two tries after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What a store's writes ask of its replication (see [`Replicator::link`]).
+/// The store holds it behind its seam, [`WriteGate`].
 pub(crate) struct Link {
     control: Arc<Control>,
     synchronous: bool,
@@ -27,14 +28,14 @@ pub(crate) struct Link {
     batch: u64,
 }
 
-impl Link {
+impl WriteGate for Link {
     /// Whether another writer has claimed the replica.
-    pub fn fenced(&self) -> bool {
+    fn fenced(&self) -> bool {
         self.control.fenced.load(Ordering::Acquire)
     }
 
     /// Whether a write waits for a restore point to cover it.
-    pub fn synchronous(&self) -> bool {
+    fn synchronous(&self) -> bool {
         self.synchronous
     }
 
@@ -43,7 +44,7 @@ impl Link {
     /// otherwise checks the lease (a write before the store's first round
     /// has ended waits for it) and asks for a round at once when a batch
     /// of bytes waits.
-    pub fn after_write(&self, end: u64) -> Result<()> {
+    fn after_write(&self, end: u64) -> Result<()> {
         let control = &self.control;
         if self.synchronous {
             return control.wait_covered(end, self.timeout);
@@ -63,7 +64,7 @@ impl Link {
 }
 
 /// The shipper's thread, stopped (after a last shipment) when the store
-/// closes.
+/// closes. The store holds it behind its seam, [`Attachment`].
 pub(crate) struct Replicator {
     shared: Arc<Control>,
     synchronous: bool,
@@ -130,11 +131,32 @@ impl Replicator {
         })
     }
 
+    /// What the store's writes ask of replication as `config` says.
+    pub fn link(&self, config: &Replicate) -> Link {
+        Link {
+            control: self.shared.clone(),
+            synchronous: config.synchronous,
+            lease: config.lease_in_force(),
+            timeout: config.sync_timeout,
+            batch: config.batch_bytes,
+        }
+    }
+}
+
+impl Attach for Replicate {
+    fn attach(&self, store: &Arc<Shared>) -> Result<(Box<dyn Attachment>, Box<dyn WriteGate>)> {
+        let replicator = Replicator::start(store, self.clone())?;
+        let link = replicator.link(self);
+        Ok((Box::new(replicator), Box::new(link)))
+    }
+}
+
+impl Attachment for Replicator {
     /// How far the replica trails a store whose synced log position is
     /// `synced`: the bytes synced since the newest restore point's view,
     /// and, if there are any, how long ago that view was taken (the oldest
     /// of them is younger).
-    pub fn status(&self, synced: u64) -> ReplicationStatus {
+    fn status(&self, synced: u64) -> ReplicationStatus {
         let mut status = self.shared.status.lock().clone();
         let control = &self.shared;
         let first_round = control.rounds.lock().finished == 0;
@@ -156,21 +178,10 @@ impl Replicator {
         status
     }
 
-    /// What the store's writes ask of replication as `config` says.
-    pub fn link(&self, config: &Replicate) -> Link {
-        Link {
-            control: self.shared.clone(),
-            synchronous: config.synchronous,
-            lease: config.lease_in_force(),
-            timeout: config.sync_timeout,
-            batch: config.batch_bytes,
-        }
-    }
-
     /// Runs a round now (one that starts after this call) and waits up to
     /// `timeout` for it to end: then every byte synced before the call is
     /// in a restore point, unless the round failed.
-    pub fn ship_now(&self, timeout: Duration) -> Result<()> {
+    fn ship_now(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let mut rounds = self.shared.rounds.lock();
         let want = rounds.started + 1;
@@ -205,7 +216,7 @@ impl Replicator {
     }
 
     /// Ships what is left (within the close timeout) and stops the thread.
-    pub fn stop(mut self) {
+    fn stop(mut self: Box<Self>) {
         self.shared.rounds.lock().stop = true;
         self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {

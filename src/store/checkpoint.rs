@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
+use crate::index::checkpoint_config as config;
 use crate::index::context::RECORD_BYTES;
 use crate::index::entries::{all_decode, Section, Span};
 use crate::index::idem_run::{put_entry, IdemRun, Numbers, ENTRY_BYTES};
@@ -82,14 +83,6 @@ impl Header {
 /// entries that follow are `idem_run`'s, shard by shard of the index's
 /// messageId map.
 type Entry = (u8, [u8; 32], ContextState, ((u64, u64), (u64, u64)));
-
-/// The checkpoint's bincode: fixed-width little-endian, at most 1 GiB.
-pub(crate) fn config() -> impl bincode::config::Config {
-    bincode::config::standard()
-        .with_little_endian()
-        .with_fixed_int_encoding()
-        .with_limit::<{ 1 << 30 }>()
-}
 
 /// What a loaded checkpoint gives the open.
 pub struct Loaded {
@@ -158,7 +151,7 @@ impl super::Shared {
         // checkpoint says the log reached it: an open that finds the log
         // shorter then knows acknowledged records are missing. (With `Sync`
         // and `GroupCommit`, a published record already is.)
-        if self.options.durability == crate::Durability::Buffered {
+        if self.options.durability == crate::options::Durability::Buffered {
             self.writer.sync_all()?;
         }
         // Shard by shard of the key map, in each in the order it holds them.
@@ -756,7 +749,7 @@ mod tests {
     use crate::store::Store;
 
     /// Receives message `id` into context `c{id % 7}`.
-    fn receive(store: &Store, id: usize) -> crate::Receipt {
+    fn receive(store: &Store, id: usize) -> crate::store::Receipt {
         let msg = format!(
             r#"{{"messageId":"m{id}","role":"ROLE_USER","contextId":"c{}","parts":[{{"text":"hi"}}]}}"#,
             id % 7
@@ -816,7 +809,7 @@ mod tests {
             .map(|c| {
                 let context = format!("c{c}");
                 let raws = store.last_messages("t", &context, 100).unwrap();
-                let query = crate::ListTasksQuery {
+                let query = crate::store::ListTasksQuery {
                     context_id: Some(context),
                     history_length: Some(100),
                     ..Default::default()
@@ -1051,7 +1044,7 @@ mod tests {
         let mut out = Vec::new();
         for tenant in ["t", "u", "w"] {
             for c in (0..11).map(|c| format!("c{c}")).chain(["many".to_string()]) {
-                let query = crate::ListTasksQuery {
+                let query = crate::store::ListTasksQuery {
                     context_id: Some(c),
                     include_artifacts: true,
                     ..Default::default()
@@ -1102,7 +1095,7 @@ mod tests {
         let task = store
             .list_tasks(
                 "t",
-                &crate::ListTasksQuery {
+                &crate::store::ListTasksQuery {
                     context_id: Some("c0".into()),
                     ..Default::default()
                 },

@@ -22,7 +22,7 @@ use crate::log::manifest::Manifest;
 use crate::log::record::{self, ContextName, RecordBody, RecordKind};
 use crate::log::segments::{segment_file_name, segment_path, RecordLoc, Sealed, SegmentData};
 use crate::namespace::{ContextKey, NAMESPACE_VERSION};
-use crate::MAX_RECORD_BYTES;
+use crate::options::MAX_RECORD_BYTES;
 
 /// What a compaction (or one merge) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -36,7 +36,7 @@ pub(crate) struct Counters {
 impl Store {
     /// Runs one step of the store's self-maintenance now, in the calling
     /// thread, whatever the store's activity: the merge the policy of
-    /// [`Options::maintenance`](crate::Options::maintenance) (or, if that
+    /// [`Options::maintenance`](crate::options::Options::maintenance) (or, if that
     /// is `None`, [`Maintenance::default`]) picks first, at full speed.
     /// Returns what it merged, or `None` when the layout needs nothing (or
     /// another merge or a compaction is running).
@@ -515,7 +515,7 @@ mod tests {
     #[test]
     fn every_durable_append_and_sync_counts_as_a_sync_begun_and_ended() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::Store::open(dir.path(), Options::default()).unwrap();
+        let store = crate::store::Store::open(dir.path(), Options::default()).unwrap();
         let activity = || store.shared.writer.sync_activity();
         assert_eq!(activity(), (0, 0));
         for i in 0..3 {
@@ -638,7 +638,7 @@ mod tests {
     fn merged_by_tiers_a_context_lives_in_few_places() {
         let fs = crate::fs::MemFs::new();
         let options = Options::default()
-            .durability(crate::Durability::Buffered)
+            .durability(crate::options::Durability::Buffered)
             .segment_bytes(4096)
             .maintenance(Some(Maintenance::default().background(false)))
             .fs(Arc::new(fs));
@@ -666,7 +666,7 @@ mod tests {
         let runs = store.shape(&manifest).runs.len();
         assert!(runs <= 20, "{runs} runs: {:?}", store.shape(&manifest).runs);
         for c in 0..20 {
-            let key = crate::ContextKey::derive("t", &format!("c{c}")).unwrap();
+            let key = crate::namespace::ContextKey::derive("t", &format!("c{c}")).unwrap();
             let slot = store.index.get(&key).unwrap();
             let places: std::collections::HashSet<u64> = slot
                 .state

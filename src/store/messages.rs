@@ -188,7 +188,8 @@ impl Store {
 mod tests {
     use super::*;
     use crate::a2a::{Message, Role, TaskState, TaskStatus};
-    use crate::{Error, Options};
+    use crate::error::Error;
+    use crate::options::Options;
 
     /// A context of plain appends, received messages and status replies.
     fn fill(store: &Store) {

@@ -26,6 +26,8 @@ mod maintain;
 mod messages;
 mod open;
 use open::{holds_store, lock_dir, moved_under, READ_ONLY_TRIES};
+#[cfg(feature = "replicate")]
+mod attach;
 pub(crate) mod portable;
 mod push;
 mod receive;
@@ -40,6 +42,10 @@ use crate::index::context::Kind;
 use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind, View, ViewKind};
 use crate::namespace::{context_message_key, message_key, ContextKey};
 use crate::options::Options;
+#[cfg(feature = "replicate")]
+pub use attach::ReplicationStatus;
+#[cfg(feature = "replicate")]
+pub(crate) use attach::{Attach, Attachment, WriteGate};
 pub use compact::{CompactReport, CompactStep};
 pub use deferred::{PendingReceive, PendingWrite};
 pub use messages::{MessageBuf, StoredMessageRef};
@@ -59,7 +65,7 @@ pub const MAX_PAGE_SIZE: usize = 100;
 /// An embedded conversation-history store: one directory on disk.
 ///
 /// `Store` is `Send + Sync`; share it by reference or in an `Arc`. Unless
-/// [`Options::maintenance`](crate::Options::maintenance) says otherwise, an
+/// [`Options::maintenance`](crate::options::Options::maintenance) says otherwise, an
 /// open store keeps its own log's layout on a background thread (see
 /// [`Store::maintain`]), stopped when the store is closed or dropped.
 pub struct Store {
@@ -68,7 +74,7 @@ pub struct Store {
     maintainer: Option<maintain::Maintainer>,
     /// The replication thread, if the store replicates.
     #[cfg(feature = "replicate")]
-    replicator: Option<crate::replicate::Replicator>,
+    replicator: Option<Box<dyn attach::Attachment>>,
     /// `close` ran: nothing left for `drop` to do.
     closed: bool,
 }
@@ -111,7 +117,7 @@ pub struct Shared {
     /// the write, to wait for a restore point (synchronous) or ask for a
     /// round once a batch of bytes waits.
     #[cfg(feature = "replicate")]
-    replica: std::sync::OnceLock<crate::replicate::Link>,
+    replica: std::sync::OnceLock<Box<dyn attach::WriteGate>>,
     _lock: Box<dyn Send + Sync>,
 }
 
@@ -200,12 +206,12 @@ pub struct Stats {
     pub merges: u64,
     /// The bytes those merges wrote.
     pub merged_bytes: u64,
-    /// With [`Durability::GroupCommit`](crate::Durability::GroupCommit),
+    /// With [`Durability::GroupCommit`](crate::options::Durability::GroupCommit),
     /// the syncs its syncer ran since the open (each covers every append
     /// before it)...
     pub group_syncs: u64,
     /// ...and how many of them lingered first (see
-    /// [`Options::commit_linger`](crate::Options::commit_linger)).
+    /// [`Options::commit_linger`](crate::options::Options::commit_linger)).
     pub lingered_syncs: u64,
 }
 
@@ -582,7 +588,7 @@ impl Store {
         self.writer.poison_cause()
     }
 
-    /// Makes every append so far durable (for [`Durability::Buffered`](crate::Durability::Buffered)).
+    /// Makes every append so far durable (for [`Durability::Buffered`](crate::options::Durability::Buffered)).
     ///
     /// # Examples
     ///
@@ -610,7 +616,7 @@ impl Store {
         self.writer.set_commit_linger(linger);
     }
 
-    /// With [`Durability::GroupCommit`](crate::Durability::GroupCommit),
+    /// With [`Durability::GroupCommit`](crate::options::Durability::GroupCommit),
     /// the syncs its syncer ran since the open and how many of them
     /// lingered first: [`Stats::group_syncs`] and
     /// [`Stats::lingered_syncs`], without the rest of the stats' walk.
@@ -665,9 +671,9 @@ impl Store {
     }
 
     /// How far the store's replica trails it (`None`: the store does not
-    /// replicate). See [`Options::replicate`](crate::Options::replicate).
+    /// replicate). See [`Options::replicate`](crate::options::Options::replicate).
     #[cfg(feature = "replicate")]
-    pub fn replication(&self) -> Option<crate::replicate::ReplicationStatus> {
+    pub fn replication(&self) -> Option<ReplicationStatus> {
         self.replicator
             .as_ref()
             .map(|r| r.status(self.synced_position()))
@@ -675,14 +681,11 @@ impl Store {
 
     /// Ships everything synced so far and publishes a restore point now,
     /// waiting up to `timeout` (the thread otherwise does so every
-    /// [`Replicate::interval`](crate::replicate::Replicate::interval)).
+    /// [`Replicate::interval`](crate::Replicate::interval)).
     /// Fails if the store does not replicate, the round fails (its error
     /// says why; the thread retries), or it does not end in time.
     #[cfg(feature = "replicate")]
-    pub fn ship_replica(
-        &self,
-        timeout: std::time::Duration,
-    ) -> Result<crate::replicate::ReplicationStatus> {
+    pub fn ship_replica(&self, timeout: std::time::Duration) -> Result<ReplicationStatus> {
         match &self.replicator {
             Some(replicator) => {
                 replicator.ship_now(timeout)?;

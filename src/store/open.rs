@@ -16,8 +16,11 @@ use crate::log::recovery::{self, recover, OpenReport};
 use crate::log::segments::{RecordLoc, Segments};
 use crate::log::writer::LogWriter;
 use crate::namespace::ContextKey;
+use crate::options::MAX_RECORD_BYTES;
 use crate::options::{Options, RecoveryMode};
-use crate::MAX_RECORD_BYTES;
+
+#[cfg(feature = "replicate")]
+use super::attach::Attach;
 
 impl Store {
     /// Opens the store in `dir`, creating it if needed, and recovers the log.
@@ -83,7 +86,7 @@ impl Store {
     /// ```
     pub fn open_read_only(dir: impl AsRef<Path>, options: Options) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        let mut options = options.durability(crate::Durability::Buffered);
+        let mut options = options.durability(crate::options::Durability::Buffered);
         options.read_only = true;
         check_options(&options)?;
         if !holds_store(options.fs.as_ref(), &dir)? {
@@ -255,7 +258,9 @@ impl Store {
         #[cfg(feature = "replicate")]
         let replicator = match shared.options.replicate.clone() {
             Some(config) if !shared.options.read_only => {
-                if config.synchronous && shared.options.durability == crate::Durability::Buffered {
+                if config.synchronous
+                    && shared.options.durability == crate::options::Durability::Buffered
+                {
                     return Err(Error::InvalidParams {
                         field: "replicate",
                         reason: "synchronous replication ships only synced bytes, which \
@@ -263,8 +268,8 @@ impl Store {
                             .into(),
                     });
                 }
-                let replicator = crate::replicate::Replicator::start(&shared, config.clone())?;
-                let _ = shared.replica.set(replicator.link(&config));
+                let (replicator, gate) = config.attach(&shared)?;
+                let _ = shared.replica.set(gate);
                 Some(replicator)
             }
             _ => None,

@@ -175,7 +175,7 @@ pub(crate) type SinkFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkErro
 
 /// What an [`EventSink`] writes through: the server's running turn. A
 /// trait, so that this module (the agent's view of the server) depends on
-/// nothing else of the server; `turn.rs` implements it.
+/// nothing else of the server; `sends/turn.rs` implements it.
 pub(crate) trait TurnEvents: Send + Sync {
     /// The task the turn works on.
     fn task_id(&self) -> &str;

@@ -30,39 +30,23 @@
 pub mod agent;
 pub mod agents;
 pub mod auth;
+mod bindings;
 mod card;
 pub mod config;
 pub use config::store_options;
-mod core;
 #[doc(hidden)]
 pub mod crashpoint;
-mod delivery;
 pub mod error;
-mod following;
 #[doc(hidden)]
 pub mod fuzzing;
-mod health;
-mod hub;
-mod inbound;
-mod keys;
-mod listener;
+mod http;
 pub mod logline;
-mod media;
-mod protonames;
 mod push;
-mod pushes;
-mod reply;
-mod rest;
-mod restart;
-mod rpc;
-mod sse;
-mod standby;
+mod recovery;
+mod sends;
 mod state;
-mod storecell;
-mod turn;
-mod turns;
+mod streams;
 mod util;
-mod v03;
 mod webhook;
 
 use std::future::Future;
@@ -149,7 +133,7 @@ impl Server {
                 field: "follow",
                 reason: "a standby needs the replica it follows (Config::replicate)".into(),
             })?;
-        let (standby, store) = standby::Standby::start(from, dir.as_ref().to_path_buf())?;
+        let (standby, store) = state::standby::Standby::start(from, dir.as_ref().to_path_buf())?;
         Ok(Self::build(store, config, agent, tokens, Some(standby)))
     }
 
@@ -179,19 +163,19 @@ impl Server {
         config: Config,
         agent: Arc<dyn AgentExecutor>,
         tokens: Option<Tokens>,
-        standby: Option<standby::Standby>,
+        standby: Option<state::standby::Standby>,
     ) -> Self {
         let (shutdown, watching) = watch::channel(false);
         let description = agent.describe();
         let cards = card::Cards::new(&config, &description, tokens.is_some());
         let shared = Arc::new_cyclic(|me| Shared {
-            store: storecell::StoreCell::new(store, health::reopener(me.clone()))
+            store: state::storecell::StoreCell::new(store, recovery::health::reopener(me.clone()))
                 .with_linger(config.commit_linger),
             agent,
-            turns: turns::Turns::new(config.max_turns.max(1)),
-            pushes: pushes::Pushes::new(&config.push),
+            turns: state::turns::Turns::new(config.max_turns.max(1)),
+            pushes: state::pushes::Pushes::new(&config.push),
             config,
-            hub: Arc::new(hub::Hub::default()),
+            hub: Arc::new(state::hub::Hub::default()),
             cards,
             tokens,
             shutdown: watching,
@@ -208,12 +192,12 @@ impl Server {
     /// program that serves them itself (`run` does this).
     pub fn router(&self) -> Router {
         Router::new()
-            .route("/", post(rpc::endpoint))
+            .route("/", post(bindings::rpc::endpoint))
             .route("/.well-known/agent-card.json", get(agent_card))
-            .route("/healthz", get(health::healthz))
-            .merge(rest::routes())
-            .merge(v03::rest::routes())
-            .fallback(rest::not_found)
+            .route("/healthz", get(recovery::health::healthz))
+            .merge(bindings::rest::routes())
+            .merge(bindings::v03::rest::routes())
+            .fallback(bindings::rest::not_found)
             .layer(axum::middleware::from_fn(negotiate))
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .with_state(self.shared.clone())
@@ -225,8 +209,8 @@ impl Server {
     /// acknowledged event; returns how many turns it resolved. `run` calls
     /// it before it accepts a request.
     pub async fn recover(&self) -> usize {
-        let resolved = restart::recover(&self.shared).await;
-        let deliveries = delivery::resume(&self.shared).await;
+        let resolved = recovery::restart::recover(&self.shared).await;
+        let deliveries = push::delivery::resume(&self.shared).await;
         if deliveries > 0 {
             info!(configs = deliveries, "resumed push deliveries");
         }
@@ -244,7 +228,7 @@ impl Server {
         if self.shared.standby.is_some() {
             // A standby writes nothing until it is promoted (which resolves
             // the turns the old writer left then).
-            tokio::spawn(following::run(self.shared.clone()));
+            tokio::spawn(recovery::following::run(self.shared.clone()));
         } else {
             let resolved = self.recover().await;
             if resolved > 0 {
@@ -254,7 +238,7 @@ impl Server {
                 );
             }
         }
-        if let Some(files) = listener::open_files_limit() {
+        if let Some(files) = http::listener::open_files_limit() {
             let wanted = self.shared.config.max_connections as u64 + 64;
             if files < wanted {
                 warn!(
@@ -278,7 +262,7 @@ impl Server {
                 let _ = signalled.changed().await;
                 let left = shared.turns.drain(shared.config.grace).await;
                 for (tenant, task) in left {
-                    turn::fail(
+                    sends::turn::fail(
                         &shared,
                         &tenant,
                         &task,
@@ -296,7 +280,7 @@ impl Server {
             let _ = stop.send(true);
             let _ = signalled_tx.send(true);
         };
-        let served = listener::serve(listener, app, shared.clone(), graceful).await;
+        let served = http::listener::serve(listener, app, shared.clone(), graceful).await;
         let _ = drain.await;
         close(shared).await;
         served
@@ -342,7 +326,7 @@ async fn close(shared: Arc<Shared>) {
 /// Every call of both bindings: a body of another type is refused before
 /// anything reads it (JSON-RPC: -32005 with HTTP 200, as the binding's
 /// errors are; HTTP+JSON: 415), and a JSON response is written in the
-/// client's type ([`media::response_type`]). The agent card and `/healthz` are
+/// client's type ([`http::media::response_type`]). The agent card and `/healthz` are
 /// not calls: they keep their own.
 async fn negotiate(request: Request, next: Next) -> Response {
     let path = request.uri().path();
@@ -351,19 +335,24 @@ async fn negotiate(request: Request, next: Next) -> Response {
     }
     let rpc = path == "/";
     if request.method() == Method::POST {
-        if let Err(e) = media::check_request(request.headers()) {
+        if let Err(e) = http::media::check_request(request.headers()) {
             return match rpc {
-                true => rpc::error(&RawValue::NULL.to_owned(), &e),
-                false => rest::error(&e),
+                true => bindings::rpc::error(&RawValue::NULL.to_owned(), &e),
+                false => bindings::rest::error(&e),
             };
         }
     }
-    let wanted = media::response_type(request.headers());
+    let wanted = http::media::response_type(request.headers());
     let mut response = next.run(request).await;
     let json = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|t| matches!(media::essence(t).as_str(), media::JSON | media::A2A_JSON));
+        .is_some_and(|t| {
+            matches!(
+                http::media::essence(t).as_str(),
+                http::media::JSON | http::media::A2A_JSON
+            )
+        });
     if json {
         response.headers_mut().insert(header::CONTENT_TYPE, wanted);
     }

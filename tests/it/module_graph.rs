@@ -164,7 +164,7 @@ pub fn graph(src: &Path, skip: &[&str]) -> Graph {
 }
 
 /// The graph of the files of one folder of `src`, `src/FOLDER`: each file
-/// (or sub-folder) but `mod.rs`, and the others it uses.
+/// (or sub-folder, as one) but `mod.rs`, and the others it uses.
 pub fn folder_graph(src: &Path, folder: &str) -> Graph {
     let files = modules(&src.join(folder), &["mod"]);
     let names: BTreeSet<String> = files.keys().cloned().collect();
@@ -172,7 +172,12 @@ pub fn folder_graph(src: &Path, folder: &str) -> Graph {
         .iter()
         .map(|(name, paths)| {
             let code = code(paths);
-            let mut heads = heads_after(&code, "super::");
+            // In a sub-folder's files, `super::` is the sub-folder.
+            let up = match src.join(folder).join(name).is_dir() {
+                true => "super::super::",
+                false => "super::",
+            };
+            let mut heads = heads_after(&code, up);
             heads.extend(heads_after(&code, &format!("crate::{folder}::")));
             let mut used: BTreeSet<String> =
                 heads.into_iter().filter(|h| names.contains(h)).collect();

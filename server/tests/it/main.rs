@@ -17,6 +17,8 @@ mod doc_examples;
 mod fuzz_corpus;
 mod input;
 mod layout;
+#[path = "../../../tests/it/module_graph.rs"]
+mod module_graph;
 mod protocol;
 mod push;
 mod push_crash;

@@ -2,7 +2,7 @@
 //! its events checked and made durable before anyone sees it, the turn's
 //! end resolved (failed if the agent broke the rules or left the task
 //! unfinished). The registry of turns (cancellation, the bound on turns
-//! at once) is `turns.rs`.
+//! at once) is `state/turns.rs`.
 
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn, Instrument};
 
 use crate::agent::{Cancellation, EventSink, SinkError, SinkFuture, TurnContext, TurnEvents};
-use crate::hub::Settled;
+use crate::state::hub::Settled;
 use crate::state::Shared;
 
 /// One running turn: what its sink writes to (through [`TurnEvents`]).
@@ -320,7 +320,7 @@ impl Turn {
             tenant: self.tenant.clone(),
             task_id: self.task_id.clone(),
             streamed,
-            waited: followed && state.is_some_and(crate::reply::settled),
+            waited: followed && state.is_some_and(crate::streams::reply::settled),
         };
         let cell = &self.shared.store;
         let deferred = cell
@@ -356,7 +356,7 @@ impl Turn {
                     crate::crashpoint::point("first-event");
                 }
                 progress.events += 1;
-                if state.is_some_and(crate::reply::settled) {
+                if state.is_some_and(crate::streams::reply::settled) {
                     // The turn is over: nothing more of it is taken, and
                     // the context is free before anyone hears of the end.
                     progress.ended = true;
@@ -543,14 +543,18 @@ struct ReadBack {
     waited: bool,
 }
 
-type Fresh = (u64, Option<Arc<crate::hub::Payload>>, Option<(Task, u64)>);
+type Fresh = (
+    u64,
+    Option<Arc<crate::state::hub::Payload>>,
+    Option<(Task, u64)>,
+);
 
 impl ReadBack {
     fn read(&self, store: &ctxlog::Store, seq: u64) -> Fresh {
         let (tenant, task_id) = (&self.tenant, &self.task_id);
         let payload = self
             .streamed
-            .then(|| crate::sse::written_payload(store, tenant, task_id, seq))
+            .then(|| crate::streams::sse::written_payload(store, tenant, task_id, seq))
             .flatten();
         let snapshot = self
             .waited

@@ -16,16 +16,16 @@ use ctxlog::a2a::v03::{self, Wire};
 
 use super::{config_in, json_of, push_config_out, send_params};
 use crate::auth::Protocol;
-use crate::core::{self, IdParams};
-use crate::error::A2aError;
-use crate::keys::Key;
-use crate::push;
-use crate::rest::{
+use crate::bindings::core::{self, IdParams};
+use crate::bindings::rest::{
     admit_as, body_bytes, error, get_params, json_text, ok_json, push_path, task_action, timed,
     PathParams,
 };
-use crate::sse::{self, Framing};
+use crate::error::A2aError;
+use crate::push::configs as push;
+use crate::state::keys::Key;
 use crate::state::Shared;
+use crate::streams::sse::{self, Framing};
 
 /// The routes.
 pub(crate) fn routes() -> Router<Arc<Shared>> {

@@ -3,6 +3,13 @@
 //! module of its own below this one; what works over the whole (a
 //! request, a turn) is above it.
 
+pub(crate) mod hub;
+pub(crate) mod keys;
+pub(crate) mod pushes;
+pub(crate) mod standby;
+pub(crate) mod storecell;
+pub(crate) mod turns;
+
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -11,11 +18,11 @@ use crate::agent::AgentExecutor;
 use crate::auth::Tokens;
 use crate::card::Cards;
 use crate::config::Config;
-use crate::hub::Hub;
-use crate::keys::Keys;
-use crate::pushes::Pushes;
-use crate::storecell::StoreCell;
-use crate::turns::Turns;
+use crate::state::hub::Hub;
+use crate::state::keys::Keys;
+use crate::state::pushes::Pushes;
+use crate::state::storecell::StoreCell;
+use crate::state::turns::Turns;
 use crate::util::lock;
 
 /// The server's shared state.
@@ -41,7 +48,7 @@ pub(crate) struct Shared {
     /// The media types the agent takes (its card's `defaultInputModes`).
     pub(crate) input_modes: Vec<String>,
     /// A standby's follower (`--follow`), if this server is one.
-    pub(crate) standby: Option<crate::standby::Standby>,
+    pub(crate) standby: Option<crate::state::standby::Standby>,
 }
 
 impl Shared {

@@ -1,7 +1,7 @@
 //! A send's first half: its message received (durable before anything
 //! else happens, under the `Idempotency-Key` and messageId rules, on the
 //! async worker where it can be) and, unless it was received before, its
-//! turn started. `core.rs` waits for the turn and answers.
+//! turn started. `bindings/core.rs` waits for the turn and answers.
 
 use std::sync::Arc;
 
@@ -12,10 +12,10 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::Idempotency;
 use crate::error::{busy, from_store, A2aError};
-use crate::hub::Follower;
-use crate::keys::Key;
+use crate::sends::turn;
+use crate::state::hub::Follower;
+use crate::state::keys::Key;
 use crate::state::Shared;
-use crate::turn;
 
 /// A send received and, unless it was a resend, its turn begun.
 pub(crate) struct Begun {
@@ -32,7 +32,7 @@ pub(crate) struct Begun {
 pub(crate) struct Inbound<'a> {
     pub(crate) message: &'a RawValue,
     pub(crate) v03: bool,
-    pub(crate) push: Option<crate::push::Inline>,
+    pub(crate) push: Option<crate::push::configs::Inline>,
     /// The send streams its task's events (counted among its streams from
     /// before its turn starts).
     pub(crate) streamed: bool,
@@ -237,7 +237,7 @@ fn direct_reply_refused(
 struct Incoming<'a> {
     raw: &'a [u8],
     v03: bool,
-    push: Option<&'a crate::push::Inline>,
+    push: Option<&'a crate::push::configs::Inline>,
 }
 
 /// A message received, and its push config as stored with it (if it

@@ -185,7 +185,7 @@ async fn promote(shared: &Arc<Shared>) -> bool {
                 state.promotion_error = None;
             }
             info!("promoted: this server now writes, and the replica is its");
-            let resolved = crate::restart::recover(shared).await;
+            let resolved = crate::recovery::restart::recover(shared).await;
             if resolved > 0 {
                 info!(
                     tasks = resolved,

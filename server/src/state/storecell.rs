@@ -1,6 +1,6 @@
 //! The store every call uses: held in a cell so that a store poisoned by a
 //! failed write or sync can be taken out and opened again (see
-//! `health.rs`), and the way every call reaches it (on the blocking pool,
+//! `recovery/health.rs`), and the way every call reaches it (on the blocking pool,
 //! but a send's message and its turn's events, written deferred on the
 //! async workers).
 

@@ -1,4 +1,4 @@
-//! v0.3's JSON-RPC methods, at the same endpoint as v1.0's: `rpc.rs`
+//! v0.3's JSON-RPC methods, at the same endpoint as v1.0's: `bindings/rpc.rs`
 //! calls them for a request without `A2A-Version` (or naming 0.3), and
 //! frames what they answer.
 
@@ -12,12 +12,12 @@ use serde_json::Value;
 use ctxlog::a2a::v03::{self, Wire};
 
 use super::{config_in, json_of, push_config_out, send_params, v1_hint};
-use crate::core::{self, params, GetParams, IdParams};
+use crate::bindings::core::{self, params, GetParams, IdParams};
 use crate::error::A2aError;
-use crate::keys::Key;
-use crate::push;
-use crate::sse::{self, Follow, Translate};
+use crate::push::configs as push;
+use crate::state::keys::Key;
 use crate::state::Shared;
+use crate::streams::sse::{self, Follow, Translate};
 
 /// `GetTaskPushNotificationConfigParams`, `ListTaskPushNotificationConfigParams`
 /// and `DeleteTaskPushNotificationConfigParams`.

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tracing::{info, warn};
 
 use crate::error::A2aError;
-use crate::pushes::{Delivery, DeliveryKey};
+use crate::state::pushes::{Delivery, DeliveryKey};
 use crate::state::Shared;
 use crate::util::lock;
 use crate::webhook::{Connection, Post, Stored, Target};
@@ -178,7 +178,7 @@ async fn run(
     shared: &Shared,
     key: &DeliveryKey,
     delivery: &Delivery,
-    wake: &crate::hub::Wake,
+    wake: &crate::state::hub::Wake,
     config: &Opened,
     at: &mut Position,
 ) {
@@ -277,7 +277,7 @@ async fn run(
 /// After a wake: waits until the task has written nothing for
 /// [`GATHER_QUIET`], or [`GATHER_MOST`] has passed, or the delivery is
 /// interrupted. Whatever was written meanwhile is in the next read.
-async fn gather(shared: &Shared, delivery: &Delivery, wake: &crate::hub::Wake) {
+async fn gather(shared: &Shared, delivery: &Delivery, wake: &crate::state::hub::Wake) {
     let most = tokio::time::sleep(GATHER_MOST);
     tokio::pin!(most);
     loop {
@@ -479,7 +479,7 @@ async fn send(
             if health.failing {
                 info!(task = %key.1, config = %key.2, "a failing push config is delivered to again");
             }
-            *health = crate::pushes::Health {
+            *health = crate::state::pushes::Health {
                 delivered: health.delivered,
                 ..Default::default()
             };

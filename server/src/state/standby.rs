@@ -1,7 +1,7 @@
 //! A standby's part (`--follow URL`): the follower of the writer's
 //! replica, the local copy's directory, and what `/healthz` says of them
 //! (DESIGN.md §12, "Replication and a standby"; the loop that follows and
-//! promotes is `following.rs`).
+//! promotes is `recovery/following.rs`).
 
 use std::path::PathBuf;
 use std::sync::Mutex;

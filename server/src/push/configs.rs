@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::delivery::spawn;
 use crate::error::A2aError;
+use crate::push::delivery::spawn;
 use crate::state::Shared;
 use crate::webhook::{Authentication, Stored, Target};
 
@@ -62,7 +62,7 @@ pub(crate) struct ConfigRef {
     pub(crate) task_id: String,
     #[serde(default)]
     pub(crate) id: Option<String>,
-    #[serde(default, deserialize_with = "crate::protonames::int")]
+    #[serde(default, deserialize_with = "crate::http::protonames::int")]
     pub(crate) page_size: Option<i64>,
     #[serde(default)]
     pub(crate) page_token: Option<String>,

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use crate::core::{SendConfig, SendParams};
+use crate::bindings::core::{SendConfig, SendParams};
 use crate::error::A2aError;
 
 /// A result written in one of v0.3's forms: `value` (a v1.0 object
@@ -64,7 +64,7 @@ struct SendParams03 {
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SendConfig03 {
-    #[serde(default, deserialize_with = "crate::protonames::int")]
+    #[serde(default, deserialize_with = "crate::http::protonames::int")]
     history_length: Option<i64>,
     #[serde(default)]
     blocking: Option<bool>,
@@ -136,9 +136,12 @@ pub(crate) fn push_config_in(task_id: Option<&str>, config: Value) -> Result<Val
 
 /// A v0.3 `PushNotificationConfig` given for task `task_id`, as the push
 /// methods take it: a v0.3 client's (its deliveries in v0.3's form).
-pub(crate) fn config_in(task_id: &str, config: Value) -> Result<crate::push::ConfigIn, A2aError> {
+pub(crate) fn config_in(
+    task_id: &str,
+    config: Value,
+) -> Result<crate::push::configs::ConfigIn, A2aError> {
     let config = push_config_in(Some(task_id), config)?;
-    let config: crate::push::ConfigIn = serde_json::from_value(config)
+    let config: crate::push::configs::ConfigIn = serde_json::from_value(config)
         .map_err(|e| A2aError::invalid(format!("pushNotificationConfig: {e}")))?;
     Ok(config.by_v03_client(true))
 }

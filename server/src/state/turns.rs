@@ -1,7 +1,7 @@
 //! The registry of running turns: which task each works on, their
 //! cancellation and abort handles, the tasks failed for breaking the
 //! rules, and the bound on turns at once. The turns themselves run in
-//! `turn.rs`.
+//! `sends/turn.rs`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -29,7 +29,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::{now_ms, A2aError};
-use crate::storecell::StoreCell;
+use crate::state::storecell::StoreCell;
 use crate::util::lock;
 
 const DAY_MS: u64 = 86_400_000;

@@ -12,12 +12,12 @@ use serde_json::Value;
 use tracing::instrument;
 
 use crate::error::A2aError;
-use crate::hub::Follower;
-use crate::inbound::{begin_keyed, Begun, Inbound};
-use crate::keys::Key;
-use crate::reply::{direct_reply, is_direct_reply, settled};
-use crate::sse::{Follow, Start};
+use crate::sends::inbound::{begin_keyed, Begun, Inbound};
+use crate::state::hub::Follower;
+use crate::state::keys::Key;
 use crate::state::Shared;
+use crate::streams::reply::{direct_reply, is_direct_reply, settled};
+use crate::streams::sse::{Follow, Start};
 
 /// `SendMessageRequest` (the message kept as the text the client sent).
 #[derive(Debug, Deserialize)]
@@ -36,7 +36,7 @@ pub(crate) struct SendParams {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SendConfig {
-    #[serde(default, deserialize_with = "crate::protonames::int")]
+    #[serde(default, deserialize_with = "crate::http::protonames::int")]
     pub(crate) history_length: Option<i64>,
     #[serde(default)]
     pub(crate) return_immediately: Option<bool>,
@@ -49,7 +49,7 @@ pub(crate) struct SendConfig {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct GetParams {
     pub(crate) id: String,
-    #[serde(default, deserialize_with = "crate::protonames::int")]
+    #[serde(default, deserialize_with = "crate::http::protonames::int")]
     pub(crate) history_length: Option<i64>,
 }
 
@@ -67,11 +67,11 @@ pub(crate) struct ListParams {
     pub(crate) context_id: Option<String>,
     #[serde(default)]
     pub(crate) status: Option<String>,
-    #[serde(default, deserialize_with = "crate::protonames::int")]
+    #[serde(default, deserialize_with = "crate::http::protonames::int")]
     pub(crate) page_size: Option<i64>,
     #[serde(default)]
     pub(crate) page_token: Option<String>,
-    #[serde(default, deserialize_with = "crate::protonames::int")]
+    #[serde(default, deserialize_with = "crate::http::protonames::int")]
     pub(crate) history_length: Option<i64>,
     #[serde(default)]
     pub(crate) status_timestamp_after: Option<String>,
@@ -195,8 +195,8 @@ async fn begin_send(
     let (message, v03) = (&*params.message, params.v03);
     let config = params.configuration.unwrap_or_default();
     let push_config = config.task_push_notification_config.as_ref();
-    let push = crate::push::check_inline(shared, push_config, v03)?;
-    crate::media::check_parts(message.get(), &shared.input_modes, v03)?;
+    let push = crate::push::configs::check_inline(shared, push_config, v03)?;
+    crate::http::media::check_parts(message.get(), &shared.input_modes, v03)?;
     let history = history_length(config.history_length)?;
     let inbound = Inbound {
         message,
@@ -207,7 +207,7 @@ async fn begin_send(
     let mut begun = begin_keyed(shared, tenant, &inbound, key).await?;
     if let Some(config) = &inbound.push {
         let stored = begun.push.take();
-        crate::push::set_inline(shared, tenant, &begun.receipt, config, stored).await?;
+        crate::push::configs::set_inline(shared, tenant, &begun.receipt, config, stored).await?;
     }
     Ok((begun, history, config))
 }

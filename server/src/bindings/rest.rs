@@ -17,12 +17,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::auth::Protocol;
-use crate::core::{self, GetParams, IdParams, ListParams};
+use crate::bindings::core::{self, GetParams, IdParams, ListParams};
 use crate::error::A2aError;
-use crate::keys::Key;
-use crate::push;
-use crate::sse::{self, Framing};
+use crate::push::configs as push;
+use crate::state::keys::Key;
 use crate::state::Shared;
+use crate::streams::sse::{self, Framing};
 
 /// The binding's routes.
 pub(crate) fn routes() -> Router<Arc<Shared>> {
@@ -127,11 +127,11 @@ pub(crate) async fn body_bytes(
     parts: &Parts,
     body: Body,
 ) -> Result<axum::body::Bytes, A2aError> {
-    let bytes = crate::listener::read_request_body(shared, &parts.headers, body).await?;
+    let bytes = crate::http::listener::read_request_body(shared, &parts.headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(axum::body::Bytes::from_static(b"{}"));
     }
-    Ok(match crate::protonames::json_names(&bytes)? {
+    Ok(match crate::http::protonames::json_names(&bytes)? {
         Some(renamed) => renamed.into(),
         None => bytes,
     })
@@ -153,7 +153,7 @@ pub(crate) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, A2aError> {
         if key.eq_ignore_ascii_case("a2a-version") {
             continue;
         }
-        let key = crate::protonames::json_name(&key);
+        let key = crate::http::protonames::json_name(&key);
         if object.contains_key(&key) {
             return Err(A2aError::invalid(format!(
                 "the query names {key} twice (perhaps under its proto name too); send it once"

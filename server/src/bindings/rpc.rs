@@ -15,12 +15,12 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::auth::Protocol;
-use crate::core;
+use crate::bindings::core;
 use crate::error::A2aError;
-use crate::keys::Key;
-use crate::push;
-use crate::sse::{self, Framing};
+use crate::push::configs as push;
+use crate::state::keys::Key;
 use crate::state::Shared;
+use crate::streams::sse::{self, Framing};
 
 /// A JSON-RPC request's members.
 #[derive(Deserialize)]
@@ -45,7 +45,7 @@ pub(crate) async fn endpoint(State(shared): State<Arc<Shared>>, request: Request
         Ok(t) => t,
         Err(e) => return error(&null(), &e),
     };
-    let body = match crate::listener::read_request_body(&shared, &parts.headers, body).await {
+    let body = match crate::http::listener::read_request_body(&shared, &parts.headers, body).await {
         Ok(b) => b,
         Err(e) => return error(&null(), &e),
     };
@@ -135,7 +135,7 @@ fn envelope(body: &[u8]) -> Result<Option<Call>, Refused> {
 
 /// `params` with its proto field names read as JSON names.
 fn json_names(params: Box<RawValue>) -> Result<Box<RawValue>, A2aError> {
-    match crate::protonames::json_names(params.get().as_bytes())? {
+    match crate::http::protonames::json_names(params.get().as_bytes())? {
         // The rewrite changes keys only: it is JSON when what it read was.
         Some(text) => String::from_utf8(text)
             .ok()
@@ -178,14 +178,15 @@ async fn dispatch(
     let keep_alive = core::keep_alive(shared);
     let streams = match version {
         Protocol::V1_0 => matches!(method.as_str(), "SendStreamingMessage" | "SubscribeToTask"),
-        Protocol::V0_3 => crate::v03::rpc::streams(&method),
+        Protocol::V0_3 => crate::bindings::v03::rpc::streams(&method),
     };
     if streams {
         let (follow, translate) = match version {
             Protocol::V1_0 => (follow(shared, tenant, headers, &method, params).await, None),
             Protocol::V0_3 => {
-                let f = crate::v03::rpc::follow(shared, tenant, headers, &method, params).await;
-                (f, Some(crate::v03::rpc::TRANSLATE))
+                let f = crate::bindings::v03::rpc::follow(shared, tenant, headers, &method, params)
+                    .await;
+                (f, Some(crate::bindings::v03::rpc::TRANSLATE))
             }
         };
         return match follow {
@@ -199,7 +200,7 @@ async fn dispatch(
             tokio::time::timeout(limit, self::call(shared, tenant, headers, &method, params)).await
         }
         Protocol::V0_3 => {
-            let call = crate::v03::rpc::call(shared, tenant, headers, &method, params);
+            let call = crate::bindings::v03::rpc::call(shared, tenant, headers, &method, params);
             tokio::time::timeout(limit, call).await
         }
     };
@@ -216,7 +217,7 @@ async fn follow(
     headers: &HeaderMap,
     method: &str,
     raw: Option<Box<RawValue>>,
-) -> Result<crate::sse::Follow, A2aError> {
+) -> Result<crate::streams::sse::Follow, A2aError> {
     if method == "SendStreamingMessage" {
         let text = core::params_text(&raw);
         let key = Key::of(headers, method, text.as_bytes())?;
@@ -260,10 +261,12 @@ async fn call(
             let p: push::ConfigRef = push_params(shared, raw)?;
             json(&push::delete(shared, tenant, &p.task_id, p.id).await?)
         }
-        other if crate::v03::rpc::is_method(other) => Err(A2aError::MethodNotFound(format!(
-            "{other:?} is an A2A v0.3 method, and this request names A2A-Version 1.0: call \
+        other if crate::bindings::v03::rpc::is_method(other) => {
+            Err(A2aError::MethodNotFound(format!(
+                "{other:?} is an A2A v0.3 method, and this request names A2A-Version 1.0: call \
              v1.0's method, or leave the header out for v0.3"
-        ))),
+            )))
+        }
         other => Err(A2aError::MethodNotFound(format!(
             "{other:?} is not an A2A method; see the agent card"
         ))),

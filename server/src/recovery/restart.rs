@@ -13,8 +13,8 @@ use ctxlog::Receipt;
 use tracing::warn;
 
 use crate::config::OnRestart;
+use crate::sends::turn;
 use crate::state::Shared;
-use crate::turn;
 
 /// The message a task failed by a restart carries.
 pub(crate) const INTERRUPTED: &str = "The turn was interrupted: the server stopped while it ran. \

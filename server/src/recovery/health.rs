@@ -1,4 +1,4 @@
-//! The store's health: the store (in its cell, `storecell.rs`) taken out
+//! The store's health: the store (in its cell, `state/storecell.rs`) taken out
 //! and opened again when a failed write or sync has poisoned it, and
 //! `/healthz`.
 //!
@@ -22,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use ctxlog::Store;
 use tracing::{info, warn};
 
+use crate::state::storecell::backoff;
 use crate::state::Shared;
-use crate::storecell::backoff;
 
 /// How long a reopen waits for the calls under way to let go of the store.
 const LET_GO: Duration = Duration::from_secs(30);
@@ -88,7 +88,7 @@ async fn reopen(shared: &Arc<Shared>) {
     cell.set(Some(Arc::new(store)));
     cell.reopened();
     info!("the store is open again and takes writes");
-    let resolved = crate::restart::recover(shared).await;
+    let resolved = crate::recovery::restart::recover(shared).await;
     if resolved > 0 {
         info!(
             tasks = resolved,

@@ -29,9 +29,9 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 use crate::error::A2aError;
-use crate::hub::{Follower, Payload, PayloadKey};
-use crate::reply::{direct_reply, settled};
+use crate::state::hub::{Follower, Payload, PayloadKey};
 use crate::state::Shared;
+use crate::streams::reply::{direct_reply, settled};
 
 /// How much of the store (records' bytes) a stream reads at once.
 const PAGE_BYTES: usize = 256 << 10;

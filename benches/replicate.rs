@@ -28,6 +28,13 @@ use ctxlog::{Durability, Options, Replicate, Store};
 
 const ROUNDS: usize = 3;
 
+#[path = "common/figures.rs"]
+mod figures;
+
+fn record(figure: &str, value: f64, unit: &str) {
+    figures::record("replicate", figure, value, unit, quick());
+}
+
 fn quick() -> bool {
     std::env::var_os("CTXLOG_BENCH_QUICK").is_some()
 }
@@ -123,6 +130,12 @@ fn throughput(label: &str, threads: usize, per_thread: usize) {
         percentile(&mut lags, 0.5),
         percentile(&mut lags, 0.99),
         percentile(&mut lags, 1.0)
+    );
+    record(&format!("{label} / on over off"), on / off, "x");
+    record(
+        &format!("{label} / lag p99, local directory"),
+        percentile(&mut lags, 0.99),
+        "ms",
     );
 }
 
@@ -248,6 +261,12 @@ fn synchronous(per_thread: usize) {
         "synchronous replication, 1 writer: p50 {r50:.0} µs, p99 {r99:.0} µs; without replication p50 {l50:.0} µs, p99 {l99:.0} µs: {:.2}x, {:.2}x",
         r50 / l50,
         r99 / l99
+    );
+    record("synchronous, 1 writer / append p50", r50, "µs");
+    record(
+        "synchronous, 1 writer / append p50 without replication",
+        l50,
+        "µs",
     );
     let (mut asynchronous, mut sync) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {

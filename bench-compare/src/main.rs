@@ -349,6 +349,19 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
+#[path = "../../benches/common/figures.rs"]
+mod figures;
+
+/// Whether this run is a short one (its figures are marked so).
+static QUICK_RUN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Records a figure of this harness for the headline (see
+/// `benches/common/figures.rs`).
+fn record(figure: &str, value: f64, unit: &str) {
+    let quick = QUICK_RUN.load(std::sync::atomic::Ordering::Relaxed);
+    figures::record("compare", figure, value, unit, quick);
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -370,6 +383,14 @@ fn table(title: &str, unit: &str, lower_is_better: bool, rows: &[Row]) {
     for (name, values) in rows {
         print!("| {name} ({unit}) |");
         let base = values[0];
+        // A row of a table of mixed units names its own ("..., ms").
+        let row_unit = ["ms", "us", "MiB"]
+            .into_iter()
+            .find(|u| name.ends_with(&format!(", {u}")))
+            .unwrap_or(unit);
+        for (engine, v) in ENGINES.iter().zip(values) {
+            record(&format!("{title} / {name} / {engine}"), *v, row_unit);
+        }
         for (i, v) in values.iter().enumerate() {
             if i == 0 {
                 print!(" {v:.1} |");
@@ -927,6 +948,21 @@ fn w3_exchanges(scale: Scale, root: &Path) {
         "- reopen after clean close: {:.1} ms; after the writer was killed: {killed}",
         reopened.as_secs_f64() * 1e3,
     );
+    record(
+        "W3 exchanges / reopen after a clean close",
+        reopened.as_secs_f64() * 1e3,
+        "ms",
+    );
+    record(
+        "W3 exchanges / reopen after a kill",
+        killed.opened.as_secs_f64() * 1e3,
+        "ms",
+    );
+    record(
+        "W3 exchanges / index bytes per message",
+        st.index_bytes as f64 / st.messages as f64,
+        "B",
+    );
     println!(
         "- index bytes per stored message: {:.1} (target <= 64)",
         st.index_bytes as f64 / st.messages as f64
@@ -947,6 +983,11 @@ fn w3_exchanges(scale: Scale, root: &Path) {
         "- space on disk / live payload: {full:.2}x as written, {half:.2}x with half the contexts deleted, {:.2}x after compact() ({:.1} s; target <= 1.15x)",
         space(&store),
         compacted.as_secs_f64()
+    );
+    record(
+        "W3 exchanges / space after compact, half deleted",
+        space(&store),
+        "x",
     );
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -1255,6 +1296,11 @@ fn floors(scale: Scale, root: &Path) {
             "- append of {size} B + fdatasync: p50 {:.1} us",
             us(pct(&lat, 0.5))
         );
+        record(
+            &format!("floors / append of {size} B + fdatasync, p50"),
+            us(pct(&lat, 0.5)),
+            "us",
+        );
     }
     let src: Vec<Vec<u8>> = (0..20).map(|i| body(1, i)).collect();
     let mut lat: Vec<Duration> = (0..10_000)
@@ -1341,15 +1387,14 @@ fn main() {
         _ => None,
     };
     if let Some(rows) = rows {
-        let scale = if args.get(1).map(String::as_str) == Some("full") {
-            FULL
-        } else {
-            QUICK
-        };
+        let full = args.get(1).map(String::as_str) == Some("full");
+        QUICK_RUN.store(!full, std::sync::atomic::Ordering::Relaxed);
+        let scale = if full { FULL } else { QUICK };
         rows(scale, scratch_root().path());
         return;
     }
     let full = args.first().map(String::as_str) == Some("full");
+    QUICK_RUN.store(!full, std::sync::atomic::Ordering::Relaxed);
     let scale = if full { FULL } else { QUICK };
     let root = scratch_root();
     println!(

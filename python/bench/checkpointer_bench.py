@@ -33,6 +33,7 @@ import argparse
 import operator
 import os
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -44,6 +45,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from ctxlog.langgraph import CtxlogSaver
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import record  # noqa: E402
 
 
 # Reopens, each timing one first call.
@@ -271,6 +275,11 @@ def main() -> None:
                   "first list": "list, 1st, reopened"}
         for key in ("put", "put_writes", "invoke", "get", "first get", "first list"):
             row(labels.get(key, key), mine[key], theirs[key])
+            if key in ("put", "put_writes", "invoke"):
+                quick = args.steps < 200
+                label = labels.get(key, key)
+                record("checkpointer", f"CtxlogSaver / {label} p50", pct(mine[key], .5), "ms", quick)
+                record("checkpointer", f"SqliteSaver / {label} p50", pct(theirs[key], .5), "ms", quick)
         print(f"{'bytes on disk':>24} {mine['bytes']:>10,} {'':>7} {theirs['bytes']:>10,}")
         listed = lists(tmp, [10, args.checkpoints])
         print(f"\nlist(limit=10), 500 calls each, in turns; ms")

@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import random
+import sys
 import statistics
 import tempfile
 import time
@@ -37,6 +38,9 @@ from agents.memory import SQLiteSession
 
 import ctxlog
 from ctxlog.agents import CtxlogSession
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import record  # noqa: E402
 
 
 def turn(n: int) -> list[dict]:
@@ -160,6 +164,11 @@ async def main() -> None:
                 f"{size:>12,} {m50:>10.3f} {m99:>7.3f} {t50:>10.3f} {t99:>7.3f} {t50 / m50:>6.1f} {t99 / m99:>6.1f}"
                 f" {f50:>9.3f} {f99:>7.3f} {t50 / f50:>6.1f} {t99 / f99:>6.1f}"
             )
+            if size == 1_000:
+                quick = args.turns < 300
+                for store, p50, p99 in (("CtxlogSession", m50, m99), ("SQLiteSession", t50, t99)):
+                    record("session", f"{store} / add_items, 1,000 items / p50", p50, "ms", quick)
+                    record("session", f"{store} / add_items, 1,000 items / p99", p99, "ms", quick)
         mine_dir, theirs_db = os.path.join(tmp, "reads"), os.path.join(tmp, "reads.db")
         fill_ctxlog(mine_dir, args.sessions)
         await fill_sqlite(theirs_db, args.sessions)

@@ -26,6 +26,7 @@ SQLite journal and database pages, and ctxlog's record.
 import argparse
 import asyncio
 import os
+import sys
 import statistics
 import tempfile
 import time
@@ -35,6 +36,9 @@ from a2a.server.tasks import DatabaseTaskStore, InMemoryTaskStore
 from a2a.types.a2a_pb2 import Message, Part, Role, Task, TaskState, TaskStatus
 
 from ctxlog.a2a import CtxlogTaskStore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import record  # noqa: E402
 
 
 def written() -> int:
@@ -140,6 +144,9 @@ async def main() -> None:
         cells = " | ".join(f"{around(times, m) * 1e3:.3f}, {around(sizes, m):,.0f}" for m in marks)
         flat = around(times, marks[-1]) / around(times, marks[0])
         print(f"| {name} | {cells} | {flat:.2f}x | {total:.3f} |")
+        quick = args.turns < 200
+        record("task_store", f"{name} / save {marks[-1]}", around(times, marks[-1]) * 1e3, "ms", quick)
+        record("task_store", f"{name} / whole task of {args.turns} turns", total, "s", quick)
     sqlite_total = rows["SQLite (DatabaseTaskStore)"][2]
     print(f"\nWhole task, SQLite / ctxlog: {sqlite_total / rows['ctxlog (sync)'][2]:.1f}x")
     floor_total = rows["floor: ctxlog, blocking the loop"][2]

@@ -65,6 +65,9 @@ mod process;
 #[path = "../bench/floor.rs"]
 mod floor;
 
+#[path = "../../benches/common/figures.rs"]
+mod figures;
+
 use process::{cpu_time, quantile, Process};
 
 /// CPU time per request between two readings.
@@ -381,6 +384,13 @@ fn main() {
     println!("\n{:<40} {:<62} 64 clients", "", "1 client");
     for (name, a, b) in &table {
         println!("{name:<40} {a}   {b}");
+        for (clients, run) in [("1 client", a), ("64 clients", b)] {
+            let figure = |what: &str| format!("{name} / {clients} / {what}");
+            figures::record("a2a_load", &figure("throughput"), run.rps, "req/s", quick);
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            figures::record("a2a_load", &figure("p50"), ms(run.p50), "ms", quick);
+            figures::record("a2a_load", &figure("p99"), ms(run.p99), "ms", quick);
+        }
     }
     println!("\n{v03_line}");
     println!("{sync_line}");

@@ -35,6 +35,9 @@ use tokio::sync::Notify;
 #[path = "../tests/it/common/process.rs"]
 mod process;
 
+#[path = "../../benches/common/figures.rs"]
+mod figures;
+
 use process::{cpu_time, quantile, rpc, rss_anon, Process};
 
 const CLIENTS: usize = 16;
@@ -282,6 +285,25 @@ fn deliveries_table(runtime: &tokio::runtime::Runtime, dir: &Path, script: &Path
             push.cpu_us - plain.cpu_us,
             (push.cpu_us - plain.cpu_us) / 5.0,
             push.deliveries
+        );
+        let quick = process::quick();
+        let record = |figure: &str, value: f64, unit: &str| {
+            figures::record("push", figure, value, unit, quick);
+        };
+        record(
+            "64 clients, best of 2 / sends with push",
+            push.sends,
+            "sends/s",
+        );
+        record(
+            "64 clients, best of 2 / deliveries",
+            push.deliveries,
+            "deliveries/s",
+        );
+        record(
+            "64 clients, best of 2 / sends without push",
+            plain.sends,
+            "sends/s",
         );
     }
 }

@@ -43,6 +43,9 @@ use tokio::io::AsyncWriteExt;
 #[path = "../tests/it/common/process.rs"]
 mod process;
 
+#[path = "../../benches/common/figures.rs"]
+mod figures;
+
 use process::{rss_anon, rss_total, Process};
 
 /// How far above its starting level (plus the index's growth) the
@@ -297,10 +300,7 @@ fn p99(mut latencies: Vec<Duration>) -> Duration {
 async fn short(server: &Process, dir: &Path) -> Checks {
     let pid = server.child.id();
     let client = Client::new(&server.url);
-    let sends = std::env::var("CTXLOG_SOAK_SENDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000);
+    let sends = soak_sends();
     let streams = 10_000;
     // Warm up (the runtime's threads, the allocator's arenas, the first
     // segments), then take the starting level.
@@ -681,6 +681,14 @@ impl Row {
     }
 }
 
+/// The units of traffic of the short form (`CTXLOG_SOAK_SENDS`).
+fn soak_sends() -> usize {
+    std::env::var("CTXLOG_SOAK_SENDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let benching = args.iter().any(|a| a == "--bench");
@@ -714,6 +722,19 @@ fn main() {
                 mib(fresh_anon),
                 mib(fresh_total),
             );
+            // The headline's figures are a million sends'; fewer are a
+            // short run's.
+            let sends = soak_sends();
+            let quick = sends < 1_000_000;
+            for (figure, bytes) in [
+                ("idle RssAnon after the traffic", checks.rss_end),
+                ("idle VmRSS after the traffic", checks.total_end),
+                ("RssAnon of a fresh process on the same store", fresh_anon),
+                ("VmRSS of a fresh process on the same store", fresh_total),
+                ("RssAnon held by 300 slow readers", checks.slow_readers),
+            ] {
+                figures::record("soak", figure, mib(bytes), "MiB", quick);
+            }
             checks.assert();
         }
     });

@@ -49,6 +49,10 @@ pub(super) struct Rounds {
     pub(super) stop: bool,
     /// A caller waits for the round with this number to end.
     pub(super) asked: u64,
+    /// The round asked for is wanted now, after a failure too:
+    /// [`ship_now`](crate::Store::ship_replica) cuts a failure's backoff
+    /// short (a nudge for a batch of bytes does not).
+    pub(super) urgent: bool,
     pub(super) started: u64,
     pub(super) finished: u64,
 }

@@ -186,6 +186,7 @@ impl Attachment for Replicator {
         let mut rounds = self.shared.rounds.lock();
         let want = rounds.started + 1;
         rounds.asked = rounds.asked.max(want);
+        rounds.urgent = true;
         self.shared.wake.notify_all();
         while rounds.finished < want {
             if rounds.stop {
@@ -254,13 +255,15 @@ fn run(
         let (stopping, number) = {
             let mut rounds = control.rounds.lock();
             // Until the interval is up, or a round is asked for; after a
-            // failure, only a stop cuts the backoff short.
+            // failure, only a stop or a caller waiting on `ship_now` cuts
+            // the backoff short.
             let until = Instant::now() + wait;
             while !rounds.stop
-                && (rounds.asked <= rounds.started || failed > 0)
+                && (rounds.asked <= rounds.started || (failed > 0 && !rounds.urgent))
                 && !control.wake.wait_until(&mut rounds, until).timed_out()
             {}
             rounds.started += 1;
+            rounds.urgent = false;
             control.nudged.store(false, Ordering::Release);
             let began = u64::try_from(control.base.elapsed().as_millis()).unwrap_or(u64::MAX);
             control.round_began.store(began, Ordering::Release);

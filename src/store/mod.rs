@@ -681,7 +681,9 @@ impl Store {
 
     /// Ships everything synced so far and publishes a restore point now,
     /// waiting up to `timeout` (the thread otherwise does so every
-    /// [`Replicate::interval`](crate::Replicate::interval)).
+    /// [`Replicate::interval`](crate::Replicate::interval)). The round
+    /// starts at once, even while the thread backs off after a failed
+    /// round: the answer is that round's.
     /// Fails if the store does not replicate, the round fails (its error
     /// says why; the thread retries), or it does not end in time.
     #[cfg(feature = "replicate")]

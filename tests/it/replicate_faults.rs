@@ -231,6 +231,39 @@ fn the_lag_after_a_reopen_counts_from_what_the_replica_held() {
 }
 
 #[test]
+fn ship_now_runs_a_round_at_once_while_the_thread_backs_off_after_a_failure() {
+    // Every upload hangs: each round fails after its 300 ms, and after a
+    // failure the thread waits 30 s (the longest backoff, the interval
+    // being an hour) before its next round of its own.
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let throttled = Arc::new(ThrottledStore::new(inner, ThrottleConfig::default()));
+    throttled.config_mut(|c| c.wait_put_per_call = NEVER);
+    let replicate = Replicate::to_store(throttled.clone(), "r")
+        .interval(NEVER)
+        .round_timeout(Duration::from_millis(300))
+        .lease(None);
+    let disk = MemFs::new();
+    let store = open_on(&disk, replicate);
+    write(&store, 0, 3);
+    // Twice: the first call may find the open's round under way, the
+    // second finds the thread backing off after one or two failures.
+    // Each asks for a round that starts after it, and gets that round's
+    // own failure, not a wait for the backoff to end.
+    let wait = Duration::from_secs(10);
+    for _ in 0..2 {
+        let err = store.ship_replica(wait).unwrap_err().to_string();
+        assert!(err.contains("hangs rather than answers"), "{err}");
+    }
+    let status = store.replication().unwrap();
+    assert!(status.failures >= 2, "{status:?}");
+    // Once the object store answers, a call ships at once too.
+    throttled.config_mut(|c| c.wait_put_per_call = Duration::ZERO);
+    let status = store.ship_replica(wait).unwrap();
+    assert_eq!(status.lag_bytes, 0, "{status:?}");
+    assert!(status.last_error.is_none(), "{status:?}");
+}
+
+#[test]
 fn a_writer_whose_lease_lapsed_refuses_writes_until_a_round_renews_it() {
     // The object store hangs after the first round: rounds fail by their
     // timeout, the lease lapses, and writes are refused (stored here).

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::module_graph::{cycle, folder_graph, graph, Graph};
+use crate::module_graph::{cycle, folder_graph, graph, unplaced, upward, Graph};
 
 /// The engine's layers, top first, as DESIGN.md §1 draws them: a module
 /// uses only modules of the layers below its own. (`cli` is the binary's
@@ -34,21 +34,6 @@ fn engine() -> Graph {
     graph(&src(), &["cli"])
 }
 
-/// Each use that goes to the same layer or up, as "from -> to".
-fn upward(graph: &Graph) -> Vec<String> {
-    let layer_of = |name: &str| LAYERS.iter().position(|layer| layer.contains(&name));
-    let mut found = Vec::new();
-    for (from, used) in graph {
-        for to in used {
-            match (layer_of(from), layer_of(to)) {
-                (Some(f), Some(t)) if t > f => {}
-                _ => found.push(format!("{from} -> {to}")),
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn every_module_has_a_layer_and_uses_only_those_below() {
     let graph = engine();
@@ -61,13 +46,12 @@ fn every_module_has_a_layer_and_uses_only_those_below() {
         "{:?}",
         graph["replicate"]
     );
-    for name in graph.keys() {
-        assert!(
-            LAYERS.iter().any(|layer| layer.contains(&name.as_str())),
-            "src/{name} is in no layer: add it to LAYERS here and to DESIGN.md §1"
-        );
-    }
-    let upward = upward(&graph);
+    let unplaced = unplaced(&graph, LAYERS);
+    assert!(
+        unplaced.is_empty(),
+        "src/ modules in no layer: {unplaced:?}; add them to LAYERS here and to DESIGN.md §1"
+    );
+    let upward = upward(&graph, LAYERS);
     assert!(
         upward.is_empty(),
         "uses that run up the engine's layers (or across one): {upward:?}"
@@ -81,7 +65,10 @@ fn a_use_up_the_layers_is_found() {
         .get_mut("store")
         .expect("store")
         .insert("replicate".into());
-    assert_eq!(upward(&graph), vec!["store -> replicate".to_string()]);
+    assert_eq!(
+        upward(&graph, LAYERS),
+        vec!["store -> replicate".to_string()]
+    );
 }
 
 #[test]

@@ -187,6 +187,32 @@ pub fn folder_graph(src: &Path, folder: &str) -> Graph {
         .collect()
 }
 
+/// Each use of `graph` that goes to a module of the same layer or of one
+/// above, as "from -> to"; `layers` lists the layers top first. A module
+/// in no layer counts as out of order in every use.
+pub fn upward(graph: &Graph, layers: &[&[&str]]) -> Vec<String> {
+    let layer_of = |name: &str| layers.iter().position(|layer| layer.contains(&name));
+    let mut found = Vec::new();
+    for (from, used) in graph {
+        for to in used {
+            match (layer_of(from), layer_of(to)) {
+                (Some(f), Some(t)) if t > f => {}
+                _ => found.push(format!("{from} -> {to}")),
+            }
+        }
+    }
+    found
+}
+
+/// The modules of `graph` that `layers` leaves out.
+pub fn unplaced(graph: &Graph, layers: &[&[&str]]) -> Vec<String> {
+    graph
+        .keys()
+        .filter(|name| !layers.iter().any(|layer| layer.contains(&name.as_str())))
+        .cloned()
+        .collect()
+}
+
 /// A cycle of `graph`, if it has one, as the modules along it.
 pub fn cycle(graph: &Graph) -> Option<Vec<String>> {
     // Depth first; a module met again while still on the path closes a

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::module_graph::{cycle, folder_graph, graph, Graph};
+use crate::module_graph::{cycle, folder_graph, graph, unplaced, upward, Graph};
 
 /// The server's layers, top first: a module uses only modules of the
 /// layers below its own.
@@ -39,21 +39,6 @@ fn server() -> Graph {
     graph(&src(), &["main"])
 }
 
-/// Each use that goes to the same layer or up, as "from -> to".
-fn upward(graph: &Graph) -> Vec<String> {
-    let layer_of = |name: &str| LAYERS.iter().position(|layer| layer.contains(&name));
-    let mut found = Vec::new();
-    for (from, used) in graph {
-        for to in used {
-            match (layer_of(from), layer_of(to)) {
-                (Some(f), Some(t)) if t > f => {}
-                _ => found.push(format!("{from} -> {to}")),
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn every_part_of_the_server_uses_only_the_layers_below() {
     let graph = server();
@@ -73,13 +58,12 @@ fn every_part_of_the_server_uses_only_the_layers_below() {
         "the agent's face uses {:?}",
         graph["agent"]
     );
-    for name in graph.keys() {
-        assert!(
-            LAYERS.iter().any(|layer| layer.contains(&name.as_str())),
-            "src/{name} is in no layer: add it to LAYERS here and to docs/design/server.md"
-        );
-    }
-    let upward = upward(&graph);
+    let unplaced = unplaced(&graph, LAYERS);
+    assert!(
+        unplaced.is_empty(),
+        "src/ modules in no layer: {unplaced:?}; add them to LAYERS here and to docs/design/server.md"
+    );
+    let upward = upward(&graph, LAYERS);
     assert!(
         upward.is_empty(),
         "uses that run up the server's layers (or across one): {upward:?}"
@@ -99,7 +83,7 @@ fn a_use_up_the_layers_is_found() {
         .get_mut("state")
         .expect("state")
         .insert("sends".into());
-    assert_eq!(upward(&graph), vec!["state -> sends".to_string()]);
+    assert_eq!(upward(&graph, LAYERS), vec!["state -> sends".to_string()]);
 }
 
 #[test]

@@ -309,6 +309,8 @@ fn chunks_of_one_artifact_are_joined_around_their_parts_as_stored() {
     );
 }
 
+// The binary is built only with the `cli` feature.
+#[cfg(feature = "cli")]
 #[test]
 fn the_command_line_prints_stored_messages_as_they_were_stored() {
     let dir = common::tmp();

@@ -195,6 +195,8 @@ impl Server {
             .route("/", post(bindings::rpc::endpoint))
             .route("/.well-known/agent-card.json", get(agent_card))
             .route("/healthz", get(recovery::health::healthz))
+            .route("/livez", get(recovery::health::livez))
+            .route("/readyz", get(recovery::health::readyz))
             .merge(bindings::rest::routes())
             .merge(bindings::v03::rest::routes())
             .fallback(bindings::rest::not_found)

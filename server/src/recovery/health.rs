@@ -12,6 +12,9 @@
 //! poisons again soon after a reopen (a disk still full) is reopened after
 //! a growing delay too. Once open, the turns the failure interrupted are
 //! resolved by the restart policy.
+//!
+//! Also the probes: `/livez` and `/readyz` (status only, for Kubernetes
+//! and proxies), and `/healthz` (the detail).
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -116,6 +119,58 @@ async fn let_go(store: Arc<Store>) -> Result<Store, Arc<Store>> {
     }
 }
 
+/// Why the server takes no writes now, if it does not: the store is
+/// being reopened or refuses writes, or its replication refuses them
+/// (fenced, the replica gone, a lapsed lease, failing synchronous
+/// rounds). A standby serving its read-only copy has none.
+fn trouble(shared: &Shared, replica: Option<&ctxlog::ReplicationStatus>) -> Option<String> {
+    shared.store.trouble().or_else(|| {
+        replica.filter(|r| !r.acknowledging).map(|r| {
+            format!(
+                "replication refuses writes: {}",
+                r.last_error
+                    .as_deref()
+                    .unwrap_or("its lease lapsed (the object store has not answered)")
+            )
+        })
+    })
+}
+
+/// A probe's answer: `status` only, never a store's or a tenant's detail
+/// (it answers without a token), not cached.
+fn probe(status: StatusCode, word: &str) -> Response {
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        serde_json::json!({ "status": word }).to_string(),
+    )
+        .into_response()
+}
+
+/// `/livez`, Kubernetes' liveness probe: the server answers requests (a
+/// process whose runtime is wedged answers nothing, and is restarted).
+pub(crate) async fn livez() -> Response {
+    probe(StatusCode::OK, "ok")
+}
+
+/// `/readyz`, Kubernetes' readiness probe: 200 while the server takes
+/// requests as it should (a writer: its store open and writable, its
+/// replication acknowledging; a standby: serving its copy), else 503, so
+/// that a proxy sends no traffic meanwhile. The reason is `/healthz`'s.
+pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    let replica = shared.store.get().and_then(|s| s.replication());
+    match trouble(&shared, replica.as_ref()) {
+        None => probe(StatusCode::OK, "ready"),
+        Some(_) => probe(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    }
+}
+
 /// What the server is doing, as JSON: 200 with `"status": "ok"` while
 /// the store takes writes, 503 with `"status": "unavailable"` and the
 /// reason while it does not (it is being reopened). The counts say what
@@ -126,18 +181,7 @@ async fn let_go(store: Arc<Store>) -> Result<Store, Arc<Store>> {
 /// and those that waited for more writes first (`--commit-linger-us`).
 pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let replica = shared.store.get().and_then(|s| s.replication());
-    // A store whose replication refuses writes (fenced, the replica gone,
-    // a lapsed lease, failing synchronous rounds) takes none either.
-    let trouble = shared.store.trouble().or_else(|| {
-        replica.as_ref().filter(|r| !r.acknowledging).map(|r| {
-            format!(
-                "replication refuses writes: {}",
-                r.last_error
-                    .as_deref()
-                    .unwrap_or("its lease lapsed (the object store has not answered)")
-            )
-        })
-    });
+    let trouble = trouble(&shared, replica.as_ref());
     let mut body = serde_json::json!({
         "status": if trouble.is_some() { "unavailable" } else { "ok" },
         "store": if trouble.is_some() { "refusing writes" } else { "writable" },

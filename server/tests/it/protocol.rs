@@ -722,6 +722,26 @@ async fn tenants_see_only_their_own_tasks_on_every_path() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_answer_without_a_token_and_name_no_tenant() {
+    let tokens = "alpha-token alice\n";
+    let server = TestServer::start(echo(), |_| {}, Some(tokens)).await;
+    let alice = Client::new(&server.url, Some("alpha-token"));
+    let (status, _) = alice
+        .rpc("SendMessage", json!({ "message": user("m1", "probe me") }))
+        .await;
+    assert_eq!(status, 200);
+    for (path, word) in [("/livez", "ok"), ("/readyz", "ready")] {
+        let r = reqwest::get(format!("{}{path}", server.url)).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(r.headers()["cache-control"], "no-store", "{path}");
+        let body: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        // The status and nothing else: no tenant, no store detail.
+        assert_eq!(body, json!({ "status": word }), "{path}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_answers_while_the_store_takes_writes() {
     let server = TestServer::start(echo(), |_| {}, None).await;
     let r = reqwest::get(format!("{}/healthz", server.url))

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{health, user, Client};
+use common::{health, probe, user, Client};
 use serde_json::{json, Value};
 
 use common::process;
@@ -547,6 +547,11 @@ async fn a_wiped_bucket_stops_replication_and_the_writer_says_why() {
         "{body}"
     );
     assert_eq!(body["replication"]["acknowledging"], false, "{body}");
+    // Not ready (a proxy sends it nothing), yet alive (not restarted).
+    let readyz = probe(&writer.url, "/readyz").await;
+    assert_eq!(readyz, (503, json!({ "status": "unavailable" })));
+    let livez = probe(&writer.url, "/livez").await;
+    assert_eq!(livez, (200, json!({ "status": "ok" })));
     // Once its lease lapses, a write is refused with the reason.
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -17,7 +17,7 @@ use tokio::sync::{oneshot, Semaphore};
 #[path = "process.rs"]
 pub mod process;
 #[allow(unused_imports)]
-pub use process::health;
+pub use process::{health, probe};
 
 /// A server running in this process.
 pub struct TestServer {

@@ -281,7 +281,14 @@ pub async fn try_rpc(
 /// `GET /healthz`: its status and its JSON.
 #[allow(dead_code)]
 pub async fn health(url: &str) -> (u16, serde_json::Value) {
-    let r = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    probe(url, "/healthz").await
+}
+
+/// `GET` of a probe (`/healthz`, `/livez`, `/readyz`), with no token: its
+/// status and its JSON.
+#[allow(dead_code)]
+pub async fn probe(url: &str, path: &str) -> (u16, serde_json::Value) {
+    let r = reqwest::get(format!("{url}{path}")).await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
     (status, serde_json::from_str(&text).unwrap())

@@ -25,14 +25,14 @@ pub enum Error {
         source: io::Error,
     },
     /// There is no store at the path, and the open was not to create one
-    /// ([`Options::create`](crate::options::Options::create) is `false`, or the open
+    /// ([`Options::create`](crate::Options::create) is `false`, or the open
     /// is read-only).
     StoreNotFound {
         /// The directory.
         path: PathBuf,
     },
     /// A write to a store opened read-only
-    /// ([`Store::open_read_only`](crate::store::Store::open_read_only)).
+    /// ([`Store::open_read_only`](crate::Store::open_read_only)).
     ReadOnly,
     /// Another process (or another `Store` in this one) holds the store open.
     Locked {

@@ -48,7 +48,6 @@ fn json_string(text: &str) -> String {
 /// was a short one, which `headline.py update` leaves out unless asked.
 /// A figure that cannot be written is said on stderr: the bench's printed
 /// output stands.
-#[allow(dead_code)]
 pub fn record(bench: &str, figure: &str, value: f64, unit: &str, quick: bool) {
     if !value.is_finite() {
         return;

@@ -25,7 +25,7 @@ pub type Object = Map<String, Value>;
 /// The member (set to `true`) that marks a stored COMPLETED status as the
 /// agent's direct reply: the client was answered with the status's message
 /// instead of a task. Kept in the stored status, read into the index
-/// ([`Store::list_tasks`](crate::store::Store::list_tasks) passes over such a
+/// ([`Store::list_tasks`](crate::Store::list_tasks) passes over such a
 /// task), and never on the wire ([`Stored::into_wire`] drops it with every
 /// other member the proto does not define).
 pub const DIRECT_REPLY: &str = "ctxlogDirectReply";
@@ -318,7 +318,7 @@ pub fn is_base64(text: &str) -> bool {
 pub struct Message {
     /// Made by the sender; unique per sender. (Required by the spec, but
     /// some of its own examples omit it: it reads as empty then, and
-    /// [`Store::receive_message`](crate::store::Store::receive_message) refuses it.)
+    /// [`Store::receive_message`](crate::Store::receive_message) refuses it.)
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message_id: String,
     /// The context, if the sender named one.

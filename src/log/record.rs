@@ -50,7 +50,7 @@ pub enum RecordKind {
     /// An inbound message; the blob is its bytes exactly as received.
     Message {
         /// The task it was received into (`None`: saved with
-        /// [`Store::append_message`](crate::store::Store::append_message), outside the task model).
+        /// [`Store::append_message`](crate::Store::append_message), outside the task model).
         task: Option<TaskLink>,
     },
     /// A task's new status; the blob is the `TaskStatus` JSON as the agent gave it.

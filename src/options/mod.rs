@@ -20,7 +20,7 @@ pub enum Durability {
     GroupCommit,
     /// Appends are written to the operating system but not synced. A crash of
     /// the machine (not of the process) may lose every append since the last
-    /// [`Store::sync`](crate::store::Store::sync), segment rotation or clean close.
+    /// [`Store::sync`](crate::Store::sync), segment rotation or clean close.
     Buffered,
 }
 
@@ -48,7 +48,7 @@ pub enum RecoveryMode {
 #[non_exhaustive]
 pub enum TurnPolicy {
     /// Any number of turns at once (A2A allows parallel tasks in a context):
-    /// [`Store::begin_turn`](crate::store::Store::begin_turn) always succeeds. The default.
+    /// [`Store::begin_turn`](crate::Store::begin_turn) always succeeds. The default.
     #[default]
     Parallel,
     /// One active turn per context: a second `begin_turn` while the first
@@ -60,7 +60,7 @@ pub enum TurnPolicy {
     },
 }
 
-/// Options for [`Store::open`](crate::store::Store::open).
+/// Options for [`Store::open`](crate::Store::open).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Options {
@@ -79,7 +79,7 @@ pub struct Options {
     /// zeros. Default: 1 MiB.
     pub preallocate: u64,
     /// The largest record payload accepted, in bytes. Default and maximum:
-    /// [`MAX_RECORD_BYTES`](crate::options::MAX_RECORD_BYTES) (16 MiB).
+    /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) (16 MiB).
     pub max_record_bytes: u32,
     /// What to do with damaged records found on open. Default: `Strict`.
     pub recovery: RecoveryMode,
@@ -132,10 +132,10 @@ pub struct Options {
     /// the syncer was idle never waits, nor one asked for by a single
     /// appender (so a lone appender never does). Clamped to
     /// [`MAX_COMMIT_LINGER`]; changed on an open store with
-    /// [`Store::set_commit_linger`](crate::store::Store::set_commit_linger).
+    /// [`Store::set_commit_linger`](crate::Store::set_commit_linger).
     /// Default: zero (never wait).
     pub commit_linger: std::time::Duration,
-    /// Whether [`Store::open`](crate::store::Store::open) may create the store:
+    /// Whether [`Store::open`](crate::Store::open) may create the store:
     /// `true` (the default) makes the directory and a new store in it when
     /// there is none; `false` opens an existing store only and fails with
     /// [`Error::StoreNotFound`](crate::Error::StoreNotFound) otherwise (a
@@ -148,8 +148,8 @@ pub struct Options {
     pub fs: std::sync::Arc<dyn crate::fs::Fs>,
     /// How the store keeps its log's layout: merging sealed segments into
     /// runs that hold each context's records together, so history reads
-    /// stay fast with no one calling [`compact`](crate::store::Store::compact)
-    /// (see [`Store::maintain`](crate::store::Store::maintain)). Default:
+    /// stay fast with no one calling [`compact`](crate::Store::compact)
+    /// (see [`Store::maintain`](crate::Store::maintain)). Default:
     /// [`Maintenance::default`], on a background thread; `None`: never
     /// (only `compact` rewrites the log).
     pub maintenance: Option<Maintenance>,
@@ -158,13 +158,13 @@ pub struct Options {
     /// `None`. A read-only open never replicates.
     #[cfg(feature = "replicate")]
     pub replicate: Option<Replicate>,
-    /// Set only by [`Store::open_read_only`](crate::store::Store::open_read_only):
+    /// Set only by [`Store::open_read_only`](crate::Store::open_read_only):
     /// recovery then changes nothing on disk.
     pub(crate) read_only: bool,
 }
 
 /// The policy of the store's self-maintenance (see
-/// [`Store::maintain`](crate::store::Store::maintain)).
+/// [`Store::maintain`](crate::Store::maintain)).
 ///
 /// # Examples
 ///
@@ -182,7 +182,7 @@ pub struct Options {
 pub struct Maintenance {
     /// Run it on a thread of the store's own, from open to close. Default:
     /// `true`; `false`: only when the program calls
-    /// [`Store::maintain`](crate::store::Store::maintain).
+    /// [`Store::maintain`](crate::Store::maintain).
     pub background: bool,
     /// The most bytes a merge writes per second (it sleeps between chunks
     /// of 128 KiB to keep to it), so that appends and reads keep their

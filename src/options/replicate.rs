@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use object_store::ObjectStore;
 
-/// Where and how a store replicates (see [`Options::replicate`](crate::options::Options::replicate)).
+/// Where and how a store replicates (see [`Options::replicate`](crate::Options::replicate)).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Replicate {

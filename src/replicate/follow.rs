@@ -24,9 +24,9 @@ type Held = (u64, u32);
 /// A local copy of a replica, brought up to its newest restore point by
 /// [`catch_up`](Self::catch_up): the segments' new bytes appended, new
 /// segments and manifests written, segments no longer named removed. Open
-/// it with [`Store::open_read_only`](crate::store::Store::open_read_only) after
+/// it with [`Store::open_read_only`](crate::Store::open_read_only) after
 /// each catch-up that changed it; never write to it (promote instead: open
-/// it with [`Options::replicate`](crate::options::Options::replicate) to the same
+/// it with [`Options::replicate`](crate::Options::replicate) to the same
 /// replica, which claims it).
 pub struct Follower {
     from: Replicate,

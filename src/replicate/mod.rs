@@ -1,7 +1,7 @@
 //! Continuous replication of a store to object storage, and restores from
 //! it (feature `replicate`; DESIGN.md §13).
 //!
-//! A store opened with [`Options::replicate_to`](crate::options::Options::replicate_to)
+//! A store opened with [`Options::replicate_to`](crate::Options::replicate_to)
 //! ships its log, on a background thread, to an object store: each sealed
 //! segment once, whole; the active segment's new synced bytes as pieces;
 //! the manifest of each generation; and, after each change, a *restore

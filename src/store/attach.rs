@@ -2,7 +2,7 @@
 //! beside an open store and is told of its writes. The store names only
 //! these traits and [`ReplicationStatus`]; `replicate/` sits above the
 //! store and implements them (`replicate/ship.rs`), and
-//! [`Options::replicate`](crate::options::Options::replicate) carries the
+//! [`Options::replicate`](crate::Options::replicate) carries the
 //! configuration that attaches it.
 
 use std::sync::Arc;
@@ -49,7 +49,7 @@ pub(crate) trait Attach {
     fn attach(&self, store: &Arc<Shared>) -> Result<(Box<dyn Attachment>, Box<dyn WriteGate>)>;
 }
 
-/// How far the replica trails the store ([`Store::replication`](crate::store::Store::replication)).
+/// How far the replica trails the store ([`Store::replication`](crate::Store::replication)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplicationStatus {

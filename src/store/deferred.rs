@@ -219,7 +219,7 @@ impl Store {
     }
 
     /// Writes the periodic checkpoint if one is due (see
-    /// [`Options::checkpoint_interval`](crate::options::Options::checkpoint_interval)):
+    /// [`Options::checkpoint_interval`](crate::Options::checkpoint_interval)):
     /// what a deferred write leaves to its caller, to run where blocking is
     /// allowed. Every other write does it itself.
     pub fn checkpoint_if_due(&self) {

@@ -36,7 +36,7 @@ pub(crate) struct Counters {
 impl Store {
     /// Runs one step of the store's self-maintenance now, in the calling
     /// thread, whatever the store's activity: the merge the policy of
-    /// [`Options::maintenance`](crate::options::Options::maintenance) (or, if that
+    /// [`Options::maintenance`](crate::Options::maintenance) (or, if that
     /// is `None`, [`Maintenance::default`]) picks first, at full speed.
     /// Returns what it merged, or `None` when the layout needs nothing (or
     /// another merge or a compaction is running).

@@ -65,7 +65,7 @@ pub const MAX_PAGE_SIZE: usize = 100;
 /// An embedded conversation-history store: one directory on disk.
 ///
 /// `Store` is `Send + Sync`; share it by reference or in an `Arc`. Unless
-/// [`Options::maintenance`](crate::options::Options::maintenance) says otherwise, an
+/// [`Options::maintenance`](crate::Options::maintenance) says otherwise, an
 /// open store keeps its own log's layout on a background thread (see
 /// [`Store::maintain`]), stopped when the store is closed or dropped.
 pub struct Store {
@@ -206,12 +206,12 @@ pub struct Stats {
     pub merges: u64,
     /// The bytes those merges wrote.
     pub merged_bytes: u64,
-    /// With [`Durability::GroupCommit`](crate::options::Durability::GroupCommit),
+    /// With [`Durability::GroupCommit`](crate::Durability::GroupCommit),
     /// the syncs its syncer ran since the open (each covers every append
     /// before it)...
     pub group_syncs: u64,
     /// ...and how many of them lingered first (see
-    /// [`Options::commit_linger`](crate::options::Options::commit_linger)).
+    /// [`Options::commit_linger`](crate::Options::commit_linger)).
     pub lingered_syncs: u64,
 }
 
@@ -588,7 +588,7 @@ impl Store {
         self.writer.poison_cause()
     }
 
-    /// Makes every append so far durable (for [`Durability::Buffered`](crate::options::Durability::Buffered)).
+    /// Makes every append so far durable (for [`Durability::Buffered`](crate::Durability::Buffered)).
     ///
     /// # Examples
     ///
@@ -616,7 +616,7 @@ impl Store {
         self.writer.set_commit_linger(linger);
     }
 
-    /// With [`Durability::GroupCommit`](crate::options::Durability::GroupCommit),
+    /// With [`Durability::GroupCommit`](crate::Durability::GroupCommit),
     /// the syncs its syncer ran since the open and how many of them
     /// lingered first: [`Stats::group_syncs`] and
     /// [`Stats::lingered_syncs`], without the rest of the stats' walk.
@@ -671,7 +671,7 @@ impl Store {
     }
 
     /// How far the store's replica trails it (`None`: the store does not
-    /// replicate). See [`Options::replicate`](crate::options::Options::replicate).
+    /// replicate). See [`Options::replicate`](crate::Options::replicate).
     #[cfg(feature = "replicate")]
     pub fn replication(&self) -> Option<ReplicationStatus> {
         self.replicator

@@ -264,6 +264,56 @@ fn ship_now_runs_a_round_at_once_while_the_thread_backs_off_after_a_failure() {
 }
 
 #[test]
+fn many_callers_of_ship_now_at_once_each_get_a_round_that_began_after_them() {
+    // Eight threads ship at once, twice, while every upload hangs (each
+    // round fails after its 300 ms), then once more after the object
+    // store answers: every call ends with a round's own answer, none
+    // waits out a backoff, and the last calls all ship.
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let throttled = Arc::new(ThrottledStore::new(inner, ThrottleConfig::default()));
+    throttled.config_mut(|c| c.wait_put_per_call = NEVER);
+    let replicate = Replicate::to_store(throttled.clone(), "r")
+        .interval(NEVER)
+        .round_timeout(Duration::from_millis(300))
+        .lease(None);
+    let disk = MemFs::new();
+    let store = open_on(&disk, replicate);
+    let wait = Duration::from_secs(10);
+    let all_ship = |store: &Store, from: usize| -> Vec<Result<(), String>> {
+        std::thread::scope(|s| {
+            let calls: Vec<_> = (0..8)
+                .map(|t| {
+                    s.spawn(move || {
+                        write(store, from + t, from + t + 1);
+                        store
+                            .ship_replica(wait)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).collect()
+        })
+    };
+    for round in 0..2 {
+        for answer in all_ship(&store, round * 8) {
+            let err = answer.unwrap_err();
+            assert!(err.contains("hangs rather than answers"), "{err}");
+        }
+    }
+    throttled.config_mut(|c| c.wait_put_per_call = Duration::ZERO);
+    for answer in all_ship(&store, 16) {
+        // Each call's round began after its write and succeeded (others'
+        // writes may lag it: they run at once).
+        answer.unwrap();
+    }
+    // All 24 writes are in the replica (each call's round covered it).
+    let to = Replicate::to_store(throttled.clone(), "r");
+    assert_eq!(restored_records(&to), 24);
+    drop(store);
+}
+
+#[test]
 fn a_writer_whose_lease_lapsed_refuses_writes_until_a_round_renews_it() {
     // The object store hangs after the first round: rounds fail by their
     // timeout, the lease lapses, and writes are refused (stored here).

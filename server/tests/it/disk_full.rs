@@ -23,7 +23,7 @@ use ctxlog::fs::{Fault, FaultPlan, FaultyFs, FileOp, OsFs};
 use ctxlog::{Durability, Options, Store};
 use serde_json::json;
 
-use common::{health, reason, user, Client, Gated, GatedAgent, TestServer};
+use common::{health, probe, reason, user, Client, Gated, GatedAgent, TestServer};
 
 /// A disk that is full while `full` is set: every write, new file and
 /// whole-file replace fails with `StorageFull`; reads, syncs and cuts work.
@@ -130,6 +130,11 @@ async fn a_full_disk_answers_at_once_and_the_server_recovers_when_space_is_freed
             break;
         }
         assert_eq!(body["status"], "unavailable");
+        // The probes meanwhile: alive, and ready or not with no detail.
+        assert_eq!(probe(&server.url, "/livez").await.0, 200);
+        let (ready, said) = probe(&server.url, "/readyz").await;
+        let word = if ready == 200 { "ready" } else { "unavailable" };
+        assert_eq!(said, json!({ "status": word }), "{ready}");
         assert!(
             Instant::now() < deadline,
             "/healthz never recovered: {body}"
@@ -140,6 +145,9 @@ async fn a_full_disk_answers_at_once_and_the_server_recovers_when_space_is_freed
                            "configuration": { "returnImmediately": true } });
         c.rest("POST", "/message:send", Some(body)).await;
     }
+    // Writable again: ready again.
+    let ready = probe(&server.url, "/readyz").await;
+    assert_eq!(ready, (200, json!({ "status": "ready" })));
     // Enough turns let through for every probe that got to run, and this.
     for _ in 0..100 {
         gated.open();

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import Store
 
-__all__ = ["Cache", "StoreUser", "Workers", "dumps"]
+__all__ = ["Cache", "StoreUser", "Stripes", "Workers", "dumps"]
 
 
 class Workers:
@@ -102,13 +102,25 @@ class StoreUser:
             self._store.close()
 
 
+class Stripes:
+    """A lock per stripe of keys: ``stripes(key)`` is ``key``'s, so that
+    two callers of one key take turns and callers of others mostly do not
+    wait."""
+
+    _COUNT = 64
+
+    def __init__(self) -> None:
+        self._locks = [threading.Lock() for _ in range(self._COUNT)]
+
+    def __call__(self, key: Hashable) -> threading.Lock:
+        return self._locks[hash(key) % self._COUNT]
+
+
 class Cache:
     """Values recently used, by key (at most ``size``), and a lock per
     stripe of keys, which a caller holds while it reads a key's value from
     the store, changes it and writes it back, so that two callers of one
     key take turns and callers of others do not wait."""
-
-    _STRIPES = 64
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -116,11 +128,7 @@ class Cache:
         self._size = size
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
-        self._stripes = [threading.Lock() for _ in range(self._STRIPES)]
-
-    def stripe(self, key: Hashable) -> threading.Lock:
-        """The lock of ``key``'s stripe."""
-        return self._stripes[hash(key) % self._STRIPES]
+        self.stripe = Stripes()
 
     def get(self, key: Hashable) -> Any | None:
         """``key``'s value, now the most recently used; ``None`` if not kept."""
@@ -145,6 +153,6 @@ class Cache:
             self._items.pop(key, None)
 
 
-def dumps(record: dict[str, Any]) -> str:
+def dumps(record: Any) -> str:
     """A record's JSON as the adapters store it: compact, UTF-8 as is."""
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)

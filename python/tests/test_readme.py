@@ -42,7 +42,7 @@ def test_the_agents_example_keeps_the_conversation(tmp_path, monkeypatch):
 
     from agents import Agent, set_tracing_disabled
 
-    [example, _] = python_blocks(readme_section("With agent frameworks"))
+    [example, _, _] = python_blocks(readme_section("With agent frameworks"))
     spec = importlib.util.spec_from_file_location(
         "agents_session", ROOT / "examples" / "python" / "agents_session.py")
     module = importlib.util.module_from_spec(spec)
@@ -63,7 +63,7 @@ def test_the_langgraph_example_keeps_the_graph(tmp_path, monkeypatch):
 
     from langgraph.graph import END, START, StateGraph
 
-    [_, example] = python_blocks(readme_section("With agent frameworks"))
+    [_, example, _] = python_blocks(readme_section("With agent frameworks"))
     spec = importlib.util.spec_from_file_location(
         "langgraph_graph", ROOT / "examples" / "python" / "langgraph_graph.py")
     module = importlib.util.module_from_spec(spec)

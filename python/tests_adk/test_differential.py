@@ -1,0 +1,238 @@
+"""``CtxlogSessionService`` against ADK's own services: seeded random
+sequences of calls made to it, to ``InMemorySessionService`` and to
+``DatabaseSessionService`` on SQLite, and every answer compared.
+
+The clock is ADK's (``platform.time``), set by the test, so that the three
+stamp the same times; events carry increasing timestamps, as ADK's do.
+``CTXLOG_ADK_SEEDS`` sets how many sequences each test runs (4 by
+default; the long run in docs/python.md uses 200)."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import pytest
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.platform import time as platform_time
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.database_session_service import DatabaseSessionService
+from google.adk.sessions.in_memory_session_service import InMemorySessionService
+from google.genai import types
+
+from ctxlog.adk import CtxlogSessionService, StaleSessionError
+
+SEEDS = int(os.environ.get("CTXLOG_ADK_SEEDS", "4"))
+APPS = ["app1", "app 2"]
+USERS = ["u1", "u2", "ü3"]
+# A padded id (" s3 ") is left out here: ADK's services differ on it
+# (DatabaseSessionService keeps the spaces, the others strip them; see
+# test_a_padded_id_names_the_stripped_session).
+SESSIONS = ["s1", "s2", "s3", "s4"]
+
+
+class Clock:
+    """ADK's clock for the test: a time that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def tick(self) -> float:
+        self.now += 0.5
+        return self.now
+
+
+def value(rng: random.Random) -> Any:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return rng.randrange(-1000, 1000)
+    if kind == 1:
+        return rng.choice(["", "x", "héllo", "line\nbreak", '"quoted"'])
+    if kind == 2:
+        return [rng.randrange(10) for _ in range(rng.randrange(4))]
+    if kind == 3:
+        return {"k": rng.randrange(10), "nested": {"deep": [1, "two"]}}
+    if kind == 4:
+        return rng.choice([True, False, None])
+    return rng.random()
+
+
+def state(rng: random.Random) -> dict[str, Any]:
+    keys = ["a", "b", "app:x", "app:y", "user:p", "user:q", "temp:t"]
+    return {key: value(rng) for key in rng.sample(keys, rng.randrange(len(keys) + 1))}
+
+
+def event(rng: random.Random, clock: Clock) -> Event:
+    return Event(
+        invocation_id=f"inv-{rng.randrange(5)}",
+        author=rng.choice(["user", "agent"]),
+        content=types.Content(role="user", parts=[types.Part(text=f"text {rng.randrange(10**6)}")]),
+        actions=EventActions(state_delta=state(rng)),
+        timestamp=clock.tick(),
+    )
+
+
+def shape(session: Any) -> Any:
+    """What a session answer says, in a form the services can be compared by."""
+    if session is None:
+        return None
+    return {
+        "id": session.id,
+        "app": session.app_name,
+        "user": session.user_id,
+        "state": session.state,
+        "events": [e.model_dump(mode="json", exclude_none=True) for e in session.events],
+        "last_update_time": session.last_update_time,
+    }
+
+
+async def call(service: Any, op: str, args: dict[str, Any]) -> Any:
+    """One call's answer, or the kind of error it raised."""
+    try:
+        if op == "create":
+            return shape(await service.create_session(**args))
+        if op == "get":
+            return shape(await service.get_session(**args))
+        if op == "list":
+            listed = await service.list_sessions(**args)
+            return [shape(s) for s in listed.sessions]
+        if op == "delete":
+            return await service.delete_session(**args)
+        if op == "user_state":
+            return await service.get_user_state(**args)
+        if op == "append":
+            ids = {k: args[k] for k in ("app_name", "user_id", "session_id")}
+            session = await service.get_session(**ids)
+            if session is None:
+                return "no session"
+            appended = await service.append_event(session, args["event"].model_copy(deep=True))
+            return [appended.model_dump(mode="json", exclude_none=True), session.state]
+    except (AlreadyExistsError, SessionNotFoundError, StaleSessionError) as e:
+        return type(e).__name__
+    raise AssertionError(op)
+
+
+def step(rng: random.Random, clock: Clock) -> tuple[str, dict[str, Any]]:
+    ids = {"app_name": rng.choice(APPS), "user_id": rng.choice(USERS)}
+    op = rng.choices(["create", "get", "list", "delete", "user_state", "append"], [4, 4, 2, 1, 1, 8])[0]
+    if op == "create":
+        return op, {**ids, "session_id": rng.choice(SESSIONS), "state": state(rng)}
+    if op == "get":
+        config = None
+        if rng.random() < 0.5:
+            config = GetSessionConfig(
+                num_recent_events=rng.choice([None, 0, 1, 3]),
+                after_timestamp=rng.choice([None, clock.now - rng.randrange(10)]),
+            )
+        return op, {**ids, "session_id": rng.choice(SESSIONS), "config": config}
+    if op == "list":
+        return op, {"app_name": ids["app_name"], "user_id": rng.choice([None, *USERS])}
+    if op == "delete":
+        return op, {**ids, "session_id": rng.choice(SESSIONS)}
+    if op == "user_state":
+        return op, ids
+    return op, {**ids, "session_id": rng.choice(SESSIONS), "event": event(rng, clock)}
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+async def test_answers_as_adks_own_services_do(seed, tmp_path):
+    rng = random.Random(seed)
+    clock = Clock()
+    platform_time.set_time_provider(lambda: clock.now)
+    ours = CtxlogSessionService(tmp_path / "store")
+    memory = InMemorySessionService()
+    database = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}")
+    try:
+        for i in range(150):
+            op, args = step(rng, clock)
+            clock.tick()
+            expected = await call(memory, op, args)
+            assert await call(database, op, args) == expected, (seed, i, op, args)
+            assert await call(ours, op, args) == expected, (seed, i, op, args)
+    finally:
+        platform_time.reset_time_provider()
+        await ours.close()
+        await database.close()
+
+
+async def test_a_stale_copy_is_refused_as_the_database_refuses_it(tmp_path):
+    ours = CtxlogSessionService(tmp_path / "store")
+    database = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}")
+    rng = random.Random(7)
+    clock = Clock()
+    try:
+        for service in (ours, database):
+            await service.create_session(app_name="a", user_id="u", session_id="s")
+            first = await service.get_session(app_name="a", user_id="u", session_id="s")
+            second = await service.get_session(app_name="a", user_id="u", session_id="s")
+            await service.append_event(first, event(rng, clock))
+            with pytest.raises(StaleSessionError):
+                await service.append_event(second, event(rng, clock))
+            # The copy that made the change goes on.
+            await service.append_event(first, event(rng, clock))
+            again = await service.get_session(app_name="a", user_id="u", session_id="s")
+            assert len(again.events) == 2
+    finally:
+        await ours.close()
+        await database.close()
+
+
+async def test_a_padded_id_names_the_stripped_session(tmp_path):
+    """As InMemorySessionService and SqliteSessionService: an id's
+    surrounding spaces are not part of it."""
+    ours = CtxlogSessionService(tmp_path / "store")
+    memory = InMemorySessionService()
+    try:
+        for service in (ours, memory):
+            created = await service.create_session(app_name="a", user_id="u", session_id=" s ")
+            assert created.id == "s"
+            got = await service.get_session(app_name="a", user_id="u", session_id="s  ")
+            assert got is not None and got.id == "s"
+            with pytest.raises(AlreadyExistsError):
+                await service.create_session(app_name="a", user_id="u", session_id="s")
+            await service.delete_session(app_name="a", user_id="u", session_id=" s")
+            assert await service.get_session(app_name="a", user_id="u", session_id="s") is None
+    finally:
+        await ours.close()
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+async def test_events_out_of_time_order_read_as_sqlite_reads_them(seed, tmp_path):
+    """Events whose timestamps go back as well as forward, and reads of a
+    session's newest or latest events: the answers of SqliteSessionService
+    (events by time, ties in the order appended), which reads them with
+    SQL where ctxlog reads only a tail of the session."""
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+    rng = random.Random(seed)
+    clock = Clock()
+    platform_time.set_time_provider(lambda: clock.now)
+    ours = CtxlogSessionService(tmp_path / "store")
+    sqlite = SqliteSessionService(str(tmp_path / "sessions.db"))
+    ids = {"app_name": "a", "user_id": "u", "session_id": "s"}
+    try:
+        for service in (ours, sqlite):
+            await service.create_session(**ids)
+        for i in range(rng.randrange(20, 120)):
+            stamp = clock.now + rng.choice([1.0, 1.0, 1.0, 0.0, -3.0, -40.0])
+            clock.now = max(clock.now, stamp)
+            made = event(rng, clock)
+            made.timestamp = stamp
+            for service in (ours, sqlite):
+                session = await service.get_session(**ids)
+                await service.append_event(session, made.model_copy(deep=True))
+            for _ in range(3):
+                config = GetSessionConfig(
+                    num_recent_events=rng.choice([None, 0, 1, 2, 5, 20]),
+                    after_timestamp=rng.choice([None, clock.now - rng.randrange(60)]),
+                )
+                expected = shape(await sqlite.get_session(**ids, config=config))
+                assert shape(await ours.get_session(**ids, config=config)) == expected, (seed, i, config)
+    finally:
+        platform_time.reset_time_provider()
+        await ours.close()
+        await sqlite.close()

@@ -1,11 +1,9 @@
 """ctxlog.agents.CtxlogSession: the OpenAI Agents SDK's session contract,
-checked against the SDK's own SQLiteSession operation by operation, and a
-conversation that outlives a SIGKILL of the agent."""
+checked against the SDK's own SQLiteSession operation by operation (the
+example agent's conversation outliving a SIGKILL: test_examples.py)."""
 
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 
 from hypothesis import given, settings, strategies as st
@@ -14,7 +12,6 @@ from agents.memory import SQLiteSession
 import ctxlog
 from ctxlog.agents import CtxlogSession
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python")
 
 item = st.fixed_dictionaries({
     "role": st.sampled_from(["user", "assistant", "system"]),
@@ -108,30 +105,6 @@ def test_a_shared_store_stays_open_and_tenants_apart(tmp_path):
             assert len(await CtxlogSession("s", store, tenant="team-a").get_items()) == 1
 
     asyncio.run(run())
-
-
-def test_the_conversation_outlives_a_kill(tmp_path):
-    """The example agent answers two turns, is SIGKILLed without closing
-    anything, and started again: its next turn sees the whole
-    conversation."""
-    script = os.path.join(EXAMPLES, "agents_session.py")
-    agent = subprocess.Popen([sys.executable, script, "--dir", "agent-data"], cwd=tmp_path,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        for n, line in enumerate(["first", "second"], start=1):
-            agent.stdin.write(line + "\n")
-            agent.stdin.flush()
-            reply = agent.stdout.readline()
-            assert f"you said {line!r} ({n} turns)" in reply, reply
-    finally:
-        agent.send_signal(signal.SIGKILL)
-        agent.wait(timeout=30)
-    assert agent.returncode == -signal.SIGKILL
-    done = subprocess.run([sys.executable, script, "--dir", "agent-data"], cwd=tmp_path,
-                          input="third\n", capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    # Two turns of two items each, and the new input.
-    assert done.stdout.strip() == "I have seen 5 items; you said 'third' (3 turns)"
 
 
 def test_a_message_that_is_not_an_item_is_passed_over(tmp_path):

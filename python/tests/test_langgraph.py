@@ -1,12 +1,10 @@
 """ctxlog.langgraph: LangGraph's own conformance suite for checkpointers
-(every base and extended capability), a differential test against
-SqliteSaver, and a graph interrupted for a human, SIGKILLed while it
-waits, and resumed."""
+(every base and extended capability) and a differential test against
+SqliteSaver (the example graph killed while it waits for a human:
+test_examples.py)."""
 
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 
@@ -23,7 +21,6 @@ import ctxlog._threads
 import ctxlog.langgraph
 from ctxlog.langgraph import AsyncCtxlogSaver, CtxlogSaver
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python")
 
 
 @pytest.mark.parametrize("saver_class", [CtxlogSaver, AsyncCtxlogSaver])
@@ -221,38 +218,6 @@ def test_listing_every_thread_and_a_dotted_filter_answer_as_sqlite_saver(tmp_pat
             saver.close()
     assert len(asyncio.run(listed())) == 130
     conn.close()
-
-
-def test_a_graph_waiting_for_a_human_outlives_a_kill(tmp_path):
-    """The example graph stops at its approval and waits; the process is
-    SIGKILLed there. A new process resumes it from the checkpoint with the
-    state it had, and time travel back to the approval takes another
-    answer."""
-    script = os.path.join(EXAMPLES, "langgraph_graph.py")
-
-    def run(*args):
-        done = subprocess.run([sys.executable, script, *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    waiting = subprocess.Popen([sys.executable, script, "start", "refund order 42"], cwd=tmp_path,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert waiting.stdout.readline() == "waiting for a human: approve refund order 42?\n"
-    finally:
-        waiting.send_signal(signal.SIGKILL)
-        waiting.wait(timeout=30)
-    assert waiting.returncode == -signal.SIGKILL
-    assert run("resume", "yes") == (
-        "done: approved; drafted: refund order 42 | reviewed: yes | carried out: refund order 42\n")
-    assert run("travel", "no") == (
-        "done: declined; drafted: refund order 42 | reviewed: no | not carried out: refund order 42\n")
-    steps = run("history").splitlines()
-    # Both branches are kept: start, draft, the wait, the yes and its end,
-    # the fork, the no and its end.
-    assert len(steps) == 8, steps
-    assert steps[0].startswith("step 4: next []") and "'reviewed: no'" in steps[0]
 
 
 def test_a_thread_read_back_answers_as_before(tmp_path):

@@ -23,8 +23,8 @@ them are JSON arrays as well:
 - ``["session", session_id]`` in the user's tenant: one message per
   change, oldest first: the session's creation, then each event appended.
   A message is a header (JSON, one line: ``o`` its kind, ``t`` its time
-  in seconds, for an event ``hi`` the highest event time up to it, and
-  the session's state after it, ``state``, or the seq of the message that
+  in seconds, for an event its ``id`` and ``hi``, the highest event time
+  up to it, and the session's state after it, ``state``, or the seq of the message that
   holds it, ``sv``), and for an event a newline and the event's JSON as
   ``Event.model_dump_json(exclude_none=True)`` gives it (as
   ``SqliteSessionService`` keeps it).
@@ -50,7 +50,10 @@ made again gives the same state).
 A session read by this service carries the seq of its newest message: an
 ``append_event`` on a copy that another append has overtaken raises ADK's
 ``StaleSessionError``, as ``DatabaseSessionService`` does; a session
-object from elsewhere is checked by its ``last_update_time``.
+object from elsewhere is checked by its ``last_update_time`` and newest
+event. An event equal to the session's newest (the same event appended
+again, or a retry of an append that landed) is not stored twice, as
+``InMemorySessionService`` skips it.
 """
 
 from __future__ import annotations
@@ -87,9 +90,10 @@ from ._workers import StoreUser, Stripes, dumps
 
 __all__ = ["CtxlogSessionService"]
 
+# DatabaseSessionService's words, which callers may look for.
 _STALE = (
-    "The session was changed in the store after this copy of it was read "
-    "(another append_event came first); read it again with get_session."
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
 )
 # A session's writes take turns, as do those of a user's and an app's
 # state: a lock per stripe of (store, tenant, context), shared by every
@@ -172,8 +176,9 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         store: the store's directory (opened here, closed by :meth:`close`),
             or an open :class:`ctxlog.Store` (left open), shared with the
             other doors under their own tenants.
-        tenant: the first part of each app's ctxlog tenant
-            (``[tenant, app_name]``).
+        tenant: the first part of the ctxlog tenants the sessions are
+            kept under (``[tenant, app_name, user_id]``, and
+            ``[tenant, app_name]`` for an app's own state).
         durability: for a directory: ``"sync"`` (default: every write is
             on disk before its call returns), ``"group"`` or
             ``"buffered"``.
@@ -255,17 +260,19 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         deltas = _session_util.extract_json_safe_state_delta(delta)
         body = event.model_dump_json(exclude_none=True).encode()
         marker = getattr(session, "_storage_update_marker", None)
-        seq = await self._workers.run(
+        last_event = session.events[-1].id if session.events else None
+        seq, again = await self._workers.run(
             self._append,
             session.app_name,
             session.user_id,
             session.id,
-            marker,
-            session.last_update_time,
-            event.timestamp,
+            (marker, session.last_update_time, last_event),
+            event,
             deltas,
             body,
         )
+        if again:
+            return event  # stored already (a retry, or the same event twice)
         session.last_update_time = event.timestamp
         session._storage_update_marker = str(seq)
         return self._commit_event_to_session(session, event)
@@ -389,22 +396,33 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         app_name: str,
         user_id: str,
         session_id: str,
-        marker: str | None,
-        last_update_time: float,
-        timestamp: float,
+        revision: tuple[str | None, float, str | None],
+        event: Event,
         deltas: dict[str, dict[str, Any]],
         body: bytes,
-    ) -> int:
+    ) -> tuple[int, bool]:
+        """Appends the event; returns its seq, and whether it was the
+        session's newest event already (then nothing is written)."""
         tenant = _user_tenant(self._tenant, app_name, user_id)
         context = _session_context(session_id)
+        timestamp = event.timestamp
         with self._lock(_SESSION_LOCKS, tenant, context):
             newest = self._newest(tenant, context)
             if newest is None:
                 raise SessionNotFoundError(f"Session {session_id} not found.")
+            # As InMemorySessionService: an event equal to one stored (here:
+            # the newest, which a retry or a second call resends) is not
+            # stored again; events that only share an id are.
+            if newest.head["o"] == "event" and newest.head.get("id") == event.id and newest.body == body:
+                return newest.seq, True
+            marker, last_update_time, last_event = revision
             if marker is not None:
                 if marker != str(newest.seq):
                     raise StaleSessionError(_STALE)
-            elif newest.time > last_update_time:
+            elif newest.time > last_update_time and not self._matches(newest, last_event):
+                # As DatabaseSessionService: a copy from elsewhere (no
+                # marker) that is behind the store in time is stale unless
+                # its newest event is the store's.
                 raise StaleSessionError(_STALE)
             # App and user state first, then the event: what a crash keeps
             # is a prefix, so a stored event has all its effects.
@@ -415,7 +433,7 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
                 self._update_snapshot(apps, _APP_CONTEXT, _APP_LOCKS, deltas["app"], timestamp)
             hi = newest.head.get("hi")
             hi = timestamp if not isinstance(hi, (int, float)) else max(hi, timestamp)
-            head: dict[str, Any] = {"o": "event", "t": timestamp, "hi": hi}
+            head: dict[str, Any] = {"o": "event", "t": timestamp, "hi": hi, "id": event.id}
             if deltas["session"]:
                 state = self._session_state(tenant, context, newest, None)
                 state.update(deltas["session"])
@@ -423,7 +441,15 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
             else:
                 head["sv"] = newest.seq if "state" in newest.head else newest.head.get("sv", newest.seq)
             seq, _ = self._store.append_message(tenant, context, dumps(head).encode() + b"\n" + body)
-            return seq
+            return seq, False
+
+    @staticmethod
+    def _matches(newest: _Record, last_event: str | None) -> bool:
+        """Whether a session whose newest event is ``last_event`` (``None``:
+        no events) is at the store's newest record."""
+        if last_event is None:
+            return newest.head["o"] == "create"
+        return newest.head["o"] == "event" and newest.head.get("id") == last_event
 
     # Reads and writes of one context.
 

@@ -236,3 +236,56 @@ async def test_events_out_of_time_order_read_as_sqlite_reads_them(seed, tmp_path
         platform_time.reset_time_provider()
         await ours.close()
         await sqlite.close()
+
+
+async def test_an_event_appended_again_is_stored_once(tmp_path):
+    """As InMemorySessionService: the same event appended twice (a retry
+    of an append that landed) is kept once; distinct events that share
+    an id are both kept."""
+    ours = CtxlogSessionService(tmp_path / "store")
+    memory = InMemorySessionService()
+    rng = random.Random(3)
+    clock = Clock()
+    try:
+        for service in (ours, memory):
+            session = await service.create_session(app_name="a", user_id="u", session_id="s")
+            once = event(rng, clock)
+            await service.append_event(session, once)
+            await service.append_event(session, once)
+            # A retry from a copy read before the first append landed.
+            before = await service.get_session(app_name="a", user_id="u", session_id="s")
+            again = event(rng, clock)
+            await service.append_event(session, again)
+            await service.append_event(before, again.model_copy(deep=True))
+            twin = again.model_copy(update={"content": types.Content(role="user", parts=[types.Part(text="other")])})
+            await service.append_event(session, twin)
+            stored = await service.get_session(app_name="a", user_id="u", session_id="s")
+            assert [e.id for e in stored.events] == [once.id, again.id, again.id]
+            assert len(session.events) == 3
+    finally:
+        await ours.close()
+
+
+async def test_a_session_object_from_elsewhere_is_checked_by_its_newest_event(tmp_path):
+    """As DatabaseSessionService: a session rebuilt from its JSON (no
+    marker) whose time is a little behind the store's goes on if its
+    newest event is the store's, and is stale if it is not."""
+    ours = CtxlogSessionService(tmp_path / "store")
+    database = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}")
+    rng = random.Random(4)
+    clock = Clock()
+    try:
+        for service in (ours, database):
+            session = await service.create_session(app_name="a", user_id="u", session_id="s")
+            await service.append_event(session, event(rng, clock))
+            rebuilt = type(session).model_validate_json(session.model_dump_json())
+            rebuilt.last_update_time -= 0.0001
+            await service.append_event(rebuilt, event(rng, clock))
+            behind = type(session).model_validate_json(session.model_dump_json())
+            behind.last_update_time -= 0.0001
+            await service.append_event(rebuilt, event(rng, clock))
+            with pytest.raises(StaleSessionError):
+                await service.append_event(behind, event(rng, clock))
+    finally:
+        await ours.close()
+        await database.close()

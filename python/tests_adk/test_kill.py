@@ -27,7 +27,7 @@ DEADLINE = 60.0
 
 def run_until(args: list[str], lines: int) -> list[str]:
     """Starts the child, reads ``lines`` lines of its output, SIGKILLs it
-    and returns them."""
+    and returns every line it printed (it may have gone on meanwhile)."""
     child = subprocess.Popen(
         [sys.executable, str(CHILD), *args],
         stdout=subprocess.PIPE,
@@ -46,6 +46,9 @@ def run_until(args: list[str], lines: int) -> list[str]:
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=DEADLINE)
+    assert child.stdout is not None
+    out += [line.strip() for line in child.stdout.read().splitlines()]
+    child.stdout.close()
     return out
 
 

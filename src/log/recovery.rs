@@ -447,6 +447,26 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
         }
     }
 
+    /// Whether the checkpoint's resume point lies in segment `id`, whose
+    /// file is `len` bytes, too short to hold even its header: records of it
+    /// were durable, so the file was cut.
+    fn lost_below_checkpoint(&self, id: u64, len: u64) -> Result<()> {
+        match self.resume {
+            Some(r) if r.segment == id && r.offset > len => Err(Lost {
+                segment: id,
+                expected: r.offset,
+                actual: len,
+                reason: format!(
+                    "the checkpoint says the log reached offset {} of segment {id}, \
+                     whose file is {len} bytes, shorter than its header",
+                    r.offset
+                ),
+            }
+            .error()),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks segment `id`'s header as it `decoded`: a version this build
     /// reads, naming segment `id`.
     fn check_header(
@@ -556,7 +576,11 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
         file.read_range(bytes.get_mut(..head).unwrap_or_default(), 0)
             .map_err(read)?;
         if len <= HEADER_LEN && decode_header(&bytes).is_err() {
-            // A rotation crashed before the new header was durable.
+            // A rotation crashed before the new header was durable, unless
+            // the checkpoint says records of this segment were durable: then
+            // the file was cut (nothing is removed; skip-corrupt keeps what
+            // the other segments hold).
+            self.lost_below_checkpoint(id, len)?;
             drop(file);
             fs.remove_file(&path)
                 .map_err(|e| Error::io("remove a torn segment", &path, e))?;
@@ -622,7 +646,9 @@ impl<F: FnMut(RecordLoc, &[u8], bool) -> std::result::Result<(), String>> Scan<'
             .read(&path)
             .map_err(|e| Error::io("read the newest segment", &path, e))?;
         if decode_header(&bytes).is_err() && bytes.len() as u64 <= HEADER_LEN {
-            // A segment whose header is not written yet: nothing in it.
+            // A segment whose header is not written yet: nothing in it
+            // (unless the checkpoint says otherwise, as above).
+            self.lost_below_checkpoint(id, bytes.len() as u64)?;
             return Ok(unwritable(Fresh { id, ..fresh }));
         }
         let header_len = self

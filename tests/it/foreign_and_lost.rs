@@ -175,6 +175,49 @@ fn a_newest_segment_cut_after_a_clean_close_is_lost_data_not_a_torn_tail() {
     assert!(kept.len() < 50 && kept.len() >= 20, "{}", kept.len());
 }
 
+#[test]
+fn a_newest_segment_cut_inside_its_header_after_a_close_is_lost_data_too() {
+    // Shorter than a header, a newest segment looks like a rotation that
+    // crashed before its header was durable, which is removed; but the
+    // checkpoint says records of it were durable, so it was cut.
+    for cut in [0u64, 1, 30, 63] {
+        let dir = store_of("t", 50, Options::default());
+        let seg = segment_files(dir.path()).pop().unwrap();
+        let len = fs::metadata(&seg).unwrap().len();
+        let file = fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        file.set_len(cut).unwrap();
+        drop(file);
+        match Store::open(dir.path(), Options::default()) {
+            Err(Error::MissingRecords {
+                segment,
+                expected,
+                actual,
+                ..
+            }) => assert_eq!((segment, expected, actual), (1, len, cut)),
+            other => panic!(
+                "cut at {cut}: expected MissingRecords, got {:?}",
+                other.err()
+            ),
+        }
+        assert!(seg.exists(), "cut at {cut}: the evidence was removed");
+        match Store::open_read_only(dir.path(), Options::default()) {
+            Err(Error::MissingRecords { .. }) => {}
+            other => panic!(
+                "cut at {cut}: read-only: expected MissingRecords, got {:?}",
+                other.err()
+            ),
+        }
+        assert!(!verify(dir.path()).is_clean(), "cut at {cut}");
+        // Accepting the loss (skip-corrupt) opens, and says what was lost.
+        let store = Store::open(dir.path(), skip()).unwrap();
+        let lost = &store.open_report().lost;
+        assert_eq!(
+            (lost.len(), lost[0].expected, lost[0].actual),
+            (1, len, cut)
+        );
+    }
+}
+
 /// A store whose log spans several segments (small ones), closed.
 fn rotated(count: usize) -> tempfile::TempDir {
     store_of("t", count, Options::default().segment_bytes(4096))

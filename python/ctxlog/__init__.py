@@ -57,8 +57,13 @@ from ._errors import (
 __version__: str = _native.__version__
 """The version of the package (and of the engine it is built on)."""
 
+MAX_RECORD_BYTES: int = _native.MAX_RECORD_BYTES
+"""The most bytes one record may hold (16 MiB): a message, with its
+context's key and framing (a few dozen bytes), is refused above it."""
+
 __all__ = [
     "__version__",
+    "MAX_RECORD_BYTES",
     "Store",
     "verify",
     "Error",
@@ -162,6 +167,7 @@ class Store:
             )
 
         self._key: str | None = None
+        self._retention = retention_seconds
         if read_only:
             # Unlocked: as many as asked for, each its own.
             self._s = open_native()
@@ -198,6 +204,12 @@ class Store:
     def path(self) -> str:
         """The store's directory."""
         return str(self._s.path)
+
+    @property
+    def retention_seconds(self) -> float | None:
+        """How long a context may stay idle before it counts as expired
+        (``None``: never)."""
+        return self._retention
 
     @property
     def closed(self) -> bool:

@@ -2,6 +2,7 @@
 the ``ctxlog`` package, which parses the JSON it returns."""
 
 __version__: str
+MAX_RECORD_BYTES: int
 
 class Store:
     def __init__(

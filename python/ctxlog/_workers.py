@@ -9,11 +9,12 @@ import json
 import queue
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from . import Store
+from . import Error, Store
 
 __all__ = ["Cache", "StoreUser", "Stripes", "Workers", "dumps"]
 
@@ -33,11 +34,14 @@ class Workers:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._stopped = False
 
     async def run(self, fn: Any, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         with self._lock:
+            if self._stopped:
+                raise Error(f"{self._name} is closed; make a new one")
             if not self._threads:
                 for _ in range(self._count):
                     thread = threading.Thread(target=self._work, name=self._name, daemon=True)
@@ -60,9 +64,15 @@ class Workers:
                 loop.call_soon_threadsafe(_settle, done, result, error)
             except RuntimeError:
                 pass  # the loop was closed meanwhile: nobody waits for it
+            # An idle thread holds nothing of the last job (its function
+            # may be a method of an object its owner has dropped).
+            del job, loop, done, fn, args, result, error
 
     def stop(self) -> None:
+        """Stops the threads once their jobs are done; :meth:`run` raises
+        from then on."""
         with self._lock:
+            self._stopped = True
             threads, self._threads = self._threads, []
         for _ in threads:
             self._jobs.put(None)
@@ -88,6 +98,11 @@ class StoreUser:
         else:
             self._store, self._owns_store = Store(store, durability=durability), True  # type: ignore[arg-type]
         self._workers = Workers(workers, name)
+        # Dropped without close(), the object still stops its threads and
+        # closes the store it opened (so its lock is let go) when collected.
+        self._release = weakref.finalize(
+            self, _release, self._workers, self._store if self._owns_store else None
+        )
 
     @property
     def store(self) -> Store:
@@ -96,10 +111,14 @@ class StoreUser:
 
     def close(self) -> None:
         """Stops the worker threads, and closes the store if this object
-        opened it."""
-        self._workers.stop()
-        if self._owns_store:
-            self._store.close()
+        opened it. Closing twice does nothing."""
+        self._release()
+
+
+def _release(workers: Workers, store: Store | None) -> None:
+    workers.stop()
+    if store is not None:
+        store.close()
 
 
 class Stripes:

@@ -23,9 +23,11 @@ them are JSON arrays as well:
 - ``["session", session_id]`` in the user's tenant: one message per
   change, oldest first: the session's creation, then each event appended.
   A message is a header (JSON, one line: ``o`` its kind, ``t`` its time
-  in seconds, for an event its ``id`` and ``hi``, the highest event time
-  up to it, and the session's state after it, ``state``, or the seq of the message that
-  holds it, ``sv``), and for an event a newline and the event's JSON as
+  in seconds; for an event its ``id`` and ``hi``, the highest event time
+  up to it; and the session's state after it: now and then whole,
+  ``state``, else the seq of the message that holds it whole, ``sv``,
+  those since whose deltas apply to it, ``dv``, and its own delta, ``d``),
+  and for an event a newline and the event's JSON as
   ``Event.model_dump_json(exclude_none=True)`` gives it (as
   ``SqliteSessionService`` keeps it).
 - ``["user"]`` in the user's tenant and ``["app"]`` in the app's: the
@@ -41,11 +43,14 @@ empties the session's context (:meth:`ctxlog.Store.empty_context`), so
 its id can be created again, as ADK's services allow.
 
 An event that changes app or user state writes up to three messages, one
-sync each, in the order user, app, session. A crash keeps a prefix of the
-store's log, so an event read back always has all its effects; a call cut
-short by a crash may have applied its app or user part alone (the caller
-had no answer, and ADK's state is last-write-wins per key, so the call
-made again gives the same state).
+sync each, in the order user, app, session, each made and measured before
+the first is written: a call the store refuses (an event or a state
+above ``ctxlog.MAX_RECORD_BYTES``, 16 MiB) leaves nothing behind. A crash
+keeps a prefix of the store's log, so an event read back always has all
+its effects; a call cut short by a crash (or by the disk failing under
+it) may have applied its app or user part alone (the caller had no
+answer, and ADK's state is last-write-wins per key, so the call made
+again gives the same state).
 
 A session read by this service carries the seq of its newest message: an
 ``append_event`` on a copy that another append has overtaken raises ADK's
@@ -53,11 +58,18 @@ A session read by this service carries the seq of its newest message: an
 object from elsewhere is checked by its ``last_update_time`` and newest
 event. An event equal to the session's newest (the same event appended
 again, or a retry of an append that landed) is not stored twice, as
-``InMemorySessionService`` skips it.
+``InMemorySessionService`` skips it. A cancelled ``append_event`` may
+land all the same (the store's call runs to its end): the cancellation
+waits for it, and the session object holds the event if it landed.
+
+A store that expires idle contexts (``retention_seconds``) is refused: it
+would expire an app's own contexts with the idle sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -85,7 +97,7 @@ except ImportError:  # pragma: no cover - older google-adk
         """The session was changed by another writer since it was read."""
 
 
-from . import ContextNotFound, Store
+from . import MAX_RECORD_BYTES, ContextNotFound, InvalidParams, Store
 from ._workers import StoreUser, Stripes, dumps
 
 __all__ = ["CtxlogSessionService"]
@@ -101,6 +113,15 @@ _STALE = (
 _SESSION_LOCKS = Stripes()
 _USER_LOCKS = Stripes()
 _APP_LOCKS = Stripes()
+# What a record of this service may hold: the store's limit, less room
+# for the record's key and framing, checked before anything of a call is
+# written, so that a refusal leaves nothing of it behind.
+_MAX_RECORD = MAX_RECORD_BYTES - 4096
+# A session's whole state is written again after at most this many
+# records with a delta of it, or once their deltas' bytes pass the whole
+# state's (or this many bytes, for a small state).
+_CHAIN = 32
+_MIN_SNAPSHOT = 4096
 # How many contexts one page of the app's list reads (the most a page holds).
 _PAGE = 100
 
@@ -160,6 +181,18 @@ def _record(seq: int, raw: bytes) -> _Record | None:
     return _Record(seq, parsed, body)
 
 
+def _fits(what: str, record: bytes | str) -> bytes | str:
+    """``record``, if the store takes it; else InvalidParams, naming what."""
+    size = len(record.encode() if isinstance(record, str) else record)
+    if size > _MAX_RECORD:
+        raise InvalidParams(
+            f"{what} is {size} bytes as stored, above the {_MAX_RECORD} a record of the store may hold "
+            f"(ctxlog.MAX_RECORD_BYTES less its framing); nothing of this call was stored. Keep large "
+            f"data in an ADK artifact service and name it in the event or state"
+        )
+    return record
+
+
 def _merge(app: dict[str, Any], user: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
     merged = dict(session)
     for key, value in app.items():
@@ -191,6 +224,11 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         tenant: str = "adk",
         durability: str = "sync",
     ) -> None:
+        if isinstance(store, Store) and store.retention_seconds is not None:
+            raise InvalidParams(
+                "a store with retention_seconds expires idle contexts, and with them an app's own "
+                "(its state, its list of users) and idle sessions; open the store without retention"
+            )
         StoreUser.__init__(self, store, durability, 4, "ctxlog-adk")
         self._tenant = tenant
         # Locks by the store's directory: every service of this process on
@@ -261,18 +299,43 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         body = event.model_dump_json(exclude_none=True).encode()
         marker = getattr(session, "_storage_update_marker", None)
         last_event = session.events[-1].id if session.events else None
-        seq, again = await self._workers.run(
-            self._append,
-            session.app_name,
-            session.user_id,
-            session.id,
-            (marker, session.last_update_time, last_event),
-            event,
-            deltas,
-            body,
+        write = asyncio.ensure_future(
+            self._workers.run(
+                self._append,
+                session.app_name,
+                session.user_id,
+                session.id,
+                (marker, session.last_update_time, last_event),
+                event,
+                deltas,
+                body,
+            )
         )
-        if again:
-            return event  # stored already (a retry, or the same event twice)
+        try:
+            seq, again = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # The store's call runs to its end whatever the caller does:
+            # wait for it (an append's time), so that the session object
+            # holds the event if it landed and the next append on it goes
+            # on, then let the cancellation through.
+            while not write.done():
+                try:
+                    await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    pass
+                except Exception:
+                    break
+            if not write.cancelled() and write.exception() is None:
+                self._landed(session, event, *write.result())
+            raise
+        return self._landed(session, event, seq, again)
+
+    def _landed(self, session: Session, event: Event, seq: int, again: bool) -> Event:
+        """Brings the session object up to date with an event stored."""
+        if again and session.events and session.events[-1].id == event.id:
+            return event  # appended twice: stored, and in the session, once
+        # Stored now; or stored before, but not in this session object (a
+        # retry of an append whose answer was lost): the object catches up.
         session.last_update_time = event.timestamp
         session._storage_update_marker = str(seq)
         return self._commit_event_to_session(session, event)
@@ -290,18 +353,23 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         apps = _app_tenant(self._tenant, app_name)
         tenant = _user_tenant(self._tenant, app_name, user_id)
         context = _session_context(session_id)
-        with self._lock(_SESSION_LOCKS, tenant, context):
+        with self._locks(tenant, context, apps, bool(deltas["app"])):
             if self._newest(tenant, context) is not None:
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-            with self._lock(_USER_LOCKS, tenant, _USER_CONTEXT):
-                if not self._has_contexts(tenant):
-                    # The user's first session: the app's list of users
-                    # names them (before anything of theirs is stored).
-                    self._store.append_message(apps, _USERS_CONTEXT, dumps({"user": user_id}))
-            user = self._update_snapshot(tenant, _USER_CONTEXT, _USER_LOCKS, deltas["user"], now)
-            app = self._update_snapshot(apps, _APP_CONTEXT, _APP_LOCKS, deltas["app"], now)
+            # Every record is made and measured before the first is
+            # written: a refusal leaves nothing behind.
+            writes = []
+            if not self._has_contexts(tenant):
+                # The user's first session: the app's list of users names
+                # them (before anything of theirs is stored).
+                writes.append((apps, _USERS_CONTEXT, dumps({"user": user_id})))
+            user, write = self._next_snapshot("the user's state", tenant, _USER_CONTEXT, deltas["user"], now)
+            writes += write
+            app, write = self._next_snapshot("the app's state", apps, _APP_CONTEXT, deltas["app"], now)
+            writes += write
             head = {"o": "create", "t": now, "state": deltas["session"]}
-            seq, _ = self._store.append_message(tenant, context, dumps(head))
+            writes.append((tenant, context, _fits("the session's state", dumps(head))))
+            seq = self._write(writes)
         session = Session(
             app_name=app_name,
             user_id=user_id,
@@ -424,24 +492,20 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
                 # marker) that is behind the store in time is stale unless
                 # its newest event is the store's.
                 raise StaleSessionError(_STALE)
-            # App and user state first, then the event: what a crash keeps
-            # is a prefix, so a stored event has all its effects.
-            if deltas["user"]:
-                self._update_snapshot(tenant, _USER_CONTEXT, _USER_LOCKS, deltas["user"], timestamp)
-            if deltas["app"]:
-                apps = _app_tenant(self._tenant, app_name)
-                self._update_snapshot(apps, _APP_CONTEXT, _APP_LOCKS, deltas["app"], timestamp)
             hi = newest.head.get("hi")
             hi = timestamp if not isinstance(hi, (int, float)) else max(hi, timestamp)
             head: dict[str, Any] = {"o": "event", "t": timestamp, "hi": hi, "id": event.id}
-            if deltas["session"]:
-                state = self._session_state(tenant, context, newest, None)
-                state.update(deltas["session"])
-                head["state"] = state
-            else:
-                head["sv"] = newest.seq if "state" in newest.head else newest.head.get("sv", newest.seq)
-            seq, _ = self._store.append_message(tenant, context, dumps(head).encode() + b"\n" + body)
-            return seq, False
+            head.update(self._state_fields(tenant, context, newest, deltas["session"]))
+            apps = _app_tenant(self._tenant, app_name)
+            with self._locks(None, None, apps, bool(deltas["app"]), user=tenant if deltas["user"] else None):
+                # User and app state first, then the event: what a crash
+                # keeps is a prefix, so a stored event has all its effects.
+                # Every record is measured before the first is written.
+                _, writes = self._next_snapshot("the user's state", tenant, _USER_CONTEXT, deltas["user"], timestamp)
+                writes += self._next_snapshot("the app's state", apps, _APP_CONTEXT, deltas["app"], timestamp)[1]
+                record = dumps(head).encode() + b"\n" + body
+                writes.append((tenant, context, _fits("the event", record)))
+                return self._write(writes), False
 
     @staticmethod
     def _matches(newest: _Record, last_event: str | None) -> bool:
@@ -501,6 +565,23 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
     def _lock(self, stripes: Stripes, tenant: str, context: str) -> threading.Lock:
         return stripes((self._where, tenant, context))
 
+    def _locks(
+        self, tenant: str | None, context: str | None, apps: str, app: bool, user: str | None = None
+    ) -> contextlib.ExitStack:
+        """Takes, in order, the session's lock (``tenant``, ``context``),
+        the user's (``user``: their tenant; for a session, its own) and
+        the app's (when ``app``): only those a call writes under, so that
+        calls on other sessions, or without app state, do not wait."""
+        stack = contextlib.ExitStack()
+        if tenant is not None and context is not None:
+            stack.enter_context(self._lock(_SESSION_LOCKS, tenant, context))
+            user = tenant
+        if user is not None:
+            stack.enter_context(self._lock(_USER_LOCKS, user, _USER_CONTEXT))
+        if app:
+            stack.enter_context(self._lock(_APP_LOCKS, apps, _APP_CONTEXT))
+        return stack
+
     def _contexts(self, tenant: str) -> list[str]:
         """The ids of the tenant's contexts that hold messages."""
         ids: list[str] = []
@@ -553,6 +634,46 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
                 return None
             before = rows[0][0]
 
+    def _state_fields(
+        self, tenant: str, context: str, newest: _Record, delta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The header fields that say the session's state after an event
+        appended after ``newest`` with the session-scope ``delta``.
+
+        The whole state (``state``) only now and then: otherwise the
+        seq of the record that holds it (``sv``), those of the records
+        since whose deltas apply to it (``dv``), and the event's own delta
+        (``d``). A new whole state is written once the deltas since the
+        last reach its size, or ``_CHAIN`` records: the space is a few
+        times the deltas' (where writing it at every change would grow as
+        the square of the state), and a read of the state folds at most
+        ``_CHAIN`` deltas."""
+        if "state" in newest.head:
+            base, chain = newest.seq, []
+            size = newest.head.get("sb")
+            if not isinstance(size, int):
+                size = len(dumps(newest.head["state"]))
+            since = 0
+        else:
+            base, chain = newest.head.get("sv"), list(newest.head.get("dv") or [])
+            size, since = newest.head.get("sb", 0), newest.head.get("db", 0)
+            if "d" in newest.head:
+                chain.append(newest.seq)
+        if not delta:
+            fields = {"sv": base, "sb": size, "db": since}
+            if chain:
+                fields["dv"] = chain
+            return fields
+        since += len(dumps(delta))
+        if len(chain) + 1 > _CHAIN or since > max(size, _MIN_SNAPSHOT):
+            state = self._session_state(tenant, context, newest, None)
+            state.update(delta)
+            return {"state": state, "sb": len(dumps(state))}
+        fields = {"sv": base, "sb": size, "db": since, "d": delta}
+        if chain:
+            fields["dv"] = chain
+        return fields
+
     def _session_state(
         self,
         tenant: str,
@@ -560,22 +681,41 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         newest: _Record,
         records: list[_Record] | None,
     ) -> dict[str, Any]:
-        """The session's own state after ``newest``: in it, or in the
-        record its ``sv`` names (looked up in ``records`` when given)."""
+        """The session's own state after ``newest``: the whole state it or
+        its ``sv`` names, and the deltas of its ``dv`` and its own ``d``
+        applied to it (each found in ``records``, a tail of the session,
+        when it is there; read from the store when not)."""
         if "state" in newest.head:
             return dict(newest.head["state"])
-        sv = newest.head.get("sv")
-        if isinstance(sv, int):
-            if records is not None:
-                for record in reversed(records):
-                    if record.seq == sv:
-                        return dict(record.head.get("state", {}))
-            else:
-                rows = self._store.history(tenant, context, 1, sv + 1)
-                if rows and rows[0][0] == sv:
-                    record = _record(sv, rows[0][2])
-                    if record is not None:
-                        return dict(record.head.get("state", {}))
+        base = self._record_at(tenant, context, newest.head.get("sv"), records)
+        state = dict(base.head.get("state", {})) if base is not None else {}
+        for seq in newest.head.get("dv") or []:
+            record = self._record_at(tenant, context, seq, records)
+            if record is not None:
+                state.update(record.head.get("d", {}))
+        state.update(newest.head.get("d", {}))
+        return state
+
+    def _record_at(self, tenant: str, context: str, seq: Any, records: list[_Record] | None) -> _Record | None:
+        """The session's record ``seq``: from ``records`` if there, else
+        read from the store."""
+        if not isinstance(seq, int):
+            return None
+        for record in reversed(records or []):
+            if record.seq == seq:
+                return record
+        rows = self._store.history(tenant, context, 1, seq + 1)
+        if rows and rows[0][0] == seq:
+            return _record(seq, rows[0][2])
+        return None
+        for record in reversed(records or []):
+            if record.seq == sv:
+                return dict(record.head.get("state", {}))
+        rows = self._store.history(tenant, context, 1, sv + 1)
+        if rows and rows[0][0] == sv:
+            found = _record(sv, rows[0][2])
+            if found is not None:
+                return dict(found.head.get("state", {}))
         return {}
 
     def _snapshot(self, tenant: str, context: str) -> dict[str, Any]:
@@ -592,19 +732,20 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
             return {}
         return state if isinstance(state, dict) else {}
 
-    def _update_snapshot(
-        self,
-        tenant: str,
-        context: str,
-        locks: Stripes,
-        delta: dict[str, Any],
-        now: float,
-    ) -> dict[str, Any]:
-        """Applies ``delta`` to an app's or user's state (a write only when
-        there is one) and returns the state after it."""
-        with self._lock(locks, tenant, context):
-            state = self._snapshot(tenant, context)
-            if delta:
-                state.update(delta)
-                self._store.append_message(tenant, context, dumps({"t": now, "state": state}))
-            return state
+    def _next_snapshot(
+        self, what: str, tenant: str, context: str, delta: dict[str, Any], now: float
+    ) -> tuple[dict[str, Any], list[tuple[str, str, bytes | str]]]:
+        """An app's or user's state after ``delta``, and the write that
+        stores it (none without a delta). The caller holds its lock."""
+        state = self._snapshot(tenant, context)
+        if not delta:
+            return state, []
+        state.update(delta)
+        return state, [(tenant, context, _fits(what, dumps({"t": now, "state": state})))]
+
+    def _write(self, writes: list[tuple[str, str, bytes | str]]) -> int:
+        """Appends each record, in order; returns the last one's seq."""
+        seq = 0
+        for tenant, context, record in writes:
+            seq, _ = self._store.append_message(tenant, context, record)
+        return seq

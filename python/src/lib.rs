@@ -463,5 +463,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Store>()?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_RECORD_BYTES", ctxlog::MAX_RECORD_BYTES)?;
     Ok(())
 }

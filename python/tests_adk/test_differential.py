@@ -289,3 +289,124 @@ async def test_a_session_object_from_elsewhere_is_checked_by_its_newest_event(tm
     finally:
         await ours.close()
         await database.close()
+
+
+async def test_a_session_read_in_part_has_its_whole_state(tmp_path):
+    """A session whose state last changed long before its newest events,
+    read with num_recent_events or after_timestamp (a tail of it): its
+    state is the whole session's, as ADK's services give it."""
+    ours = CtxlogSessionService(tmp_path / "store")
+    memory = InMemorySessionService()
+    rng = random.Random(5)
+    clock = Clock()
+    ids = {"app_name": "a", "user_id": "u", "session_id": "s"}
+    events = [event(rng, clock) for _ in range(41)]
+    events[0].actions.state_delta = {"cart": ["apples", "pears"], "user:p": 1}
+    for plain in events[1:]:
+        plain.actions.state_delta = {}
+    try:
+        for service in (ours, memory):
+            session = await service.create_session(**ids, state={"at_start": 1})
+            for made in events:
+                await service.append_event(session, made.model_copy(deep=True))
+        for config in (GetSessionConfig(num_recent_events=2), GetSessionConfig(after_timestamp=clock.now - 3)):
+            got = await ours.get_session(**ids, config=config)
+            assert shape(got) == shape(await memory.get_session(**ids, config=config))
+            assert got.state == {"at_start": 1, "cart": ["apples", "pears"], "user:p": 1}
+    finally:
+        await ours.close()
+
+
+async def test_an_event_too_large_to_store_leaves_nothing_of_its_call(tmp_path):
+    """Refused (above the store's record limit), an event's user and app
+    state are not applied either; the session goes on."""
+    import ctxlog
+
+    ours = CtxlogSessionService(tmp_path / "store")
+    ids = {"app_name": "a", "user_id": "u", "session_id": "s"}
+    try:
+        session = await ours.create_session(**ids)
+        big = Event(
+            author="user",
+            content=types.Content(role="user", parts=[types.Part(text="x" * ctxlog.MAX_RECORD_BYTES)]),
+            actions=EventActions(state_delta={"user:uploads": 1, "app:uploads": 1, "n": 1}),
+        )
+        with pytest.raises(ctxlog.InvalidParams, match="nothing of this call was stored"):
+            await ours.append_event(session, big)
+        with pytest.raises(ctxlog.InvalidParams, match="the user's state"):
+            await ours.create_session(app_name="a", user_id="u2", state={"user:blob": "y" * ctxlog.MAX_RECORD_BYTES})
+        stored = await ours.get_session(**ids)
+        assert stored.events == [] and stored.state == {}
+        assert await ours.get_user_state(app_name="a", user_id="u") == {}
+        assert await ours.get_session(app_name="a", user_id="u2", session_id="s") is None
+        assert [s.user_id for s in (await ours.list_sessions(app_name="a")).sessions] == ["u"]
+        fresh = await ours.get_session(**ids)
+        await ours.append_event(fresh, event(random.Random(1), Clock()))
+        assert len((await ours.get_session(**ids)).events) == 1
+    finally:
+        await ours.close()
+
+
+def test_a_store_that_expires_contexts_is_refused(tmp_path):
+    import ctxlog
+
+    with ctxlog.Store(tmp_path / "store", retention_seconds=3600) as store:
+        with pytest.raises(ctxlog.InvalidParams, match="retention"):
+            CtxlogSessionService(store)
+
+
+def test_a_service_dropped_unclosed_lets_its_store_go(tmp_path):
+    """Dropped without close(), a service stops its threads and closes the
+    store it opened when it is collected: another process can open it."""
+    import gc
+    import subprocess
+    import sys
+    import threading
+
+    async def use() -> None:
+        service = CtxlogSessionService(tmp_path / "store")
+        await service.create_session(app_name="a", user_id="u", session_id="s")
+
+    before = threading.active_count()
+    import asyncio
+
+    asyncio.run(use())
+    gc.collect()
+    opened = subprocess.run(
+        [sys.executable, "-c", f"import ctxlog; ctxlog.Store({str(tmp_path / 'store')!r}).close()"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert opened.returncode == 0, opened.stderr
+    for thread in threading.enumerate():
+        if thread.name == "ctxlog-adk":
+            thread.join(timeout=10)
+    assert threading.active_count() <= before
+
+
+async def test_a_growing_state_costs_space_as_its_deltas_do(tmp_path):
+    """400 events that each add a 1 KiB key to the session's state: the
+    state read back is whole (whole or in part), and the store holds a few
+    times what the deltas and events hold, not a copy of the state per
+    event (which would be 80 MB here)."""
+    ours = CtxlogSessionService(tmp_path / "store")
+    memory = InMemorySessionService()
+    rng = random.Random(6)
+    clock = Clock()
+    ids = {"app_name": "a", "user_id": "u", "session_id": "s"}
+    events = [event(rng, clock) for _ in range(400)]
+    for n, made in enumerate(events):
+        made.actions.state_delta = {f"k{n}": "v" * 1024} if n % 7 else {}
+    try:
+        for service in (ours, memory):
+            session = await service.create_session(**ids, state={"first": 0})
+            for made in events:
+                await service.append_event(session, made.model_copy(deep=True))
+        for config in (None, GetSessionConfig(num_recent_events=3)):
+            got = await ours.get_session(**ids, config=config)
+            assert shape(got) == shape(await memory.get_session(**ids, config=config))
+        listed = (await ours.list_sessions(app_name="a", user_id="u")).sessions
+        assert listed[0].state == (await memory.get_session(**ids)).state
+        written = sum(len(e.model_dump_json(exclude_none=True)) + 1100 for e in events)
+        assert ours.store.stats()["liveBytes"] < 4 * written, (ours.store.stats(), written)
+    finally:
+        await ours.close()

@@ -101,3 +101,34 @@ async def test_threads_with_loops_of_their_own_share_the_store(tmp_path):
             assert session.state["app:count"] == 24
     finally:
         await service.close()
+
+
+async def test_a_cancelled_append_leaves_the_session_object_as_the_store(tmp_path):
+    """A caller that cancels an append: it may land all the same (the
+    store's call runs to its end), and the session object then holds it,
+    so the next append on the object goes on; made again, the same event
+    is stored once."""
+    service = CtxlogSessionService(tmp_path / "store")
+    try:
+        session = await service.create_session(**IDS)
+        for n in range(20):
+            made = event(0, n)
+            task = asyncio.ensure_future(service.append_event(session, made))
+            for _ in range(n % 4):
+                await asyncio.sleep(0)  # let it get to different points
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            if n % 2:
+                await service.append_event(session, made)  # made again
+            stored = await service.get_session(**IDS)
+            assert [e.id for e in session.events] == [e.id for e in stored.events]
+        await service.append_event(session, event(1, 0))
+        stored = await service.get_session(**IDS)
+        texts = [e.content.parts[0].text for e in stored.events]
+        assert texts[-1] == "1:0" and len(texts) == len(set(texts))
+        assert all(f"0:{n}" in texts for n in range(1, 20, 2))
+    finally:
+        await service.close()

@@ -37,6 +37,11 @@ class Workers:
         self._stopped = False
 
     async def run(self, fn: Any, *args: Any) -> Any:
+        return await self.submit(fn, *args)
+
+    def submit(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        """Queues ``fn(*args)`` for a thread; its answer settles the
+        future returned (of the running loop), unless that was cancelled."""
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         with self._lock:
@@ -48,7 +53,7 @@ class Workers:
                     thread.start()
                     self._threads.append(thread)
         self._jobs.put((loop, done, fn, args))
-        return await done
+        return done
 
     def _work(self) -> None:
         while True:

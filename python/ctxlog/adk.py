@@ -299,17 +299,15 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         body = event.model_dump_json(exclude_none=True).encode()
         marker = getattr(session, "_storage_update_marker", None)
         last_event = session.events[-1].id if session.events else None
-        write = asyncio.ensure_future(
-            self._workers.run(
-                self._append,
-                session.app_name,
-                session.user_id,
-                session.id,
-                (marker, session.last_update_time, last_event),
-                event,
-                deltas,
-                body,
-            )
+        write = self._workers.submit(
+            self._append,
+            session.app_name,
+            session.user_id,
+            session.id,
+            (marker, session.last_update_time, last_event),
+            event,
+            deltas,
+            body,
         )
         try:
             seq, again = await asyncio.shield(write)
@@ -619,20 +617,23 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
         return list(users)
 
     def _newest(self, tenant: str, context: str) -> _Record | None:
-        """The context's newest record (``None``: no session there)."""
+        """The context's newest record (``None``: no session there). The
+        newest message is one, unless something else wrote to the context:
+        then pages of 16 before it are looked through."""
         before: int | None = None
+        page = 1
         while True:
             try:
-                rows = self._store.history(tenant, context, 16, before)
+                rows = self._store.history(tenant, context, page, before)
             except ContextNotFound:
                 return None
             for seq, _, raw in reversed(rows):
                 record = _record(seq, raw)
                 if record is not None:
                     return record
-            if len(rows) < 16:
+            if len(rows) < page:
                 return None
-            before = rows[0][0]
+            before, page = rows[0][0], 16
 
     def _state_fields(
         self, tenant: str, context: str, newest: _Record, delta: dict[str, Any]

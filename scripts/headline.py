@@ -74,6 +74,12 @@ FIGURES = {
     **{f"cp.{k}.{op}": f"checkpointer/{name} / {label} p50"
        for k, name in (("ctxlog", "CtxlogSaver"), ("sqlite", "SqliteSaver"))
        for op, label in (("put", "put"), ("put_writes", "put_writes"), ("invoke", "whole invoke"))},
+    **{f"adk.{k}.{q}": f"adk/{name} / append_event, 1,000 events / {q}"
+       for k, name in (("ctxlog", "CtxlogSessionService"), ("database", "DatabaseSessionService")) for q in ("p50", "p99")},
+    **{f"adk.{k}.recent": f"adk/{name} / get_session, 1,000 events, recent / p50"
+       for k, name in (("ctxlog", "CtxlogSessionService"), ("database", "DatabaseSessionService"))},
+    **{f"adk.{k}.list": f"adk/{name} / list_sessions, one user / p50"
+       for k, name in (("ctxlog", "CtxlogSessionService"), ("database", "DatabaseSessionService"))},
     "push.sends": "push/64 clients, best of 2 / sends with push",
     "push.deliveries": "push/64 clients, best of 2 / deliveries",
     "push.plain": "push/64 clients, best of 2 / sends without push",
@@ -141,7 +147,7 @@ TABLES = [
     },
     {
         "title": "The Python doors against the stores they replace",
-        "command": "python/bench/task_store_bench.py, session_bench.py, checkpointer_bench.py",
+        "command": "python/bench/task_store_bench.py, session_bench.py, checkpointer_bench.py, adk_bench.py",
         "header": ["door", "ctxlog against", "figure"],
         "rows": [
             ["a2a-sdk `TaskStore`", "`DatabaseTaskStore` on SQLite",
@@ -154,6 +160,12 @@ TABLES = [
              "p50 of `put` {cp.ctxlog.put} against {cp.sqlite.put} ({ratio:cp.sqlite.put:cp.ctxlog.put}), "
              "`put_writes` {cp.ctxlog.put_writes} against {cp.sqlite.put_writes} ({ratio:cp.sqlite.put_writes:cp.ctxlog.put_writes}), "
              "a whole invoke {cp.ctxlog.invoke} against {cp.sqlite.invoke} ({ratio:cp.sqlite.invoke:cp.ctxlog.invoke})"],
+            ["Google ADK `SessionService`", "`DatabaseSessionService` on SQLite",
+             "`append_event` on a 1,000-event session, p50 {adk.ctxlog.p50} against {adk.database.p50} "
+             "({ratio:adk.database.p50:adk.ctxlog.p50}), p99 {adk.ctxlog.p99} against {adk.database.p99} "
+             "({ratio:adk.database.p99:adk.ctxlog.p99}); its newest 20 events read {adk.ctxlog.recent} against "
+             "{adk.database.recent} ({ratio:adk.database.recent:adk.ctxlog.recent}); one user's 100 of an app's "
+             "1,000 sessions listed {adk.ctxlog.list} against {adk.database.list} ({ratio:adk.database.list:adk.ctxlog.list})"],
         ],
     },
     {

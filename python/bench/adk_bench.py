@@ -176,22 +176,22 @@ async def main() -> None:
                 for kind, p50, p99 in (("ctxlog", m50, m99), ("database", d50, d99), ("sqlite", q50, q99)):
                     record("adk", f"{NAMES[kind]} / append_event, 1,000 events / p50", p50, "ms", quick)
                     record("adk", f"{NAMES[kind]} / append_event, 1,000 events / p99", p99, "ms", quick)
-        got = await gets(tmp, args.reads)
-        print(f"\nget_session of a 1,000-event session, p50 of {args.reads}; ms")
-        print(f"{'read':>8} {'ctxlog':>8} {'database':>9} {'×':>6} {'sqlite':>8} {'×':>6}")
-        for what in ("whole", "recent"):
-            c, d, q = got["ctxlog"][what], got["database"][what], got["sqlite"][what]
-            print(f"{what:>8} {c:>8.3f} {d:>9.3f} {d / c:>6.1f} {q:>8.3f} {q / c:>6.1f}")
-            for kind, value in (("ctxlog", c), ("database", d)):
-                record("adk", f"{NAMES[kind]} / get_session, 1,000 events, {what} / p50", value, "ms", quick)
-        listed = await lists(tmp, args.reads)
-        print(f"\nlist_sessions of an app of 1,000 sessions (10 users), p50 of {args.reads}; ms")
-        print(f"{'list':>8} {'ctxlog':>8} {'database':>9} {'×':>6} {'sqlite':>8} {'×':>6}")
-        for what in ("one user", "all"):
-            c, d, q = listed["ctxlog"][what], listed["database"][what], listed["sqlite"][what]
-            print(f"{what:>8} {c:>8.3f} {d:>9.3f} {d / c:>6.1f} {q:>8.3f} {q / c:>6.1f}")
-            for kind, value in (("ctxlog", c), ("database", d)):
-                record("adk", f"{NAMES[kind]} / list_sessions, {what} / p50", value, "ms", quick)
+        table(f"get_session of a 1,000-event session, p50 of {args.reads}", "read", "get_session, 1,000 events",
+              await gets(tmp, args.reads), quick)
+        table(f"list_sessions of an app of 1,000 sessions (10 users), p50 of {args.reads}", "list", "list_sessions",
+              await lists(tmp, args.reads), quick)
+
+
+def table(title: str, column: str, figure: str, timings: dict[str, dict[str, float]], quick: bool) -> None:
+    """Prints p50s of each service by row (ms), and records ctxlog's and
+    the anchor's."""
+    print(f"\n{title}; ms")
+    print(f"{column:>8} {'ctxlog':>8} {'database':>9} {'×':>6} {'sqlite':>8} {'×':>6}")
+    for what in timings["ctxlog"]:
+        c, d, q = timings["ctxlog"][what], timings["database"][what], timings["sqlite"][what]
+        print(f"{what:>8} {c:>8.3f} {d:>9.3f} {d / c:>6.1f} {q:>8.3f} {q / c:>6.1f}")
+        for kind, value in (("ctxlog", c), ("database", d)):
+            record("adk", f"{NAMES[kind]} / {figure}, {what} / p50", value, "ms", quick)
 
 
 if __name__ == "__main__":

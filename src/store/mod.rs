@@ -41,7 +41,7 @@ use crate::a2a::TaskState;
 use crate::index::context::Kind;
 use crate::log::record::{self, ContextName, Decoded, RecordBody, RecordKind, View, ViewKind};
 use crate::namespace::{context_message_key, message_key, ContextKey};
-use crate::options::Options;
+use crate::options::{Options, MAX_RECORD_BYTES};
 #[cfg(feature = "replicate")]
 pub use attach::ReplicationStatus;
 #[cfg(feature = "replicate")]
@@ -557,9 +557,14 @@ impl Store {
                 field: "message",
                 reason: format!(
                     "its record is {} bytes, above the limit of {}; send a smaller \
-                     message or raise Options::max_record_bytes",
+                     message{}",
                     payload.len(),
-                    self.options.max_record_bytes
+                    self.options.max_record_bytes,
+                    if self.options.max_record_bytes < MAX_RECORD_BYTES {
+                        " or raise Options::max_record_bytes (to 16 MiB at most)"
+                    } else {
+                        " (16 MiB is the most a record may hold)"
+                    }
                 ),
             });
         }

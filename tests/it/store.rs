@@ -133,8 +133,24 @@ fn an_oversized_message_is_refused_and_stores_nothing() {
         store.context_info("t", "c"),
         Err(Error::ContextNotFound)
     ));
+    assert!(
+        e.to_string().contains("raise Options::max_record_bytes"),
+        "{e}"
+    );
     store.append_message("t", "c", &[7u8; 500]).unwrap();
     assert_eq!(store.context_info("t", "c").unwrap().messages, 1);
+    // At the most a record may hold, the error does not send the caller
+    // to raise the limit.
+    let dir = tmp();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let big = vec![7u8; ctxlog::MAX_RECORD_BYTES as usize];
+    let e = store.append_message("t", "c", &big).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("16 MiB is the most a record may hold"),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("raise"), "{e}");
 }
 
 #[test]

@@ -230,11 +230,11 @@ fn the_lag_after_a_reopen_counts_from_what_the_replica_held() {
     }
 }
 
-#[test]
-fn ship_now_runs_a_round_at_once_while_the_thread_backs_off_after_a_failure() {
-    // Every upload hangs: each round fails after its 300 ms, and after a
-    // failure the thread waits 30 s (the longest backoff, the interval
-    // being an hour) before its next round of its own.
+/// A store on a memory disk replicating to an object store whose every
+/// upload hangs (a round fails after 300 ms), with no round of its own
+/// until asked (an hour's interval) and no lease; the throttle, to let the
+/// uploads answer again.
+fn hanging_uploads() -> (Arc<ThrottledStore<Arc<dyn ObjectStore>>>, MemFs, Store) {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let throttled = Arc::new(ThrottledStore::new(inner, ThrottleConfig::default()));
     throttled.config_mut(|c| c.wait_put_per_call = NEVER);
@@ -244,6 +244,15 @@ fn ship_now_runs_a_round_at_once_while_the_thread_backs_off_after_a_failure() {
         .lease(None);
     let disk = MemFs::new();
     let store = open_on(&disk, replicate);
+    (throttled, disk, store)
+}
+
+#[test]
+fn ship_now_runs_a_round_at_once_while_the_thread_backs_off_after_a_failure() {
+    // Every upload hangs: each round fails after its 300 ms, and after a
+    // failure the thread waits 30 s (the longest backoff, the interval
+    // being an hour) before its next round of its own.
+    let (throttled, _disk, store) = hanging_uploads();
     write(&store, 0, 3);
     // Twice: the first call may find the open's round under way, the
     // second finds the thread backing off after one or two failures.
@@ -269,15 +278,7 @@ fn many_callers_of_ship_now_at_once_each_get_a_round_that_began_after_them() {
     // round fails after its 300 ms), then once more after the object
     // store answers: every call ends with a round's own answer, none
     // waits out a backoff, and the last calls all ship.
-    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let throttled = Arc::new(ThrottledStore::new(inner, ThrottleConfig::default()));
-    throttled.config_mut(|c| c.wait_put_per_call = NEVER);
-    let replicate = Replicate::to_store(throttled.clone(), "r")
-        .interval(NEVER)
-        .round_timeout(Duration::from_millis(300))
-        .lease(None);
-    let disk = MemFs::new();
-    let store = open_on(&disk, replicate);
+    let (throttled, _disk, store) = hanging_uploads();
     let wait = Duration::from_secs(10);
     let all_ship = |store: &Store, from: usize| -> Vec<Result<(), String>> {
         std::thread::scope(|s| {

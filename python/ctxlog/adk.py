@@ -499,8 +499,11 @@ class CtxlogSessionService(BaseSessionService, StoreUser):
                 # User and app state first, then the event: what a crash
                 # keeps is a prefix, so a stored event has all its effects.
                 # Every record is measured before the first is written.
-                _, writes = self._next_snapshot("the user's state", tenant, _USER_CONTEXT, deltas["user"], timestamp)
-                writes += self._next_snapshot("the app's state", apps, _APP_CONTEXT, deltas["app"], timestamp)[1]
+                writes = []
+                if deltas["user"]:
+                    writes += self._next_snapshot("the user's state", tenant, _USER_CONTEXT, deltas["user"], timestamp)[1]
+                if deltas["app"]:
+                    writes += self._next_snapshot("the app's state", apps, _APP_CONTEXT, deltas["app"], timestamp)[1]
                 record = dumps(head).encode() + b"\n" + body
                 writes.append((tenant, context, _fits("the event", record)))
                 return self._write(writes), False
